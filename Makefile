@@ -1,0 +1,48 @@
+# The two front-door commands: `make run` and `make test`. Everything else is set-up.
+PYTHON ?= python3
+VENV := .venv
+PIP := $(VENV)/bin/pip
+BUILD := build/dev
+MINGW_BUILD := build/mingw
+SOURCES := $(shell find src include python CMakeLists.txt pyproject.toml -type f -not -name '*.pyc' 2>/dev/null)
+
+.PHONY: run test test-cpp test-python cross-windows clean setup
+
+run: setup
+	$(VENV)/bin/memcost run
+
+test: setup test-cpp cross-windows test-python
+
+setup: $(VENV)/.installed
+
+$(VENV)/.deps:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "scikit-build-core>=0.8" "rich>=13" "numpy>=1.24" "matplotlib>=3.7" "jinja2>=3.1" "pytest>=7"
+	touch $@
+
+# Reinstalled whenever a source changes; the wheel build directory keeps it incremental.
+$(VENV)/.installed: $(VENV)/.deps $(SOURCES)
+	$(PIP) install -q --no-build-isolation --no-deps .
+	touch $@
+
+test-cpp:
+	cmake -S . -B $(BUILD) -G Ninja -DMEMCOST_BUILD_TESTS=ON
+	cmake --build $(BUILD)
+	cd $(BUILD) && ctest --output-on-failure
+
+# The Windows back end must compile: library and probe, cross-built with mingw-w64.
+cross-windows:
+	mkdir -p build/mingw-include
+	ln -sfn /usr/include/nlohmann build/mingw-include/nlohmann
+	ln -sfn /usr/include/CLI build/mingw-include/CLI
+	cmake -S . -B $(MINGW_BUILD) -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64.cmake \
+	  -DMEMCOST_THIRD_PARTY_INCLUDE=$(CURDIR)/build/mingw-include
+	cmake --build $(MINGW_BUILD)
+	@echo "Windows cross-build OK: $(MINGW_BUILD)/memcost-probe.exe"
+
+test-python: setup
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf build $(VENV)

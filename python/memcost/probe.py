@@ -1,0 +1,131 @@
+"""Running memcost-probe and reading its JSON-lines protocol."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import exit_codes
+
+PROBE_ENV = "MEMCOST_PROBE"
+
+
+class ProbeFailed(Exception):
+    """The probe ended with an error; `message` says what to do about it."""
+
+    def __init__(self, exit_code: int, code: str, message: str):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class ProbeRun:
+    context: dict
+    samples: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+
+def probe_path() -> Path:
+    """The probe binary: $MEMCOST_PROBE, else the one installed inside this package, else PATH."""
+    override = os.environ.get(PROBE_ENV)
+    if override:
+        return Path(override)
+    for name in ("memcost-probe", "memcost-probe.exe"):
+        bundled = Path(__file__).parent / "_bin" / name
+        if bundled.exists():
+            return bundled
+    found = shutil.which("memcost-probe")
+    if found:
+        return Path(found)
+    raise ProbeFailed(exit_codes.FAILURE, "probe_missing",
+                      "memcost-probe was not found: reinstall with `pip install .` (or `make run`), "
+                      f"or point {PROBE_ENV} at the binary")
+
+
+ProgressCallback = Callable[[int, int, str], None]
+WarningCallback = Callable[[dict], None]
+
+
+def run_probe(experiment: str, arguments: list[str] | None = None, *,
+              on_progress: Optional[ProgressCallback] = None,
+              on_warning: Optional[WarningCallback] = None,
+              env: Optional[dict] = None) -> ProbeRun:
+    """Run one experiment in a fresh probe process and collect what it reports."""
+    command = [str(probe_path()), experiment, *(arguments or [])]
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=env)
+    except OSError as error:
+        raise ProbeFailed(exit_codes.FAILURE, "probe_missing", f"cannot start {command[0]}: {error.strerror}") from error
+
+    # stderr is drained on a thread so a chatty probe can never block on a full pipe.
+    stderr_tail: deque[str] = deque(maxlen=20)
+    drain = threading.Thread(target=lambda: stderr_tail.extend(process.stderr), daemon=True)
+    drain.start()
+
+    run: Optional[ProbeRun] = None
+    error: Optional[dict] = None
+    try:
+        for line in process.stdout:
+            record = _parse_line(line)
+            kind = record.get("type")
+            if kind == "context":
+                run = ProbeRun(context={k: v for k, v in record.items() if k != "type"})
+            elif kind == "progress" and on_progress:
+                on_progress(record["done"], record["total"], record.get("label", ""))
+            elif kind == "sample" and run is not None:
+                run.samples.append({"case": record["case"], "metrics": record["metrics"]})
+            elif kind == "warning" and run is not None:
+                warning = {"code": record["code"], "message": record["message"]}
+                run.warnings.append(warning)
+                if on_warning:
+                    on_warning(warning)
+            elif kind == "error":
+                error = record
+        returncode = process.wait()
+    except BaseException:
+        # Ctrl-C reaches the probe too (same process group); make sure it is gone.
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        raise
+    drain.join(timeout=5)
+
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        hint = (" — probably the kernel's OOM killer: lower the sizes or the budget (--budget)"
+                if -returncode == signal.SIGKILL else "")
+        raise ProbeFailed(exit_codes.FAILURE, "probe_killed", f"memcost-probe {experiment} was killed by {name}{hint}")
+    if returncode != 0:
+        if error:
+            raise ProbeFailed(returncode, error.get("code", "failure"), error.get("message", "unknown error"))
+        detail = "".join(stderr_tail).strip() or "no message"
+        raise ProbeFailed(returncode, "failure", f"memcost-probe {experiment} failed (exit {returncode}): {detail}")
+    if run is None:
+        raise ProbeFailed(exit_codes.FAILURE, "protocol", f"memcost-probe {experiment} printed no context line")
+    return run
+
+
+def _parse_line(line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ProbeFailed(exit_codes.FAILURE, "protocol",
+                          f"memcost-probe printed a line that is not JSON: {line.strip()[:200]!r}") from error
+    if not isinstance(record, dict) or "type" not in record:
+        raise ProbeFailed(exit_codes.FAILURE, "protocol", f"memcost-probe printed a record without a type: {line.strip()[:200]!r}")
+    return record

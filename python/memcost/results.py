@@ -1,0 +1,88 @@
+"""Results documents and the results directory (DESIGN.md, "Results")."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from . import __version__
+
+SCHEMA_VERSION = 1
+DEFAULT_ROOT = Path("results")
+LATEST = "latest"
+
+
+class ResultsError(Exception):
+    """A results document or directory that cannot be used; the message says why."""
+
+
+def make_document(experiment: str, context: dict, params: dict, samples: list,
+                  summary: dict, warnings: list) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "experiment": experiment,
+        "context": context,
+        "params": params,
+        "samples": samples,
+        "summary": summary,
+        "warnings": warnings,
+    }
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+class RunDirectory:
+    """results/<UTC time>-<host>/, created on the first write so that a run
+    that stores nothing leaves nothing behind."""
+
+    def __init__(self, root: Path, host: str, now: Optional[datetime] = None):
+        stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+        safe_host = "".join(c if c.isalnum() or c in "-_." else "_" for c in host) or "host"
+        self.root = Path(root)
+        self.path = self.root / f"{stamp}-{safe_host}"
+
+    def write(self, document: dict) -> Path:
+        target = self.path / f"{document['experiment']}.json"
+        write_atomically(target, json.dumps(document, indent=1) + "\n")
+        self._point_latest_here()
+        return target
+
+    def _point_latest_here(self) -> None:
+        latest = self.root / LATEST
+        temporary = self.root / f".{LATEST}.{os.getpid()}.tmp"
+        temporary.unlink(missing_ok=True)
+        temporary.symlink_to(self.path.name)
+        os.replace(temporary, latest)
+
+
+def load_document(path: Path) -> dict:
+    """A results document, checked for the fields every reader relies on."""
+    try:
+        document = json.loads(Path(path).read_text())
+    except FileNotFoundError as error:
+        raise ResultsError(f"{path}: no such results file") from error
+    except json.JSONDecodeError as error:
+        raise ResultsError(f"{path}: not a JSON document ({error.msg} at line {error.lineno})") from error
+    missing = [key for key in ("schema_version", "experiment", "context", "samples", "summary") if key not in document]
+    if missing:
+        raise ResultsError(f"{path}: not a memcost results document (missing {', '.join(missing)})")
+    if document["schema_version"] != SCHEMA_VERSION:
+        raise ResultsError(f"{path}: schema version {document['schema_version']}, but this memcost reads version "
+                           f"{SCHEMA_VERSION}: rerun the experiment with this version")
+    return document

@@ -1,0 +1,75 @@
+// Snapshots of this process's and the machine's CPU and fault counters.
+#include <chrono>
+
+#include "memcost/measure.hpp"
+#include "os/os.hpp"
+
+namespace memcost::measure {
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+Snapshot take_snapshot(SnapshotOptions options) {
+  Snapshot snapshot;
+  // Slow readers first, the clock last: the interval then starts as late and
+  // ends (in the "after" snapshot) as early as possible around the region.
+  if (options.kernel_threads) {
+    if (auto threads = os::kernel_thread_times()) {
+      snapshot.kernel_threads = KernelThreadCpu{threads->kswapd_ns, threads->khugepaged_ns, threads->kcompactd_ns, threads->kworker_ns};
+    }
+  }
+  if (options.machine) {
+    if (auto machine = os::machine_times()) {
+      snapshot.machine = MachineCpu{machine->user_ns,  machine->system_ns, machine->irq_ns,         machine->softirq_ns,
+                                    machine->steal_ns, machine->idle_ns,   machine->steal_available};
+    }
+  }
+  os::ProcessTimes process = os::process_times();
+  snapshot.process_user_ns = process.user_ns;
+  snapshot.process_system_ns = process.system_ns;
+  snapshot.minor_faults = process.minor_faults;
+  snapshot.major_faults = process.major_faults;
+  snapshot.rss_bytes = process.rss_bytes;
+  snapshot.wall_ns = now_ns();
+  return snapshot;
+}
+
+namespace {
+// Counters are monotonic; a decrease can only be a reading taken across a
+// counter reset, which is reported as no change rather than a huge number.
+std::uint64_t grew(std::uint64_t before, std::uint64_t after) { return after >= before ? after - before : 0; }
+}  // namespace
+
+Interval between(const Snapshot& before, const Snapshot& after) {
+  Interval interval;
+  interval.wall_ns = grew(before.wall_ns, after.wall_ns);
+  interval.process_user_ns = grew(before.process_user_ns, after.process_user_ns);
+  interval.process_system_ns = grew(before.process_system_ns, after.process_system_ns);
+  interval.minor_faults = grew(before.minor_faults, after.minor_faults);
+  interval.major_faults = grew(before.major_faults, after.major_faults);
+  interval.rss_change_bytes = static_cast<std::int64_t>(after.rss_bytes) - static_cast<std::int64_t>(before.rss_bytes);
+  if (before.machine && after.machine) {
+    const MachineCpu& a = *before.machine;
+    const MachineCpu& b = *after.machine;
+    interval.machine = MachineCpu{grew(a.user_ns, b.user_ns),       grew(a.system_ns, b.system_ns),
+                                  grew(a.irq_ns, b.irq_ns),         grew(a.softirq_ns, b.softirq_ns),
+                                  grew(a.steal_ns, b.steal_ns),     grew(a.idle_ns, b.idle_ns),
+                                  a.steal_available && b.steal_available};
+  }
+  if (before.kernel_threads && after.kernel_threads) {
+    const KernelThreadCpu& a = *before.kernel_threads;
+    const KernelThreadCpu& b = *after.kernel_threads;
+    interval.kernel_threads = KernelThreadCpu{grew(a.kswapd_ns, b.kswapd_ns), grew(a.khugepaged_ns, b.khugepaged_ns),
+                                              grew(a.kcompactd_ns, b.kcompactd_ns), grew(a.kworker_ns, b.kworker_ns)};
+  }
+  return interval;
+}
+
+std::optional<std::int64_t> Interval::elsewhere_ns() const {
+  if (!machine) return std::nullopt;
+  return static_cast<std::int64_t>(machine->busy_ns()) - static_cast<std::int64_t>(process_user_ns + process_system_ns);
+}
+
+}  // namespace memcost::measure

@@ -1,0 +1,215 @@
+// memcost OS layer: the only place that talks to the operating system.
+//
+// Contract (every platform):
+// - The functions here make no decisions. They do the call, and report the raw
+//   error (errno on Linux, GetLastError() on Windows) in a Status. Fallbacks,
+//   retries, warnings and statistics belong to the portable code above.
+// - Sizes and addresses must be multiples of the page size of the mapping
+//   (base_page_size() for base pages and THP, the hugetlb page size for
+//   hugetlb). Callers round; the OS layer does not.
+// - Memory that comes back from map() or commit() reads as zero on every
+//   platform: both kernels hand out zeroed pages. Nothing here writes it.
+// - All functions are safe to call from several threads at once, as long as
+//   the ranges they are given are disjoint (populate_write in particular).
+// - Queries return what the OS says at the moment of the call. A value the OS
+//   does not have is reported as absent (std::optional) rather than zero.
+//
+// How platforms differ:
+// - Linux: reserve() maps PROT_NONE with MAP_NORESERVE; commit() turns on
+//   read/write; decommit() is MADV_DONTNEED + PROT_NONE; release() is munmap.
+//   The placement direction is a property of the process layout, not of the
+//   call, so MapRequest::top_down is ignored; an address hint is honoured when
+//   the range there is free (never MAP_FIXED: nothing existing is replaced).
+// - Windows: reserve/commit/decommit/release are VirtualAlloc(MEM_RESERVE),
+//   VirtualAlloc(MEM_COMMIT), VirtualFree(MEM_DECOMMIT) and
+//   VirtualFree(MEM_RELEASE); top_down adds MEM_TOP_DOWN. There is no THP:
+//   PageKind::thp maps base pages. Large pages (PageKind::huge_2mb) need
+//   SeLockMemoryPrivilege, which enable_large_page_privilege() tries to turn
+//   on; 1 GB pages are not offered.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memcost::os {
+
+// A raw OS error: 0 means success. `call` names the failing system call.
+struct Status {
+  int error = 0;
+  const char* call = "";
+  [[nodiscard]] bool ok() const { return error == 0; }
+  [[nodiscard]] std::string message() const;  // "mmap: Cannot allocate memory (errno 12)"
+};
+
+enum class PageKind {
+  base,      // base pages; on Linux THP (and mTHP) disabled for the range
+  thp,       // transparent huge pages requested for the range (MADV_HUGEPAGE)
+  huge_2mb,  // hugetlb 2 MB pages (MAP_HUGETLB | MAP_HUGE_2MB), Windows large pages
+  huge_1gb,  // hugetlb 1 GB pages (MAP_HUGETLB | MAP_HUGE_1GB)
+};
+[[nodiscard]] const char* page_kind_name(PageKind kind);  // "base", "thp", "hugetlb-2M", "hugetlb-1G"
+[[nodiscard]] std::optional<PageKind> page_kind_from_name(const std::string& name);
+// The page size a mapping of this kind uses (base_page_size() for base and thp).
+[[nodiscard]] std::size_t page_kind_bytes(PageKind kind);
+
+struct MapRequest {
+  std::size_t size_bytes = 0;
+  PageKind kind = PageKind::base;
+  void* address_hint = nullptr;  // a wish, not a demand: nothing mapped is ever replaced
+  bool top_down = false;         // Windows MEM_TOP_DOWN; ignored on Linux (see above)
+  // Fault the range in for writing before map() returns. hugetlb: MAP_POPULATE.
+  // base and thp: MADV_POPULATE_WRITE after the page-kind advice, because
+  // MAP_POPULATE would fault the pages in before the advice could apply.
+  // Windows: ignored.
+  bool populate = false;
+};
+
+struct Mapping {
+  void* address = nullptr;
+  std::size_t size_bytes = 0;
+  Status status;
+};
+
+// Address space only: no access, no commit charge.
+[[nodiscard]] Mapping reserve(const MapRequest& request);
+[[nodiscard]] Status commit(void* address, std::size_t size_bytes);
+[[nodiscard]] Status decommit(void* address, std::size_t size_bytes);
+// Reserve and commit read/write memory of the requested page kind in one call.
+[[nodiscard]] Mapping map(const MapRequest& request);
+[[nodiscard]] Status release(void* address, std::size_t size_bytes);
+// Change a committed range between read/write and read-only (forces distinct
+// mappings on Linux, where neighbours with different protection never merge).
+[[nodiscard]] Status protect(void* address, std::size_t size_bytes, bool writable);
+
+enum class PopulateMethod { populate_write, touch };
+[[nodiscard]] const char* populate_method_name(PopulateMethod method);
+// Fault the range in for writing without changing its contents.
+// Linux: MADV_POPULATE_WRITE; when the kernel lacks it (EINVAL) the call reports
+// that, and the caller may choose touch_pages(). Windows: not available.
+[[nodiscard]] Status populate_write(void* address, std::size_t size_bytes);
+// Write one byte per `stride_bytes` (read-modify-write of the existing value,
+// so contents are unchanged). Always available.
+void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes);
+
+// Windows: try to enable SeLockMemoryPrivilege. Linux: always ok.
+[[nodiscard]] Status enable_large_page_privilege();
+// Linux: whether this process runs with the legacy bottom-up mmap layout
+// (personality ADDR_COMPAT_LAYOUT). Windows: always false.
+[[nodiscard]] bool legacy_layout_active();
+// Linux: set ADDR_COMPAT_LAYOUT for programs this process execs next.
+[[nodiscard]] Status request_legacy_layout_for_exec();
+
+// ---- queries -------------------------------------------------------------
+
+[[nodiscard]] std::size_t base_page_size();
+[[nodiscard]] unsigned logical_cpu_count();
+
+struct MultiSizeThp {
+  std::size_t size_bytes = 0;
+  std::string enabled;  // "always", "inherit", "madvise", "never"
+};
+struct ThpSettings {
+  bool present = false;
+  std::string enabled;  // "always", "madvise", "never"
+  std::string defrag;   // "always", "defer", "defer+madvise", "madvise", "never"
+  std::size_t pmd_size_bytes = 0;
+  std::vector<MultiSizeThp> sizes;
+};
+[[nodiscard]] ThpSettings thp_settings();
+
+struct HugetlbPool {
+  std::size_t page_size_bytes = 0;
+  std::uint64_t total_pages = 0;
+  std::uint64_t free_pages = 0;
+  std::uint64_t reserved_pages = 0;
+  std::uint64_t surplus_pages = 0;
+};
+[[nodiscard]] std::vector<HugetlbPool> hugetlb_pools();
+// Set the persistent pool size (Linux: /sys/kernel/mm/hugepages/.../nr_hugepages; needs root).
+[[nodiscard]] Status set_hugetlb_pool(std::size_t page_size_bytes, std::uint64_t pages);
+
+struct MemoryInfo {
+  std::uint64_t total_bytes = 0;
+  std::uint64_t available_bytes = 0;
+  std::uint64_t swap_total_bytes = 0;
+  std::optional<std::uint64_t> cgroup_limit_bytes;  // absent when no limit applies
+  std::optional<std::uint64_t> cgroup_usage_bytes;
+  std::string cgroup_version;  // "v1", "v2" or "" (none found)
+};
+[[nodiscard]] MemoryInfo memory_info();
+
+[[nodiscard]] std::optional<std::uint64_t> max_map_count();
+[[nodiscard]] std::optional<int> overcommit_mode();
+[[nodiscard]] std::optional<std::uint64_t> mapping_count();  // mappings in this process
+
+struct SystemInfo {
+  std::string os_name;     // "Linux", "Windows"
+  std::string os_release;  // kernel release / build number
+  std::string os_version;
+  std::string host_name;
+  std::string cpu_model;
+  unsigned numa_nodes = 1;
+};
+[[nodiscard]] SystemInfo system_info();
+
+// ---- accounting ----------------------------------------------------------
+
+struct ProcessTimes {
+  std::uint64_t user_ns = 0;
+  std::uint64_t system_ns = 0;
+  std::uint64_t minor_faults = 0;
+  std::uint64_t major_faults = 0;  // Windows: all faults are counted as minor
+  std::uint64_t rss_bytes = 0;
+};
+[[nodiscard]] ProcessTimes process_times();
+
+// CPU time of the whole machine, all CPUs added together, by kind.
+struct MachineTimes {
+  std::uint64_t user_ns = 0;  // includes nice
+  std::uint64_t system_ns = 0;
+  std::uint64_t irq_ns = 0;
+  std::uint64_t softirq_ns = 0;
+  std::uint64_t steal_ns = 0;
+  std::uint64_t idle_ns = 0;  // includes iowait
+  bool steal_available = false;  // Windows has no steal counter
+};
+[[nodiscard]] std::optional<MachineTimes> machine_times();
+
+// CPU time of the kernel's memory-management threads, by family.
+struct KernelThreadTimes {
+  std::uint64_t kswapd_ns = 0;
+  std::uint64_t khugepaged_ns = 0;
+  std::uint64_t kcompactd_ns = 0;
+  std::uint64_t kworker_ns = 0;
+};
+[[nodiscard]] std::optional<KernelThreadTimes> kernel_thread_times();
+
+// What backs [address, address + size): read from the OS, not assumed.
+struct RangeBacking {
+  std::uint64_t resident_bytes = 0;
+  std::uint64_t anon_huge_bytes = 0;  // on PMD-sized transparent huge pages
+  std::uint64_t hugetlb_bytes = 0;    // on hugetlb / large pages
+  std::size_t kernel_page_bytes = 0;  // page size of the mapping(s)
+};
+[[nodiscard]] std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes);
+
+// ---- perf events (Linux) ---------------------------------------------------
+
+enum class PerfEvent { page_faults, task_clock, tlb_flush_tracepoint, page_fault_user_tracepoint };
+[[nodiscard]] const char* perf_event_name(PerfEvent event);
+struct PerfHandle {
+  int fd = -1;
+  Status status;
+};
+// Counts for this process, all its threads (existing ones and those it creates
+// later), on any CPU. The counter starts disabled.
+[[nodiscard]] PerfHandle perf_open(PerfEvent event);
+[[nodiscard]] Status perf_enable(const PerfHandle& handle, bool enable);
+[[nodiscard]] std::optional<std::uint64_t> perf_read(const PerfHandle& handle);
+void perf_close(PerfHandle& handle);
+[[nodiscard]] std::optional<int> perf_event_paranoid();
+
+}  // namespace memcost::os

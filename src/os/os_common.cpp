@@ -1,0 +1,57 @@
+// Platform-independent parts of the OS layer: names and page sizes of the kinds.
+#include "os/os.hpp"
+
+#include <atomic>
+
+namespace memcost::os {
+
+const char* page_kind_name(PageKind kind) {
+  switch (kind) {
+    case PageKind::base: return "base";
+    case PageKind::thp: return "thp";
+    case PageKind::huge_2mb: return "hugetlb-2M";
+    case PageKind::huge_1gb: return "hugetlb-1G";
+  }
+  return "?";
+}
+
+std::optional<PageKind> page_kind_from_name(const std::string& name) {
+  for (PageKind kind : {PageKind::base, PageKind::thp, PageKind::huge_2mb, PageKind::huge_1gb}) {
+    if (name == page_kind_name(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
+std::size_t page_kind_bytes(PageKind kind) {
+  switch (kind) {
+    case PageKind::huge_2mb: return std::size_t{2} << 20;
+    case PageKind::huge_1gb: return std::size_t{1} << 30;
+    default: return base_page_size();
+  }
+}
+
+const char* populate_method_name(PopulateMethod method) {
+  return method == PopulateMethod::populate_write ? "MADV_POPULATE_WRITE" : "touch";
+}
+
+const char* perf_event_name(PerfEvent event) {
+  switch (event) {
+    case PerfEvent::page_faults: return "page_faults";
+    case PerfEvent::task_clock: return "task_clock";
+    case PerfEvent::tlb_flush_tracepoint: return "tlb:tlb_flush";
+    case PerfEvent::page_fault_user_tracepoint: return "exceptions:page_fault_user";
+  }
+  return "?";
+}
+
+void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes) {
+  // An atomic OR with 0 is one write access that keeps the contents. A plain
+  // read followed by a write would fault twice on fresh Linux memory: first to
+  // map the shared zero page, then to copy it on write.
+  auto* bytes = static_cast<unsigned char*>(address);
+  for (std::size_t offset = 0; offset < size_bytes; offset += stride_bytes) {
+    std::atomic_ref<unsigned char>(bytes[offset]).fetch_or(0, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace memcost::os

@@ -1,0 +1,494 @@
+// Linux implementation of the OS layer (contract in os.hpp).
+#include "os/os.hpp"
+
+#include <dirent.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/personality.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
+#endif
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#ifndef MAP_HUGE_2MB
+#define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
+#endif
+#ifndef MAP_HUGE_1GB
+#define MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
+#endif
+
+namespace memcost::os {
+namespace {
+
+Status failed(const char* call) { return Status{errno, call}; }
+
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::optional<std::uint64_t> read_number(const std::string& path) {
+  auto text = read_text(path);
+  if (!text) return std::nullopt;
+  try {
+    return std::stoull(*text);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+// sysfs selectors look like "always [madvise] never": the bracketed word is in force.
+std::string selected_word(const std::string& text) {
+  auto open = text.find('[');
+  auto close = text.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return text.substr(open + 1, close - open - 1);
+}
+
+std::vector<std::string> list_directory(const std::string& path) {
+  std::vector<std::string> names;
+  if (DIR* dir = opendir(path.c_str())) {
+    while (dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] != '.') names.emplace_back(entry->d_name);
+    }
+    closedir(dir);
+  }
+  return names;
+}
+
+// /proc/meminfo style: "Name:   12345 kB".
+std::optional<std::uint64_t> meminfo_kib(const std::string& text, const std::string& name) {
+  auto at = text.find(name + ":");
+  if (at == std::string::npos) return std::nullopt;
+  return std::stoull(text.substr(at + name.size() + 1));
+}
+
+std::uint64_t ticks_to_ns(std::uint64_t ticks) {
+  static const std::uint64_t ns_per_tick = 1'000'000'000ULL / static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK));
+  return ticks * ns_per_tick;
+}
+
+int mmap_flags(const MapRequest& request) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  if (request.kind == PageKind::huge_2mb) flags |= MAP_HUGETLB | MAP_HUGE_2MB;
+  if (request.kind == PageKind::huge_1gb) flags |= MAP_HUGETLB | MAP_HUGE_1GB;
+  if (request.populate) flags |= MAP_POPULATE;
+  return flags;
+}
+
+Status advise_page_kind(void* address, std::size_t size_bytes, PageKind kind) {
+  if (kind == PageKind::base && madvise(address, size_bytes, MADV_NOHUGEPAGE) != 0) return failed("madvise(MADV_NOHUGEPAGE)");
+  if (kind == PageKind::thp && madvise(address, size_bytes, MADV_HUGEPAGE) != 0) return failed("madvise(MADV_HUGEPAGE)");
+  return {};
+}
+
+// The cgroup (v2 unified, or v1 memory controller) directory this process lives in.
+struct CgroupMemoryFiles {
+  std::string version;
+  std::string limit_path;
+  std::string usage_path;
+};
+std::optional<CgroupMemoryFiles> cgroup_memory_files() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  std::optional<std::string> unified_path;
+  while (std::getline(in, line)) {
+    // "hierarchy-id:controllers:path"
+    auto first = line.find(':');
+    auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (controllers == "memory") {
+      return CgroupMemoryFiles{"v1", "/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes",
+                               "/sys/fs/cgroup/memory" + path + "/memory.usage_in_bytes"};
+    }
+    if (controllers.empty() && line.rfind("0:", 0) == 0) unified_path = path;
+  }
+  if (unified_path) {
+    for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+      std::string dir = std::string(root) + *unified_path;
+      if (access((dir + "/memory.max").c_str(), R_OK) == 0) {
+        return CgroupMemoryFiles{"v2", dir + "/memory.max", dir + "/memory.current"};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> tracepoint_id(const char* category, const char* name) {
+  for (const char* root : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
+    auto id = read_number(std::string(root) + "/events/" + category + "/" + name + "/id");
+    if (id) return id;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string Status::message() const {
+  if (ok()) return "ok";
+  return std::string(call) + ": " + std::strerror(error) + " (errno " + std::to_string(error) + ")";
+}
+
+Mapping reserve(const MapRequest& request) {
+  void* address = mmap(request.address_hint, request.size_bytes, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (address == MAP_FAILED) return {nullptr, 0, failed("mmap(PROT_NONE)")};
+  return {address, request.size_bytes, {}};
+}
+
+Status commit(void* address, std::size_t size_bytes) {
+  if (mprotect(address, size_bytes, PROT_READ | PROT_WRITE) != 0) return failed("mprotect");
+  return {};
+}
+
+Status decommit(void* address, std::size_t size_bytes) {
+  if (madvise(address, size_bytes, MADV_DONTNEED) != 0) return failed("madvise(MADV_DONTNEED)");
+  if (mprotect(address, size_bytes, PROT_NONE) != 0) return failed("mprotect");
+  return {};
+}
+
+Mapping map(const MapRequest& request) {
+  // The THP advice must be in place before MAP_POPULATE faults the range in,
+  // so a populated base/THP mapping is created first and populated after.
+  bool populate_after = request.populate && (request.kind == PageKind::base || request.kind == PageKind::thp);
+  MapRequest first = request;
+  if (populate_after) first.populate = false;
+  void* address = mmap(request.address_hint, request.size_bytes, PROT_READ | PROT_WRITE, mmap_flags(first), -1, 0);
+  if (address == MAP_FAILED) return {nullptr, 0, failed("mmap")};
+  Status advised = advise_page_kind(address, request.size_bytes, request.kind);
+  if (!advised.ok()) {
+    munmap(address, request.size_bytes);
+    return {nullptr, 0, advised};
+  }
+  if (populate_after && madvise(address, request.size_bytes, MADV_POPULATE_WRITE) != 0) {
+    Status populate_failed = failed("madvise(MADV_POPULATE_WRITE)");
+    munmap(address, request.size_bytes);
+    return {nullptr, 0, populate_failed};
+  }
+  return {address, request.size_bytes, {}};
+}
+
+Status release(void* address, std::size_t size_bytes) {
+  if (munmap(address, size_bytes) != 0) return failed("munmap");
+  return {};
+}
+
+Status protect(void* address, std::size_t size_bytes, bool writable) {
+  if (mprotect(address, size_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0) return failed("mprotect");
+  return {};
+}
+
+Status populate_write(void* address, std::size_t size_bytes) {
+  if (madvise(address, size_bytes, MADV_POPULATE_WRITE) != 0) return failed("madvise(MADV_POPULATE_WRITE)");
+  return {};
+}
+
+Status enable_large_page_privilege() { return {}; }
+
+bool legacy_layout_active() {
+  int persona = personality(0xffffffff);
+  return persona != -1 && (persona & ADDR_COMPAT_LAYOUT) != 0;
+}
+
+Status request_legacy_layout_for_exec() {
+  int persona = personality(0xffffffff);
+  if (persona == -1 || personality(static_cast<unsigned long>(persona) | ADDR_COMPAT_LAYOUT) == -1) return failed("personality");
+  return {};
+}
+
+std::size_t base_page_size() {
+  static const std::size_t size = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+unsigned logical_cpu_count() {
+  long count = sysconf(_SC_NPROCESSORS_ONLN);
+  return count > 0 ? static_cast<unsigned>(count) : 1U;
+}
+
+ThpSettings thp_settings() {
+  const std::string root = "/sys/kernel/mm/transparent_hugepage";
+  ThpSettings settings;
+  auto enabled = read_text(root + "/enabled");
+  if (!enabled) return settings;
+  settings.present = true;
+  settings.enabled = selected_word(*enabled);
+  settings.defrag = selected_word(read_text(root + "/defrag").value_or(""));
+  settings.pmd_size_bytes = read_number(root + "/hpage_pmd_size").value_or(0);
+  for (const auto& name : list_directory(root)) {
+    // "hugepages-64kB"
+    if (name.rfind("hugepages-", 0) != 0) continue;
+    // Some sizes exist for shmem only and have no "enabled" file for anonymous memory.
+    auto enabled_size = read_text(root + "/" + name + "/enabled");
+    if (!enabled_size) continue;
+    settings.sizes.push_back({std::stoull(name.substr(10)) * 1024, selected_word(*enabled_size)});
+  }
+  std::sort(settings.sizes.begin(), settings.sizes.end(),
+            [](const MultiSizeThp& a, const MultiSizeThp& b) { return a.size_bytes < b.size_bytes; });
+  return settings;
+}
+
+std::vector<HugetlbPool> hugetlb_pools() {
+  const std::string root = "/sys/kernel/mm/hugepages";
+  std::vector<HugetlbPool> pools;
+  for (const auto& name : list_directory(root)) {
+    if (name.rfind("hugepages-", 0) != 0) continue;
+    std::string dir = root + "/" + name + "/";
+    HugetlbPool pool;
+    pool.page_size_bytes = std::stoull(name.substr(10)) * 1024;
+    pool.total_pages = read_number(dir + "nr_hugepages").value_or(0);
+    pool.free_pages = read_number(dir + "free_hugepages").value_or(0);
+    pool.reserved_pages = read_number(dir + "resv_hugepages").value_or(0);
+    pool.surplus_pages = read_number(dir + "surplus_hugepages").value_or(0);
+    pools.push_back(pool);
+  }
+  std::sort(pools.begin(), pools.end(),
+            [](const HugetlbPool& a, const HugetlbPool& b) { return a.page_size_bytes < b.page_size_bytes; });
+  return pools;
+}
+
+Status set_hugetlb_pool(std::size_t page_size_bytes, std::uint64_t pages) {
+  std::string path = "/sys/kernel/mm/hugepages/hugepages-" + std::to_string(page_size_bytes / 1024) + "kB/nr_hugepages";
+  std::ofstream out(path);
+  if (!out) return failed("open(nr_hugepages)");
+  out << pages << '\n';
+  out.flush();
+  if (!out) return failed("write(nr_hugepages)");
+  return {};
+}
+
+MemoryInfo memory_info() {
+  MemoryInfo info;
+  std::string meminfo = read_text("/proc/meminfo").value_or("");
+  info.total_bytes = meminfo_kib(meminfo, "MemTotal").value_or(0) * 1024;
+  info.available_bytes = meminfo_kib(meminfo, "MemAvailable").value_or(0) * 1024;
+  info.swap_total_bytes = meminfo_kib(meminfo, "SwapTotal").value_or(0) * 1024;
+  if (auto files = cgroup_memory_files()) {
+    info.cgroup_version = files->version;
+    // v2 writes "max" and v1 a number near 2^63 when there is no limit.
+    auto limit = read_number(files->limit_path);
+    if (limit && *limit < (std::uint64_t{1} << 62)) info.cgroup_limit_bytes = limit;
+    info.cgroup_usage_bytes = read_number(files->usage_path);
+  }
+  return info;
+}
+
+std::optional<std::uint64_t> max_map_count() { return read_number("/proc/sys/vm/max_map_count"); }
+
+std::optional<int> overcommit_mode() {
+  auto mode = read_number("/proc/sys/vm/overcommit_memory");
+  if (!mode) return std::nullopt;
+  return static_cast<int>(*mode);
+}
+
+std::optional<std::uint64_t> mapping_count() {
+  std::ifstream in("/proc/self/maps");
+  if (!in) return std::nullopt;
+  std::uint64_t lines = 0;
+  std::string line;
+  while (std::getline(in, line)) ++lines;
+  return lines;
+}
+
+SystemInfo system_info() {
+  SystemInfo info;
+  utsname names{};
+  if (uname(&names) == 0) {
+    info.os_name = names.sysname;
+    info.os_release = names.release;
+    info.os_version = names.version;
+    info.host_name = names.nodename;
+  }
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      info.cpu_model = line.substr(line.find_first_not_of(' ', colon + 1));
+      break;
+    }
+  }
+  unsigned nodes = 0;
+  for (const auto& name : list_directory("/sys/devices/system/node")) {
+    if (name.rfind("node", 0) == 0 && name.size() > 4 && std::isdigit(static_cast<unsigned char>(name[4]))) ++nodes;
+  }
+  info.numa_nodes = nodes > 0 ? nodes : 1;
+  return info;
+}
+
+ProcessTimes process_times() {
+  ProcessTimes times;
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    auto ns = [](const timeval& tv) {
+      return static_cast<std::uint64_t>(tv.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(tv.tv_usec) * 1000ULL;
+    };
+    times.user_ns = ns(usage.ru_utime);
+    times.system_ns = ns(usage.ru_stime);
+    times.minor_faults = static_cast<std::uint64_t>(usage.ru_minflt);
+    times.major_faults = static_cast<std::uint64_t>(usage.ru_majflt);
+  }
+  // statm's second field: resident pages.
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size_pages = 0, resident_pages = 0;
+  if (statm >> size_pages >> resident_pages) times.rss_bytes = resident_pages * base_page_size();
+  return times;
+}
+
+std::optional<MachineTimes> machine_times() {
+  std::ifstream in("/proc/stat");
+  std::string label;
+  std::uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(in >> label >> user >> nice >> system >> idle >> iowait >> irq >> softirq) || label != "cpu") return std::nullopt;
+  MachineTimes times;
+  times.steal_available = static_cast<bool>(in >> steal);
+  times.user_ns = ticks_to_ns(user + nice);
+  times.system_ns = ticks_to_ns(system);
+  times.idle_ns = ticks_to_ns(idle + iowait);
+  times.irq_ns = ticks_to_ns(irq);
+  times.softirq_ns = ticks_to_ns(softirq);
+  times.steal_ns = ticks_to_ns(steal);
+  return times;
+}
+
+std::optional<KernelThreadTimes> kernel_thread_times() {
+  DIR* proc = opendir("/proc");
+  if (!proc) return std::nullopt;
+  KernelThreadTimes times;
+  while (dirent* entry = readdir(proc)) {
+    if (!std::isdigit(static_cast<unsigned char>(entry->d_name[0]))) continue;
+    // /proc/<pid>/stat: "pid (comm) state ppid ..."; utime and stime are fields 14 and 15.
+    auto stat = read_text(std::string("/proc/") + entry->d_name + "/stat");
+    if (!stat) continue;  // the process ended between readdir and open
+    auto open = stat->find('(');
+    auto close = stat->rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::string comm = stat->substr(open + 1, close - open - 1);
+    std::uint64_t* bucket = nullptr;
+    if (comm.rfind("kswapd", 0) == 0) bucket = &times.kswapd_ns;
+    else if (comm == "khugepaged") bucket = &times.khugepaged_ns;
+    else if (comm.rfind("kcompactd", 0) == 0) bucket = &times.kcompactd_ns;
+    else if (comm.rfind("kworker", 0) == 0) bucket = &times.kworker_ns;
+    if (!bucket) continue;
+    std::istringstream fields(stat->substr(close + 2));
+    std::string field;
+    std::uint64_t utime = 0, stime = 0;
+    for (int index = 3; index <= 15 && fields >> field; ++index) {
+      if (index == 14) utime = std::stoull(field);
+      if (index == 15) stime = std::stoull(field);
+    }
+    *bucket += ticks_to_ns(utime + stime);
+  }
+  closedir(proc);
+  return times;
+}
+
+std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {
+  std::ifstream smaps("/proc/self/smaps");
+  if (!smaps) return std::nullopt;
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  const auto end = begin + size_bytes;
+  RangeBacking backing;
+  bool inside = false;
+  std::string line;
+  while (std::getline(smaps, line)) {
+    // A VMA header starts with "start-end perms ..."; its fields follow as "Name:   value kB".
+    auto dash = line.find('-');
+    auto space = line.find(' ');
+    if (dash != std::string::npos && space != std::string::npos && dash < space && std::isxdigit(static_cast<unsigned char>(line[0]))) {
+      auto vma_begin = std::stoull(line.substr(0, dash), nullptr, 16);
+      auto vma_end = std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16);
+      // smaps counts whole VMAs; callers pass ranges that are whole mappings.
+      inside = vma_begin < end && vma_end > begin;
+      continue;
+    }
+    if (!inside) continue;
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    std::uint64_t kib = 0;
+    try {
+      kib = std::stoull(line.substr(colon + 1));
+    } catch (...) {
+      continue;  // VmFlags and other non-numeric fields
+    }
+    if (name == "Rss") backing.resident_bytes += kib * 1024;
+    else if (name == "AnonHugePages") backing.anon_huge_bytes += kib * 1024;
+    else if (name == "Private_Hugetlb" || name == "Shared_Hugetlb") backing.hugetlb_bytes += kib * 1024;
+    else if (name == "KernelPageSize") backing.kernel_page_bytes = std::max<std::size_t>(backing.kernel_page_bytes, kib * 1024);
+  }
+  return backing;
+}
+
+PerfHandle perf_open(PerfEvent event) {
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.disabled = 1;
+  attr.inherit = 1;
+  attr.exclude_hv = 1;
+  switch (event) {
+    case PerfEvent::page_faults:
+      attr.type = PERF_TYPE_SOFTWARE;
+      attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+      break;
+    case PerfEvent::task_clock:
+      attr.type = PERF_TYPE_SOFTWARE;
+      attr.config = PERF_COUNT_SW_TASK_CLOCK;
+      break;
+    case PerfEvent::tlb_flush_tracepoint:
+    case PerfEvent::page_fault_user_tracepoint: {
+      auto id = event == PerfEvent::tlb_flush_tracepoint ? tracepoint_id("tlb", "tlb_flush")
+                                                         : tracepoint_id("exceptions", "page_fault_user");
+      if (!id) return {-1, Status{ENOENT, "tracefs events/<tracepoint>/id"}};
+      attr.type = PERF_TYPE_TRACEPOINT;
+      attr.config = *id;
+      break;
+    }
+  }
+  long fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
+  if (fd < 0) return {-1, failed("perf_event_open")};
+  return {static_cast<int>(fd), {}};
+}
+
+Status perf_enable(const PerfHandle& handle, bool enable) {
+  if (ioctl(handle.fd, enable ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE, 0) != 0) return failed("ioctl(perf)");
+  return {};
+}
+
+std::optional<std::uint64_t> perf_read(const PerfHandle& handle) {
+  std::uint64_t value = 0;
+  if (handle.fd < 0 || ::read(handle.fd, &value, sizeof(value)) != static_cast<ssize_t>(sizeof(value))) return std::nullopt;
+  return value;
+}
+
+void perf_close(PerfHandle& handle) {
+  if (handle.fd >= 0) close(handle.fd);
+  handle.fd = -1;
+}
+
+std::optional<int> perf_event_paranoid() {
+  auto text = read_text("/proc/sys/kernel/perf_event_paranoid");
+  if (!text) return std::nullopt;
+  return std::stoi(*text);
+}
+
+}  // namespace memcost::os

@@ -1,0 +1,246 @@
+// Windows implementation of the OS layer (contract in os.hpp).
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+// windows.h first: psapi.h depends on its types.
+#include <psapi.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "os/os.hpp"
+
+namespace memcost::os {
+namespace {
+
+Status failed(const char* call) { return Status{static_cast<int>(GetLastError()), call}; }
+Status unsupported(const char* call) { return Status{ERROR_NOT_SUPPORTED, call}; }
+
+std::uint64_t filetime_ns(const FILETIME& time) {
+  ULARGE_INTEGER value;
+  value.LowPart = time.dwLowDateTime;
+  value.HighPart = time.dwHighDateTime;
+  return value.QuadPart * 100ULL;  // FILETIME counts 100 ns intervals
+}
+
+DWORD allocation_type(const MapRequest& request, DWORD base) {
+  DWORD type = base;
+  if (request.top_down) type |= MEM_TOP_DOWN;
+  if (request.kind == PageKind::huge_2mb) type |= MEM_LARGE_PAGES;
+  return type;
+}
+
+}  // namespace
+
+std::string Status::message() const {
+  if (ok()) return "ok";
+  char text[512] = {};
+  DWORD length = FormatMessageA(FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS, nullptr,
+                                static_cast<DWORD>(error), 0, text, sizeof(text), nullptr);
+  while (length > 0 && (text[length - 1] == '\n' || text[length - 1] == '\r' || text[length - 1] == '.')) text[--length] = '\0';
+  return std::string(call) + ": " + text + " (error " + std::to_string(error) + ")";
+}
+
+Mapping reserve(const MapRequest& request) {
+  void* address = VirtualAlloc(request.address_hint, request.size_bytes, allocation_type(request, MEM_RESERVE) & ~static_cast<DWORD>(MEM_LARGE_PAGES), PAGE_NOACCESS);
+  if (!address && request.address_hint) {
+    // VirtualAlloc fails when the hinted range is taken; a hint is only a wish.
+    address = VirtualAlloc(nullptr, request.size_bytes, allocation_type(request, MEM_RESERVE) & ~static_cast<DWORD>(MEM_LARGE_PAGES), PAGE_NOACCESS);
+  }
+  if (!address) return {nullptr, 0, failed("VirtualAlloc(MEM_RESERVE)")};
+  return {address, request.size_bytes, {}};
+}
+
+Status commit(void* address, std::size_t size_bytes) {
+  if (!VirtualAlloc(address, size_bytes, MEM_COMMIT, PAGE_READWRITE)) return failed("VirtualAlloc(MEM_COMMIT)");
+  return {};
+}
+
+Status decommit(void* address, std::size_t size_bytes) {
+  if (!VirtualFree(address, size_bytes, MEM_DECOMMIT)) return failed("VirtualFree(MEM_DECOMMIT)");
+  return {};
+}
+
+Mapping map(const MapRequest& request) {
+  if (request.kind == PageKind::huge_1gb) return {nullptr, 0, unsupported("VirtualAlloc(1 GB pages)")};
+  DWORD type = allocation_type(request, MEM_RESERVE | MEM_COMMIT);
+  void* address = VirtualAlloc(request.address_hint, request.size_bytes, type, PAGE_READWRITE);
+  if (!address && request.address_hint) address = VirtualAlloc(nullptr, request.size_bytes, type, PAGE_READWRITE);
+  if (!address) return {nullptr, 0, failed("VirtualAlloc(MEM_RESERVE|MEM_COMMIT)")};
+  return {address, request.size_bytes, {}};
+}
+
+Status release(void* address, std::size_t) {
+  if (!VirtualFree(address, 0, MEM_RELEASE)) return failed("VirtualFree(MEM_RELEASE)");
+  return {};
+}
+
+Status protect(void* address, std::size_t size_bytes, bool writable) {
+  DWORD previous = 0;
+  if (!VirtualProtect(address, size_bytes, writable ? PAGE_READWRITE : PAGE_READONLY, &previous)) return failed("VirtualProtect");
+  return {};
+}
+
+Status populate_write(void* address, std::size_t size_bytes) {
+  // VirtualLock brings every page into the working set (demand-zero pages are
+  // zeroed on the way); unlocking keeps them resident but pageable again.
+  if (!VirtualLock(address, size_bytes)) return failed("VirtualLock");
+  VirtualUnlock(address, size_bytes);
+  return {};
+}
+
+Status enable_large_page_privilege() {
+  HANDLE token = nullptr;
+  if (!OpenProcessToken(GetCurrentProcess(), TOKEN_ADJUST_PRIVILEGES | TOKEN_QUERY, &token)) return failed("OpenProcessToken");
+  TOKEN_PRIVILEGES privileges{};
+  privileges.PrivilegeCount = 1;
+  privileges.Privileges[0].Attributes = SE_PRIVILEGE_ENABLED;
+  Status status;
+  if (!LookupPrivilegeValueA(nullptr, "SeLockMemoryPrivilege", &privileges.Privileges[0].Luid)) {
+    status = failed("LookupPrivilegeValue(SeLockMemoryPrivilege)");
+  } else if (!AdjustTokenPrivileges(token, FALSE, &privileges, 0, nullptr, nullptr)) {
+    status = failed("AdjustTokenPrivileges");
+  } else if (GetLastError() == ERROR_NOT_ALL_ASSIGNED) {
+    // The call "succeeds" but the account does not hold the privilege.
+    status = Status{ERROR_NOT_ALL_ASSIGNED, "AdjustTokenPrivileges(SeLockMemoryPrivilege)"};
+  }
+  CloseHandle(token);
+  return status;
+}
+
+bool legacy_layout_active() { return false; }
+Status request_legacy_layout_for_exec() { return unsupported("personality(ADDR_COMPAT_LAYOUT)"); }
+
+std::size_t base_page_size() {
+  SYSTEM_INFO info;
+  GetSystemInfo(&info);
+  return info.dwPageSize;
+}
+
+unsigned logical_cpu_count() {
+  DWORD count = GetActiveProcessorCount(ALL_PROCESSOR_GROUPS);
+  return count > 0 ? static_cast<unsigned>(count) : 1U;
+}
+
+ThpSettings thp_settings() { return {}; }
+
+std::vector<HugetlbPool> hugetlb_pools() {
+  // Windows has no pool: large pages are taken from free memory at allocation
+  // time, so there are no counts to report.
+  return {};
+}
+
+Status set_hugetlb_pool(std::size_t, std::uint64_t) { return unsupported("hugetlb pool"); }
+
+MemoryInfo memory_info() {
+  MemoryInfo info;
+  MEMORYSTATUSEX status{};
+  status.dwLength = sizeof(status);
+  if (GlobalMemoryStatusEx(&status)) {
+    info.total_bytes = status.ullTotalPhys;
+    info.available_bytes = status.ullAvailPhys;
+    info.swap_total_bytes = status.ullTotalPageFile > status.ullTotalPhys ? status.ullTotalPageFile - status.ullTotalPhys : 0;
+  }
+  return info;
+}
+
+std::optional<std::uint64_t> max_map_count() { return std::nullopt; }
+std::optional<int> overcommit_mode() { return std::nullopt; }
+
+std::optional<std::uint64_t> mapping_count() {
+  std::uint64_t regions = 0;
+  MEMORY_BASIC_INFORMATION region{};
+  const char* address = nullptr;
+  while (VirtualQuery(address, &region, sizeof(region)) == sizeof(region)) {
+    if (region.State != MEM_FREE) ++regions;
+    const char* next = static_cast<const char*>(region.BaseAddress) + region.RegionSize;
+    if (next <= address) break;
+    address = next;
+  }
+  return regions;
+}
+
+SystemInfo system_info() {
+  SystemInfo info;
+  info.os_name = "Windows";
+  using RtlGetVersionFunction = LONG(WINAPI*)(OSVERSIONINFOW*);
+  if (HMODULE ntdll = GetModuleHandleA("ntdll.dll")) {
+    auto get_version = reinterpret_cast<RtlGetVersionFunction>(reinterpret_cast<void*>(GetProcAddress(ntdll, "RtlGetVersion")));
+    OSVERSIONINFOW version{};
+    version.dwOSVersionInfoSize = sizeof(version);
+    if (get_version && get_version(&version) == 0) {
+      info.os_release = std::to_string(version.dwMajorVersion) + "." + std::to_string(version.dwMinorVersion) + "." +
+                        std::to_string(version.dwBuildNumber);
+    }
+  }
+  char name[MAX_COMPUTERNAME_LENGTH + 1] = {};
+  DWORD name_length = sizeof(name);
+  if (GetComputerNameA(name, &name_length)) info.host_name = name;
+  char model[256] = {};
+  DWORD model_length = sizeof(model);
+  if (RegGetValueA(HKEY_LOCAL_MACHINE, "HARDWARE\\DESCRIPTION\\System\\CentralProcessor\\0", "ProcessorNameString",
+                   RRF_RT_REG_SZ, nullptr, model, &model_length) == ERROR_SUCCESS) {
+    info.cpu_model = model;
+  }
+  ULONG highest_node = 0;
+  info.numa_nodes = GetNumaHighestNodeNumber(&highest_node) ? static_cast<unsigned>(highest_node) + 1 : 1;
+  return info;
+}
+
+ProcessTimes process_times() {
+  ProcessTimes times;
+  FILETIME created, exited, kernel, user;
+  if (GetProcessTimes(GetCurrentProcess(), &created, &exited, &kernel, &user)) {
+    times.user_ns = filetime_ns(user);
+    times.system_ns = filetime_ns(kernel);
+  }
+  PROCESS_MEMORY_COUNTERS counters{};
+  if (GetProcessMemoryInfo(GetCurrentProcess(), &counters, sizeof(counters))) {
+    times.minor_faults = counters.PageFaultCount;
+    times.rss_bytes = counters.WorkingSetSize;
+  }
+  return times;
+}
+
+std::optional<MachineTimes> machine_times() {
+  FILETIME idle, kernel, user;
+  if (!GetSystemTimes(&idle, &kernel, &user)) return std::nullopt;
+  MachineTimes times;
+  times.idle_ns = filetime_ns(idle);
+  times.system_ns = filetime_ns(kernel) - times.idle_ns;  // kernel time includes idle time
+  times.user_ns = filetime_ns(user);
+  return times;
+}
+
+std::optional<KernelThreadTimes> kernel_thread_times() { return std::nullopt; }
+
+std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {
+  const std::size_t page = base_page_size();
+  RangeBacking backing;
+  backing.kernel_page_bytes = page;
+  std::vector<PSAPI_WORKING_SET_EX_INFORMATION> entries(4096);
+  for (std::size_t offset = 0; offset < size_bytes;) {
+    std::size_t count = std::min(entries.size(), (size_bytes - offset + page - 1) / page);
+    for (std::size_t i = 0; i < count; ++i) {
+      entries[i].VirtualAddress = const_cast<char*>(static_cast<const char*>(address)) + offset + i * page;
+    }
+    if (!QueryWorkingSetEx(GetCurrentProcess(), entries.data(), static_cast<DWORD>(count * sizeof(entries[0])))) return std::nullopt;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!entries[i].VirtualAttributes.Valid) continue;
+      backing.resident_bytes += page;
+      if (entries[i].VirtualAttributes.LargePage) backing.hugetlb_bytes += page;
+    }
+    offset += count * page;
+  }
+  if (backing.hugetlb_bytes > 0) backing.kernel_page_bytes = GetLargePageMinimum();
+  return backing;
+}
+
+PerfHandle perf_open(PerfEvent) { return {-1, unsupported("perf_event_open")}; }
+Status perf_enable(const PerfHandle&, bool) { return unsupported("perf_event_open"); }
+std::optional<std::uint64_t> perf_read(const PerfHandle&) { return std::nullopt; }
+void perf_close(PerfHandle& handle) { handle.fd = -1; }
+std::optional<int> perf_event_paranoid() { return std::nullopt; }
+
+}  // namespace memcost::os

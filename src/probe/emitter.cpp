@@ -1,0 +1,37 @@
+#include "probe/emitter.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+namespace memcost::probe {
+
+void Emitter::line(const json& object) {
+  // Flushed per line so that the reader sees progress as it happens.
+  std::cout << object.dump() << '\n' << std::flush;
+}
+
+void Emitter::context(json machine) {
+  json object = {{"type", "context"}};
+  object.update(machine);
+  line(object);
+}
+
+void Emitter::progress(std::size_t done, std::size_t total, const std::string& label) {
+  line({{"type", "progress"}, {"done", done}, {"total", total}, {"label", label}});
+}
+
+void Emitter::sample(json case_parameters, json metrics) {
+  line({{"type", "sample"}, {"case", std::move(case_parameters)}, {"metrics", std::move(metrics)}});
+}
+
+void Emitter::warning(const std::string& code, const std::string& message) {
+  std::cerr << "memcost-probe: warning: " << message << '\n';
+  line({{"type", "warning"}, {"code", code}, {"message", message}});
+}
+
+void Emitter::error(const std::string& code, const std::string& message) {
+  std::cerr << "memcost-probe: error: " << message << '\n';
+  line({{"type", "error"}, {"code", code}, {"message", message}});
+}
+
+}  // namespace memcost::probe

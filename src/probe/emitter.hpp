@@ -1,0 +1,48 @@
+// The probe protocol: one JSON object per line on stdout (see DESIGN.md).
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace memcost::probe {
+
+using json = nlohmann::ordered_json;
+
+// Exit codes shared by the probe and the memcost command.
+enum ExitCode : int {
+  exit_ok = 0,
+  exit_failure = 1,
+  exit_bad_arguments = 2,
+  exit_not_enough_memory = 3,
+  exit_unsupported = 4,
+};
+
+// Thrown by an experiment to end the probe with an `error` line and an exit code.
+class ProbeError : public std::runtime_error {
+ public:
+  ProbeError(ExitCode exit_code, std::string code, const std::string& message)
+      : std::runtime_error(message), exit_code_(exit_code), code_(std::move(code)) {}
+  [[nodiscard]] ExitCode exit_code() const { return exit_code_; }
+  [[nodiscard]] const std::string& code() const { return code_; }
+
+ private:
+  ExitCode exit_code_;
+  std::string code_;
+};
+
+class Emitter {
+ public:
+  void context(json machine);
+  // Call between timed regions only: writing a line costs a system call.
+  void progress(std::size_t done, std::size_t total, const std::string& label);
+  void sample(json case_parameters, json metrics);
+  void warning(const std::string& code, const std::string& message);
+  void error(const std::string& code, const std::string& message);
+
+ private:
+  static void line(const json& object);
+};
+
+}  // namespace memcost::probe

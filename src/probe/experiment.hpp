@@ -1,0 +1,29 @@
+// How an experiment plugs into the probe: one file per experiment, each
+// providing a function that returns its Experiment.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "probe/emitter.hpp"
+
+namespace memcost::probe {
+
+using Runner = std::function<void(Emitter&)>;
+
+struct Experiment {
+  std::string name;
+  std::string summary;
+  // Declares the experiment's flags on `command` and returns the function that
+  // runs it once the flags are parsed.
+  std::function<Runner(CLI::App& command)> attach;
+};
+
+Experiment info_experiment();
+
+// Every experiment the probe knows, in the order `memcost-probe --help` lists them.
+inline std::vector<Experiment> all_experiments() { return {info_experiment()}; }
+
+}  // namespace memcost::probe

@@ -1,0 +1,59 @@
+// memcost-probe: runs one experiment per invocation and speaks the JSON-lines
+// protocol of DESIGN.md on stdout.
+#include <exception>
+#include <iostream>
+
+#include "probe/context.hpp"
+#include "probe/emitter.hpp"
+#include "probe/experiment.hpp"
+
+using namespace memcost::probe;
+
+int main(int argc, char** argv) {
+  Emitter emitter;
+  CLI::App app{"memcost-probe: measures one memory experiment and prints JSON lines"};
+  app.set_version_flag("--version", std::string(MEMCOST_VERSION));
+  app.require_subcommand(1, 1);
+  app.failure_message([](const CLI::App*, const CLI::Error& error) { return std::string(error.what()); });
+
+  std::vector<Experiment> experiments = all_experiments();
+  std::vector<std::pair<CLI::App*, Runner>> commands;
+  for (Experiment& experiment : experiments) {
+    CLI::App* command = app.add_subcommand(experiment.name, experiment.summary);
+    commands.emplace_back(command, experiment.attach(*command));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return exit_ok;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << MEMCOST_VERSION << '\n';
+    return exit_ok;
+  } catch (const CLI::ParseError& error) {
+    std::string message = error.what();
+    if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
+      message = std::string("unknown experiment '") + argv[1] + "'; run `memcost-probe --help` for the list";
+    }
+    emitter.error("bad_arguments", message);
+    return exit_bad_arguments;
+  }
+
+  try {
+    emitter.context(machine_context());
+    for (auto& [command, runner] : commands) {
+      if (command->parsed()) runner(emitter);
+    }
+    return exit_ok;
+  } catch (const ProbeError& error) {
+    emitter.error(error.code(), error.what());
+    return error.exit_code();
+  } catch (const std::bad_alloc&) {
+    emitter.error("out_of_memory", "the probe ran out of memory; lower the sizes or raise the budget");
+    return exit_not_enough_memory;
+  } catch (const std::exception& error) {
+    emitter.error("failure", error.what());
+    return exit_failure;
+  }
+}

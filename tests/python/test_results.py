@@ -1,0 +1,54 @@
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from memcost.results import SCHEMA_VERSION, ResultsError, RunDirectory, load_document, make_document
+
+
+def _document(experiment="info"):
+    return make_document(experiment, {"host": "box"}, params={"reps": 3}, samples=[{"case": {}, "metrics": {}}],
+                         summary={"rows": []}, warnings=[])
+
+
+def test_document_has_the_documented_shape():
+    document = _document()
+    assert list(document) == ["schema_version", "tool_version", "experiment", "context", "params", "samples",
+                              "summary", "warnings"]
+    assert document["schema_version"] == SCHEMA_VERSION
+
+
+def test_run_directory_is_created_only_on_first_write(tmp_path):
+    directory = RunDirectory(tmp_path, "my host", now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    assert not directory.path.exists()
+    assert directory.path.name == "20260102T030405Z-my_host"
+    path = directory.write(_document())
+    assert path == directory.path / "info.json"
+    assert (tmp_path / "latest").resolve() == directory.path.resolve()
+    assert load_document(tmp_path / "latest" / "info.json")["experiment"] == "info"
+    # No temporary files are left behind.
+    assert sorted(p.name for p in directory.path.iterdir()) == ["info.json"]
+
+
+def test_latest_moves_to_the_newest_run(tmp_path):
+    first = RunDirectory(tmp_path, "a", now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    second = RunDirectory(tmp_path, "a", now=datetime(2026, 1, 2, tzinfo=timezone.utc))
+    first.write(_document())
+    second.write(_document())
+    assert (tmp_path / "latest").resolve() == second.path.resolve()
+
+
+def test_load_document_reports_what_is_wrong(tmp_path):
+    with pytest.raises(ResultsError, match="no such results file"):
+        load_document(tmp_path / "missing.json")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ResultsError, match="not a JSON document"):
+        load_document(tmp_path / "broken.json")
+    (tmp_path / "other.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ResultsError, match="missing schema_version"):
+        load_document(tmp_path / "other.json")
+    future = _document()
+    future["schema_version"] = SCHEMA_VERSION + 1
+    (tmp_path / "future.json").write_text(json.dumps(future))
+    with pytest.raises(ResultsError, match="schema version"):
+        load_document(tmp_path / "future.json")
