@@ -49,12 +49,15 @@ struct Snapshot {
   std::uint64_t rss_bytes = 0;
   std::optional<MachineCpu> machine;
   std::optional<KernelThreadCpu> kernel_threads;
+  std::optional<std::uint64_t> other_tasks_ns;  // CPU of every task outside this process
 };
 
 struct SnapshotOptions {
   bool machine = true;
-  // Scanning /proc for kernel threads costs about a millisecond: only when asked.
+  // Scanning /proc for kernel threads or for every task costs about a
+  // millisecond: only when asked.
   bool kernel_threads = false;
+  bool other_tasks = false;
 };
 [[nodiscard]] Snapshot take_snapshot(SnapshotOptions options = {});
 
@@ -69,11 +72,16 @@ struct Interval {
   std::int64_t rss_change_bytes = 0;
   std::optional<MachineCpu> machine;
   std::optional<KernelThreadCpu> kernel_threads;
-  // Busy CPU time of the whole machine minus this process's own CPU time:
-  // work done elsewhere (other CPUs, kernel threads, interrupts). Can be
-  // negative by up to a clock tick because the two counters tick differently;
-  // it is reported as measured and the caller decides how to treat it.
+  std::optional<std::uint64_t> other_tasks_ns;
+  // CPU time spent outside this process: other tasks (kernel threads
+  // included) plus steal (the hypervisor taking the CPU away).
+  // Precise method, when both snapshots read other tasks: the scheduler's
+  // nanosecond run times of every other task, plus steal. Fallback: busy
+  // CPU of the whole machine (/proc/stat) minus this process's CPU, which is
+  // only good to a 10 ms tick per CPU and can come out negative; it is
+  // reported as measured and the caller decides how to treat it.
   [[nodiscard]] std::optional<std::int64_t> elsewhere_ns() const;
+  [[nodiscard]] const char* elsewhere_method() const;  // "schedstat", "proc_stat" or "none"
 };
 [[nodiscard]] Interval between(const Snapshot& before, const Snapshot& after);
 

@@ -48,17 +48,23 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 class RunDirectory:
-    """results/<UTC time>-<host>/, created on the first write so that a run
-    that stores nothing leaves nothing behind."""
+    """results/<UTC time>-<host>/, named after the host of the first document
+    written and created only then, so that a run that stores nothing leaves
+    nothing behind."""
 
-    def __init__(self, root: Path, host: str, now: Optional[datetime] = None):
-        stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-        safe_host = "".join(c if c.isalnum() or c in "-_." else "_" for c in host) or "host"
+    def __init__(self, root: Path, now: Optional[datetime] = None):
         self.root = Path(root)
-        self.path = self.root / f"{stamp}-{safe_host}"
+        self.stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+        self.path: Optional[Path] = None
+
+    def directory_for(self, host: str) -> Path:
+        if self.path is None:
+            safe_host = "".join(c if c.isalnum() or c in "-_." else "_" for c in host) or "host"
+            self.path = self.root / f"{self.stamp}-{safe_host}"
+        return self.path
 
     def write(self, document: dict) -> Path:
-        target = self.path / f"{document['experiment']}.json"
+        target = self.directory_for(document["context"].get("host", "")) / f"{document['experiment']}.json"
         write_atomically(target, json.dumps(document, indent=1) + "\n")
         self._point_latest_here()
         return target

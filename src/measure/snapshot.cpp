@@ -20,6 +20,7 @@ Snapshot take_snapshot(SnapshotOptions options) {
       snapshot.kernel_threads = KernelThreadCpu{threads->kswapd_ns, threads->khugepaged_ns, threads->kcompactd_ns, threads->kworker_ns};
     }
   }
+  if (options.other_tasks) snapshot.other_tasks_ns = os::other_tasks_cpu_ns();
   if (options.machine) {
     if (auto machine = os::machine_times()) {
       snapshot.machine = MachineCpu{machine->user_ns,  machine->system_ns, machine->irq_ns,         machine->softirq_ns,
@@ -64,12 +65,23 @@ Interval between(const Snapshot& before, const Snapshot& after) {
     interval.kernel_threads = KernelThreadCpu{grew(a.kswapd_ns, b.kswapd_ns), grew(a.khugepaged_ns, b.khugepaged_ns),
                                               grew(a.kcompactd_ns, b.kcompactd_ns), grew(a.kworker_ns, b.kworker_ns)};
   }
+  if (before.other_tasks_ns && after.other_tasks_ns) {
+    // Tasks that exit in between take their run time with them: never below zero.
+    interval.other_tasks_ns = grew(*before.other_tasks_ns, *after.other_tasks_ns);
+  }
   return interval;
 }
 
+const char* Interval::elsewhere_method() const {
+  if (other_tasks_ns) return "schedstat";
+  return machine ? "proc_stat" : "none";
+}
+
 std::optional<std::int64_t> Interval::elsewhere_ns() const {
+  if (other_tasks_ns) return static_cast<std::int64_t>(*other_tasks_ns + (machine ? machine->steal_ns : 0));
   if (!machine) return std::nullopt;
-  return static_cast<std::int64_t>(machine->busy_ns()) - static_cast<std::int64_t>(process_user_ns + process_system_ns);
+  return static_cast<std::int64_t>(machine->busy_ns() + machine->steal_ns) -
+         static_cast<std::int64_t>(process_user_ns + process_system_ns);
 }
 
 }  // namespace memcost::measure

@@ -80,6 +80,10 @@ struct Mapping {
 // Reserve and commit read/write memory of the requested page kind in one call.
 [[nodiscard]] Mapping map(const MapRequest& request);
 [[nodiscard]] Status release(void* address, std::size_t size_bytes);
+// Apply the page kind's advice to memory mapped elsewhere (e.g. by malloc):
+// base → no THP, thp → THP requested; hugetlb kinds cannot be applied after
+// the fact (EINVAL). Windows: a no-op for base and thp.
+[[nodiscard]] Status advise(void* address, std::size_t size_bytes, PageKind kind);
 // Change a committed range between read/write and read-only (forces distinct
 // mappings on Linux, where neighbours with different protection never merge).
 [[nodiscard]] Status protect(void* address, std::size_t size_bytes, bool writable);
@@ -154,6 +158,10 @@ struct SystemInfo {
   unsigned numa_nodes = 1;
 };
 [[nodiscard]] SystemInfo system_info();
+// Whether a virtio balloon with free page reporting is active: the guest then
+// hands free memory back to the host, which faults it in again on next use.
+// Absent when it cannot be told (no sysfs, Windows).
+[[nodiscard]] std::optional<bool> free_page_reporting();
 
 // ---- accounting ----------------------------------------------------------
 
@@ -178,7 +186,8 @@ struct MachineTimes {
 };
 [[nodiscard]] std::optional<MachineTimes> machine_times();
 
-// CPU time of the kernel's memory-management threads, by family.
+// CPU time of the kernel's memory-management threads, by family (Linux:
+// schedstat nanoseconds where the kernel has them, else stat ticks).
 struct KernelThreadTimes {
   std::uint64_t kswapd_ns = 0;
   std::uint64_t khugepaged_ns = 0;
@@ -186,6 +195,13 @@ struct KernelThreadTimes {
   std::uint64_t kworker_ns = 0;
 };
 [[nodiscard]] std::optional<KernelThreadTimes> kernel_thread_times();
+
+// CPU time of every task (thread) on the machine outside this process, as the
+// scheduler counts it, in nanoseconds. Linux: the sum of
+// /proc/<pid>/task/<tid>/schedstat (needs CONFIG_SCHED_INFO); far finer than
+// /proc/stat's 10 ms ticks. Tasks that exit between two readings drop out of
+// the sum. Windows: absent.
+[[nodiscard]] std::optional<std::uint64_t> other_tasks_cpu_ns();
 
 // What backs [address, address + size): read from the OS, not assumed.
 struct RangeBacking {

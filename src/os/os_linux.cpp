@@ -187,6 +187,11 @@ Mapping map(const MapRequest& request) {
   return {address, request.size_bytes, {}};
 }
 
+Status advise(void* address, std::size_t size_bytes, PageKind kind) {
+  if (kind == PageKind::huge_2mb || kind == PageKind::huge_1gb) return Status{EINVAL, "madvise(hugetlb)"};
+  return advise_page_kind(address, size_bytes, kind);
+}
+
 Status release(void* address, std::size_t size_bytes) {
   if (munmap(address, size_bytes) != 0) return failed("munmap");
   return {};
@@ -335,6 +340,21 @@ SystemInfo system_info() {
   return info;
 }
 
+std::optional<bool> free_page_reporting() {
+  const std::string root = "/sys/bus/virtio/devices";
+  if (access(root.c_str(), R_OK) != 0) return std::nullopt;
+  constexpr std::size_t balloon_feature_reporting = 5;  // VIRTIO_BALLOON_F_REPORTING
+  for (const auto& device : list_directory(root)) {
+    // "device" holds the virtio device id; 5 is the memory balloon.
+    auto id = read_text(root + "/" + device + "/device");
+    if (!id || std::stoul(*id, nullptr, 16) != 5) continue;
+    // "features" is one character per feature bit, lowest bit first.
+    auto features = read_text(root + "/" + device + "/features").value_or("");
+    if (features.size() > balloon_feature_reporting && features[balloon_feature_reporting] == '1') return true;
+  }
+  return false;
+}
+
 ProcessTimes process_times() {
   ProcessTimes times;
   rusage usage{};
@@ -389,6 +409,11 @@ std::optional<KernelThreadTimes> kernel_thread_times() {
     else if (comm.rfind("kcompactd", 0) == 0) bucket = &times.kcompactd_ns;
     else if (comm.rfind("kworker", 0) == 0) bucket = &times.kworker_ns;
     if (!bucket) continue;
+    // schedstat's run time is in nanoseconds; stat's utime + stime only in ticks.
+    if (auto run_ns = read_number(std::string("/proc/") + entry->d_name + "/schedstat")) {
+      *bucket += *run_ns;
+      continue;
+    }
     std::istringstream fields(stat->substr(close + 2));
     std::string field;
     std::uint64_t utime = 0, stime = 0;
@@ -400,6 +425,28 @@ std::optional<KernelThreadTimes> kernel_thread_times() {
   }
   closedir(proc);
   return times;
+}
+
+std::optional<std::uint64_t> other_tasks_cpu_ns() {
+  const std::string self = std::to_string(getpid());
+  DIR* proc = opendir("/proc");
+  if (!proc) return std::nullopt;
+  std::uint64_t total = 0;
+  bool any = false;
+  while (dirent* entry = readdir(proc)) {
+    if (!std::isdigit(static_cast<unsigned char>(entry->d_name[0])) || self == entry->d_name) continue;
+    std::string tasks = std::string("/proc/") + entry->d_name + "/task";
+    for (const auto& task : list_directory(tasks)) {
+      // schedstat: "run-time-ns wait-time-ns timeslices"; gone if the task just exited.
+      if (auto run_ns = read_number(tasks + "/" + task + "/schedstat")) {
+        total += *run_ns;
+        any = true;
+      }
+    }
+  }
+  closedir(proc);
+  if (!any) return std::nullopt;
+  return total;
 }
 
 std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {

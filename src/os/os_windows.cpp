@@ -71,6 +71,11 @@ Mapping map(const MapRequest& request) {
   return {address, request.size_bytes, {}};
 }
 
+Status advise(void*, std::size_t, PageKind kind) {
+  if (kind == PageKind::huge_2mb || kind == PageKind::huge_1gb) return Status{ERROR_INVALID_PARAMETER, "advise(large pages)"};
+  return {};
+}
+
 Status release(void* address, std::size_t) {
   if (!VirtualFree(address, 0, MEM_RELEASE)) return failed("VirtualFree(MEM_RELEASE)");
   return {};
@@ -214,6 +219,8 @@ std::optional<MachineTimes> machine_times() {
 }
 
 std::optional<KernelThreadTimes> kernel_thread_times() { return std::nullopt; }
+std::optional<bool> free_page_reporting() { return std::nullopt; }
+std::optional<std::uint64_t> other_tasks_cpu_ns() { return std::nullopt; }
 
 std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {
   const std::size_t page = base_page_size();

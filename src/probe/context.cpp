@@ -37,6 +37,12 @@ json hypervisor() {
 #endif
 }
 
+json hypervisor_with_reporting() {
+  json result = hypervisor();
+  result["free_page_reporting"] = optional_value(os::free_page_reporting());
+  return result;
+}
+
 std::string compiler() {
 #if defined(__clang__)
   return std::string("Clang ") + __clang_version__;
@@ -90,7 +96,7 @@ json machine_context() {
       {"host", system.host_name},
       {"os", {{"name", system.os_name}, {"release", system.os_release}, {"version", system.os_version}}},
       {"cpu", {{"model", system.cpu_model}, {"logical_cpus", os::logical_cpu_count()}, {"numa_nodes", system.numa_nodes}}},
-      {"hypervisor", hypervisor()},
+      {"hypervisor", hypervisor_with_reporting()},
       {"memory",
        {{"total_bytes", budget.total_bytes},
         {"available_bytes", budget.available_bytes},

@@ -1,5 +1,7 @@
 // The measurement core against the real kernel: fault counts, CPU accounting, backing.
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -112,4 +114,27 @@ TEST(Measure, PageFaultTracepointCountsUserFaultsWhenPermitted) {
   ASSERT_TRUE(faults.has_value());
   double expected = static_cast<double>(size / os::base_page_size());
   EXPECT_NEAR(static_cast<double>(*faults), expected, expected * 0.02);
+}
+
+TEST(Measure, WorkInAnotherProcessIsChargedElsewhere) {
+  auto before = measure::take_snapshot({.machine = true, .kernel_threads = false, .other_tasks = true});
+  if (!before.other_tasks_ns) GTEST_SKIP() << "no per-task schedstat here (CONFIG_SCHED_INFO off): /proc/stat fallback only";
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto until = measure::now_ns() + 200'000'000;
+    volatile std::uint64_t spin = 0;
+    while (measure::now_ns() < until) spin = spin + 1;
+    _exit(0);
+  }
+  // Read while the child still runs: an exited task takes its run time with it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  auto interval = measure::between(before, measure::take_snapshot({.machine = true, .kernel_threads = false, .other_tasks = true}));
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(interval.elsewhere_ns().has_value());
+  EXPECT_STREQ(interval.elsewhere_method(), "schedstat");
+  EXPECT_GE(*interval.elsewhere_ns(), 100'000'000);
+  // This process slept: its own CPU time is not counted as elsewhere.
+  EXPECT_LT(interval.process_user_ns + interval.process_system_ns, 50'000'000U);
 }

@@ -36,6 +36,7 @@ def test_notes_explain_this_machines_settings(kvm_context):
     assert "THP: madvise — memcost will request huge pages explicitly" in text
     assert "hugetlb 2 MB pool: 0 pages" in text and "nr_hugepages" in text
     assert "hypervisor (KVM)" in text
+    assert "free page reporting" in text
     assert "exit code 3" in text
 
 
@@ -53,11 +54,12 @@ def test_notes_follow_other_settings(kvm_context):
 
 
 def test_run_stores_the_machine_description(tmp_path):
-    result = run_memcost("--results-dir", str(tmp_path), "run")
+    result = run_memcost("--results-dir", str(tmp_path), "run", "--only", "info")
     assert result.returncode == 0, result.stderr
     document = load_document(tmp_path / "latest" / "info.json")
     assert document["context"]["memory"]["budget_bytes"] > 0
-    assert "Results:" in result.stdout
+    assert "memcost run — summary" in result.stdout
+    assert not (tmp_path / "latest" / "costs.json").exists()
 
 
 def test_unknown_command_and_flag_exit_2():

@@ -19,10 +19,12 @@ def test_document_has_the_documented_shape():
 
 
 def test_run_directory_is_created_only_on_first_write(tmp_path):
-    directory = RunDirectory(tmp_path, "my host", now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
-    assert not directory.path.exists()
+    directory = RunDirectory(tmp_path, now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    assert directory.path is None and not any(tmp_path.iterdir())
+    document = _document()
+    document["context"]["host"] = "my host"
+    path = directory.write(document)
     assert directory.path.name == "20260102T030405Z-my_host"
-    path = directory.write(_document())
     assert path == directory.path / "info.json"
     assert (tmp_path / "latest").resolve() == directory.path.resolve()
     assert load_document(tmp_path / "latest" / "info.json")["experiment"] == "info"
@@ -31,8 +33,8 @@ def test_run_directory_is_created_only_on_first_write(tmp_path):
 
 
 def test_latest_moves_to_the_newest_run(tmp_path):
-    first = RunDirectory(tmp_path, "a", now=datetime(2026, 1, 1, tzinfo=timezone.utc))
-    second = RunDirectory(tmp_path, "a", now=datetime(2026, 1, 2, tzinfo=timezone.utc))
+    first = RunDirectory(tmp_path, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    second = RunDirectory(tmp_path, now=datetime(2026, 1, 2, tzinfo=timezone.utc))
     first.write(_document())
     second.write(_document())
     assert (tmp_path / "latest").resolve() == second.path.resolve()

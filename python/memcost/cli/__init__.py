@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from .. import __version__, exit_codes
 from ..probe import ProbeFailed
 from ..results import DEFAULT_ROOT, ResultsError
-from .base import Command, fail
+from ..console import fail
+from .base import Command
+from .costs import CostsCommand
+from .hugepages import HugepagesCommand
 from .info import InfoCommand
 from .run import RunCommand
 
-COMMANDS: list[type[Command]] = [RunCommand, InfoCommand]
+COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, HugepagesCommand]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM takes the same clean path as Ctrl-C: pools and settings restored.
+    signal.signal(signal.SIGTERM, _interrupt)
     args = build_parser().parse_args(argv)
     try:
         return args.handler.run(args)

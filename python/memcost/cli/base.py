@@ -1,15 +1,8 @@
-"""What every subcommand shares: the Command interface and the console."""
+"""The interface every subcommand implements."""
 
 from __future__ import annotations
 
 import argparse
-
-from rich.console import Console
-
-# One console for all output; rich drops colour and live displays by itself
-# when stdout is not a terminal.
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
 
 
 class Command:
@@ -22,12 +15,3 @@ class Command:
 
     def run(self, args: argparse.Namespace) -> int:
         raise NotImplementedError
-
-
-def fail(message: str) -> None:
-    """Print one line that says what was wrong and what to do."""
-    errors.print(f"memcost: error: {message}", markup=False, soft_wrap=True)
-
-
-def warn(message: str) -> None:
-    errors.print(f"memcost: warning: {message}", markup=False, soft_wrap=True)

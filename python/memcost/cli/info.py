@@ -11,7 +11,8 @@ from .. import exit_codes
 from ..probe import run_probe
 from ..results import make_document
 from ..units import format_bytes
-from .base import Command, console
+from ..console import console
+from .base import Command
 
 
 def collect() -> dict:
@@ -71,6 +72,10 @@ def notes(context: dict) -> list[str]:
     if hypervisor.get("present"):
         result.append(f"Runs under a hypervisor ({hypervisor.get('vendor') or 'unknown'}): first touch of guest memory "
                       "can also fault in the host; memcost warms up before timing and records run order.")
+    if hypervisor.get("free_page_reporting"):
+        result.append("The VM hands free memory back to the host (virtio-balloon free page reporting): memory that "
+                      "stays free for a few seconds must be faulted in by the host again on its next use; "
+                      "`memcost costs` measures what that adds (its idle part).")
     limits = context["limits"]
     if limits["max_map_count"] is not None:
         result.append(f"vm.max_map_count is {limits['max_map_count']:,}: scaling sweeps of distinct mappings stay below it.")

@@ -3,26 +3,87 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from rich.table import Table
 
 from .. import exit_codes
+from ..console import console
 from ..results import RunDirectory
-from . import info
-from .base import Command, console
+from . import arguments, costs, info
+from .base import Command
+
+
+@dataclass
+class SuiteEntry:
+    name: str
+    # Measures, stores and prints; returns the results document.
+    run: Callable[[RunDirectory, bool], dict]
+    # The one-line finding for the closing summary.
+    headline: Callable[[dict], Optional[str]]
+
+
+def _run_info(directory: RunDirectory, full: bool) -> dict:
+    document = info.collect()
+    document["path"] = str(directory.write(document))
+    info.render(document)
+    return document
+
+
+def _info_headline(document: dict) -> str:
+    context = document["context"]
+    thp = context["pages"]["thp"]
+    pools = [p for p in context["pages"]["hugetlb"] if p["total_pages"]]
+    return (f"{context['cpu']['logical_cpus']} CPUs, THP {thp['enabled'] if thp['present'] else 'absent'}, "
+            f"{'hugetlb pools ready' if pools else 'no hugetlb pages'}, "
+            f"budget {document['context']['memory']['budget_bytes'] / (1 << 30):.1f} GiB")
+
+
+def _run_costs(directory: RunDirectory, full: bool) -> dict:
+    document = costs.measure(costs.CostsOptions() if full else costs.CostsOptions.quick(), directory)
+    costs.render(document)
+    return document
+
+
+SUITE = [
+    SuiteEntry("info", _run_info, _info_headline),
+    SuiteEntry("costs", _run_costs, lambda document: document["summary"].get("headline")),
+]
 
 
 class RunCommand(Command):
     """Run the default suite on defaults sized to this machine and store the results.
 
-    Today the suite is `info`; each experiment adds itself as it lands.
-    Results go to RESULTS_DIR/<UTC time>-<host>/, and RESULTS_DIR/latest points there.
+    The suite: info, then the quick mode of each experiment (--full for the
+    full modes). Results go to RESULTS_DIR/<UTC time>-<host>/, and
+    RESULTS_DIR/latest points there. Ctrl-C keeps the experiments already done.
     """
 
     name = "run"
 
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        names = [entry.name for entry in SUITE]
+        parser.add_argument("--full", action="store_true", help="run the full modes (takes minutes)")
+        parser.add_argument("--only", type=arguments.choice_list(names), metavar="LIST",
+                            help=f"run only these: {', '.join(names)}")
+        parser.add_argument("--skip", type=arguments.choice_list(names), default=[], metavar="LIST",
+                            help="leave these out")
+
     def run(self, args: argparse.Namespace) -> int:
-        document = info.collect()
-        info.render(document)
-        directory = RunDirectory(args.results_dir, document["context"]["host"])
-        path = directory.write(document)
-        console.print(f"\nResults: {path}", markup=False)
+        directory = RunDirectory(args.results_dir)
+        chosen = [e for e in SUITE if (args.only is None or e.name in args.only) and e.name not in args.skip]
+        findings = []
+        for entry in chosen:
+            console.rule(f"[bold]{entry.name}")
+            document = entry.run(directory, args.full)
+            findings.append((entry.name, entry.headline(document) or "", document["path"]))
+        table = Table(title="memcost run — summary", title_justify="left")
+        table.add_column("experiment", style="bold")
+        table.add_column("finding")
+        table.add_column("results")
+        for name, finding, path in findings:
+            table.add_row(name, finding, path)
+        console.rule()
+        console.print(table)
         return exit_codes.OK

@@ -1,0 +1,1 @@
+"""Summaries computed from raw probe samples, one module per experiment."""

@@ -1,0 +1,531 @@
+// `memcost-probe costs`: what a large allocation costs, phase by phase, per page
+// kind and allocation route, including the CPU time charged outside the process.
+//
+// Each repetition of a case (page kind × route × size):
+//   1. an untouched alloc + free pair, timed call by call (what a naive timer sees);
+//   2. a fresh allocation, a first write over all of it (faults + zeroing +
+//      the write), a second write (the write alone), the free of the touched
+//      buffer, then a settle window; the whole machine's CPU time is read
+//      around 2. so that work done elsewhere can be charged to it.
+// Also: reallocating vs reusing a buffer per frame, and first touch with 1..N threads.
+// Raw numbers only; medians and per-MB figures are computed by `memcost costs`.
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <thread>
+
+#include "memcost/measure.hpp"
+#include "os/os.hpp"
+#include "probe/arguments.hpp"
+#include "probe/experiment.hpp"
+
+namespace memcost::probe {
+namespace {
+
+enum class Route { os, malloc, new_array };
+const char* route_name(Route route) {
+  switch (route) {
+    case Route::os: return "os";
+    case Route::malloc: return "malloc";
+    case Route::new_array: return "new";
+  }
+  return "?";
+}
+
+// Keeps the compiler from dropping writes to memory that is freed right after.
+inline void keep(const void* pointer) { asm volatile("" : : "g"(pointer) : "memory"); }
+
+struct Buffer {
+  unsigned char* data = nullptr;
+  std::size_t size_bytes = 0;
+  Route route = Route::os;
+};
+
+[[noreturn]] void out_of_memory(std::size_t size) {
+  throw ProbeError(exit_not_enough_memory, "out_of_memory",
+                   "allocating " + human_size(size) + " failed; ask for smaller --sizes or free memory");
+}
+
+// The allocation itself, nothing else: this is what the alloc timer covers.
+Buffer allocate(Route route, os::PageKind kind, std::size_t size) {
+  Buffer buffer{nullptr, size, route};
+  switch (route) {
+    case Route::os: {
+      os::Mapping mapping = os::map({size, kind});
+      if (!mapping.status.ok()) {
+        throw ProbeError(exit_unsupported, "map_failed",
+                         std::string(os::page_kind_name(kind)) + " mapping of " + human_size(size) + " failed: " +
+                             mapping.status.message());
+      }
+      buffer.data = static_cast<unsigned char*>(mapping.address);
+      break;
+    }
+    case Route::malloc: buffer.data = static_cast<unsigned char*>(std::malloc(size)); break;
+    case Route::new_array: buffer.data = new (std::nothrow) unsigned char[size]; break;
+  }
+  if (!buffer.data) out_of_memory(size);
+  return buffer;
+}
+
+// malloc and new[] know nothing of page kinds: the kind's advice is applied
+// to the page-aligned inside of the block they returned, before first touch.
+void apply_page_kind(const Buffer& buffer, os::PageKind kind) {
+  if (buffer.route == Route::os) return;
+  const std::uintptr_t page = os::base_page_size();
+  auto begin = (reinterpret_cast<std::uintptr_t>(buffer.data) + page - 1) & ~(page - 1);
+  auto end = (reinterpret_cast<std::uintptr_t>(buffer.data) + buffer.size_bytes) & ~(page - 1);
+  if (end > begin) (void)os::advise(reinterpret_cast<void*>(begin), end - begin, kind);
+}
+
+void release(const Buffer& buffer) {
+  switch (buffer.route) {
+    case Route::os: (void)os::release(buffer.data, buffer.size_bytes); break;
+    case Route::malloc: std::free(buffer.data); break;
+    case Route::new_array: delete[] buffer.data; break;
+  }
+}
+
+void write_all(const Buffer& buffer, int value) {
+  std::memset(buffer.data, value, buffer.size_bytes);
+  keep(buffer.data);
+}
+
+void sleep_ms(int milliseconds) { std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds)); }
+
+// CPU time the rest of the machine spends per nanosecond while the probe
+// sleeps: the median of five windows, so that one burst of background work
+// does not become the baseline of a whole case.
+double idle_elsewhere_rate(int total_ms) {
+  std::vector<double> rates;
+  for (int window = 0; window < 5; ++window) {
+    auto before = measure::take_snapshot({.machine = true, .kernel_threads = false, .other_tasks = true});
+    sleep_ms(std::max(total_ms / 5, 1));
+    auto interval = measure::between(before, measure::take_snapshot({.machine = true, .kernel_threads = false, .other_tasks = true}));
+    auto elsewhere = interval.elsewhere_ns();
+    if (!elsewhere || interval.wall_ns == 0) return 0.0;
+    rates.push_back(static_cast<double>(std::max<std::int64_t>(*elsewhere, 0)) / static_cast<double>(interval.wall_ns));
+  }
+  std::nth_element(rates.begin(), rates.begin() + 2, rates.end());
+  return rates[2];
+}
+
+struct Settings {
+  std::string sizes = "8M,32M,128M,1G";
+  std::string pages = "base,thp,hugetlb-2M,hugetlb-1G";
+  std::string routes = "os,malloc,new";
+  std::string parts = "rows,reuse,threads";
+  std::string budget;
+  int reps = 9;
+  int warmup = 2;
+  int settle_ms = 20;
+  int baseline_ms = 250;
+  int frames = 200;
+  std::string frame_size = "8M";
+  std::string threads_size = "256M";
+  std::string order = "blocks";
+  std::string idle_size = "256M";
+  double idle_seconds = 4.0;
+  int idle_reps = 3;
+  bool sizes_given = false;
+};
+
+json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Settings& settings, double idle_rate) {
+  // 1. The untouched pair.
+  auto t0 = measure::now_ns();
+  Buffer untouched = allocate(route, kind, size);
+  auto t1 = measure::now_ns();
+  release(untouched);
+  auto t2 = measure::now_ns();
+
+  // 2. The touched cycle, inside a window where the whole machine is watched.
+  auto window_start = measure::take_snapshot({.machine = true, .kernel_threads = true, .other_tasks = true});
+  auto t3 = measure::now_ns();
+  Buffer buffer = allocate(route, kind, size);
+  auto t4 = measure::now_ns();
+  apply_page_kind(buffer, kind);
+  auto before_first = measure::take_snapshot({.machine = false});
+  auto t5 = measure::now_ns();
+  write_all(buffer, 1);
+  auto t6 = measure::now_ns();
+  auto first = measure::between(before_first, measure::take_snapshot({.machine = false}));
+  auto t7 = measure::now_ns();
+  write_all(buffer, 2);
+  auto t8 = measure::now_ns();
+  auto backing = measure::backing_of(buffer.data, size);
+  auto t9 = measure::now_ns();
+  release(buffer);
+  auto t10 = measure::now_ns();
+  sleep_ms(settings.settle_ms);
+  auto window = measure::between(window_start, measure::take_snapshot({.machine = true, .kernel_threads = true, .other_tasks = true}));
+
+  auto elsewhere_raw = window.elsewhere_ns();
+  double baseline = idle_rate * static_cast<double>(window.wall_ns);
+  json metrics = {
+      {"alloc_ns", t1 - t0},
+      {"free_ns", t2 - t1},
+      {"touched_alloc_ns", t4 - t3},
+      {"first_touch_ns", t6 - t5},
+      {"second_touch_ns", t8 - t7},
+      {"free_after_touch_ns", t10 - t9},
+      {"first_touch_minor_faults", first.minor_faults},
+      {"first_touch_major_faults", first.major_faults},
+      {"first_touch_system_ns", first.process_system_ns},
+      {"first_touch_user_ns", first.process_user_ns},
+      {"window_ns", window.wall_ns},
+      {"process_cpu_ns", window.process_user_ns + window.process_system_ns},
+  };
+  if (window.machine) {
+    metrics["machine_busy_ns"] = window.machine->busy_ns();
+    metrics["machine_steal_ns"] = window.machine->steal_ns;
+  }
+  if (elsewhere_raw) {
+    double net = static_cast<double>(*elsewhere_raw) - baseline;
+    metrics["elsewhere_raw_ns"] = *elsewhere_raw;
+    metrics["elsewhere_method"] = window.elsewhere_method();
+    metrics["elsewhere_baseline_ns"] = baseline;
+    // Tick-granular machine counters can undershoot the process's own CPU time.
+    metrics["elsewhere_ns"] = std::max(net, 0.0);
+    metrics["elsewhere_clamped"] = net < 0.0;
+  } else {
+    metrics["elsewhere_ns"] = nullptr;
+  }
+  metrics["kernel_threads_ns"] = window.kernel_threads ? json(window.kernel_threads->total_ns()) : json(nullptr);
+  if (backing) {
+    metrics["resident_bytes"] = backing->resident_bytes;
+    metrics["anon_huge_bytes"] = backing->anon_huge_bytes;
+    metrics["hugetlb_bytes"] = backing->hugetlb_bytes;
+    metrics["kernel_page_bytes"] = backing->kernel_page_bytes;
+    metrics["huge_fraction"] = backing->huge_fraction();
+  } else {
+    metrics["huge_fraction"] = nullptr;
+  }
+  return metrics;
+}
+
+std::string size_list(const std::vector<std::size_t>& sizes) {
+  std::string text;
+  for (std::size_t size : sizes) text += (text.empty() ? "" : ", ") + human_size(size);
+  return text;
+}
+
+// The sizes a page kind can be measured at here; one warning for the rest.
+std::vector<std::size_t> usable_sizes(os::PageKind kind, const std::vector<std::size_t>& sizes, Emitter& emitter) {
+  const std::string name = os::page_kind_name(kind);
+  auto skip_all = [&](const std::string& reason) {
+    emitter.warning("page_kind_unavailable", name + " rows skipped: " + reason);
+    return std::vector<std::size_t>{};
+  };
+  if (kind == os::PageKind::base) return sizes;
+  if (kind == os::PageKind::thp) {
+    os::ThpSettings thp = os::thp_settings();
+    if (!thp.present) return skip_all("this kernel offers no transparent huge pages");
+    if (thp.enabled == "never") {
+      return skip_all("THP is 'never' here; as root, `echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` to measure it");
+    }
+    return sizes;
+  }
+  const std::size_t page = os::page_kind_bytes(kind);
+  const std::string flag = kind == os::PageKind::huge_2mb ? "2M" : "1G";
+  auto pools = os::hugetlb_pools();
+  auto pool = std::find_if(pools.begin(), pools.end(), [&](const os::HugetlbPool& p) { return p.page_size_bytes == page; });
+  if (pool == pools.end()) return skip_all("this kernel has no " + name + " pool");
+  std::uint64_t free_pages = pool->free_pages > pool->reserved_pages ? pool->free_pages - pool->reserved_pages : 0;
+  std::vector<std::size_t> usable, unaligned, too_big;
+  for (std::size_t size : sizes) {
+    if (size % page != 0) unaligned.push_back(size);
+    else if (size / page > free_pages) too_big.push_back(size);
+    else usable.push_back(size);
+  }
+  if (!unaligned.empty()) {
+    emitter.warning("page_kind_unavailable", name + " rows need sizes that are multiples of " + human_size(page) + "; skipped " +
+                                                 size_list(unaligned));
+  }
+  if (!too_big.empty()) {
+    std::size_t largest = *std::max_element(too_big.begin(), too_big.end());
+    emitter.warning("hugetlb_pool_too_small",
+                    name + " pool has " + std::to_string(free_pages) + " free pages, too few for " + size_list(too_big) +
+                        ": run `memcost hugepages reserve " + flag_size(largest) + " --size " + flag +
+                        "` as root, or pass `--reserve-hugepages " + flag_size(largest) + " --hugepage-size " + flag +
+                        "` to `memcost costs`");
+  }
+  return usable;
+}
+
+bool thp_usable() {
+  os::ThpSettings thp = os::thp_settings();
+  return thp.present && thp.enabled != "never";
+}
+
+struct Touch {
+  std::uint64_t first_ns = 0;
+  std::uint64_t second_ns = 0;
+  std::uint64_t faults = 0;
+  std::uint64_t system_ns = 0;
+};
+
+Touch map_touch_release(os::PageKind kind, std::size_t size) {
+  Buffer buffer = allocate(Route::os, kind, size);
+  auto before = measure::take_snapshot({.machine = false});
+  auto t0 = measure::now_ns();
+  write_all(buffer, 1);
+  auto t1 = measure::now_ns();
+  auto first = measure::between(before, measure::take_snapshot({.machine = false}));
+  auto t2 = measure::now_ns();
+  write_all(buffer, 2);
+  auto t3 = measure::now_ns();
+  release(buffer);
+  return {t1 - t0, t3 - t2, first.minor_faults, first.process_system_ns};
+}
+
+// Memory reused at once against memory that sat free for a while. On a VM
+// that hands free memory back to the host (virtio-balloon free page
+// reporting), the second kind faults in the host as well as in the guest.
+void run_idle_part(Emitter& emitter, const Settings& settings, os::PageKind kind, std::size_t size, int reps,
+                   std::size_t& step, std::size_t total_steps) {
+  for (int rep = 0; rep < reps; ++rep) {
+    (void)map_touch_release(kind, size);  // makes the next mapping reuse just-freed memory
+    Touch hot = map_touch_release(kind, size);
+    std::this_thread::sleep_for(std::chrono::duration<double>(settings.idle_seconds));
+    Touch cold = map_touch_release(kind, size);
+    emitter.sample({{"part", "idle"}, {"page", os::page_kind_name(kind)}, {"size_bytes", size}, {"rep", rep},
+                    {"idle_seconds", settings.idle_seconds}},
+                   {{"hot_first_touch_ns", hot.first_ns}, {"hot_second_touch_ns", hot.second_ns},
+                    {"hot_faults", hot.faults}, {"hot_system_ns", hot.system_ns},
+                    {"cold_first_touch_ns", cold.first_ns}, {"cold_second_touch_ns", cold.second_ns},
+                    {"cold_faults", cold.faults}, {"cold_system_ns", cold.system_ns}});
+    emitter.progress(++step, total_steps, std::string("idle ") + os::page_kind_name(kind));
+  }
+}
+
+void run_threads_part(Emitter& emitter, const Settings& settings, std::size_t size, int reps, std::size_t& step,
+                      std::size_t total_steps) {
+  unsigned cpus = os::logical_cpu_count();
+  std::vector<unsigned> counts;
+  for (unsigned n = 1; n < cpus; n *= 2) counts.push_back(n);
+  counts.push_back(cpus);
+  for (unsigned threads : counts) {
+    for (int rep = -settings.warmup; rep < reps; ++rep) {
+      Buffer buffer = allocate(Route::os, os::PageKind::base, size);
+      std::barrier sync(static_cast<std::ptrdiff_t>(threads) + 1);
+      std::vector<std::thread> workers;
+      std::size_t chunk = (size / threads + 4095) & ~std::size_t{4095};
+      for (unsigned i = 0; i < threads; ++i) {
+        workers.emplace_back([&, i] {
+          std::size_t begin = std::min(size, i * chunk);
+          std::size_t length = std::min(size, begin + chunk) - begin;
+          for (int value : {1, 2}) {
+            sync.arrive_and_wait();  // start
+            std::memset(buffer.data + begin, value, length);
+            keep(buffer.data);
+            sync.arrive_and_wait();  // done
+          }
+        });
+      }
+      std::uint64_t elapsed[2] = {};
+      auto before = measure::take_snapshot({.machine = false});
+      measure::Interval first_faults;
+      for (int pass = 0; pass < 2; ++pass) {
+        auto start = measure::now_ns();
+        sync.arrive_and_wait();
+        sync.arrive_and_wait();
+        elapsed[pass] = measure::now_ns() - start;
+        if (pass == 0) first_faults = measure::between(before, measure::take_snapshot({.machine = false}));
+      }
+      for (auto& worker : workers) worker.join();
+      release(buffer);
+      emitter.sample({{"part", "threads"}, {"threads", threads}, {"size_bytes", size}, {"rep", rep}, {"warmup", rep < 0}},
+                     {{"first_touch_ns", elapsed[0]},
+                      {"second_touch_ns", elapsed[1]},
+                      {"first_touch_minor_faults", first_faults.minor_faults}});
+      emitter.progress(++step, total_steps, "threads " + std::to_string(threads));
+    }
+  }
+}
+
+void run_reuse_part(Emitter& emitter, const Settings& settings, std::size_t frame_size, int reps, std::size_t& step,
+                    std::size_t total_steps) {
+  for (Route route : {Route::malloc, Route::os}) {
+    for (int rep = 0; rep < reps; ++rep) {
+      for (const char* mode : {"reallocate", "reuse"}) {
+        bool reuse = std::strcmp(mode, "reuse") == 0;
+        json frame_ns = json::array();
+        json frame_faults = json::array();
+        auto start = measure::now_ns();
+        Buffer kept;
+        if (reuse) kept = allocate(route, os::PageKind::base, frame_size);
+        for (int frame = 0; frame < settings.frames; ++frame) {
+          auto before = measure::take_snapshot({.machine = false});
+          auto frame_start = measure::now_ns();
+          Buffer buffer = reuse ? kept : allocate(route, os::PageKind::base, frame_size);
+          write_all(buffer, frame & 0xff);
+          if (!reuse) release(buffer);
+          auto frame_end = measure::now_ns();
+          frame_ns.push_back(frame_end - frame_start);
+          frame_faults.push_back(measure::between(before, measure::take_snapshot({.machine = false})).minor_faults);
+        }
+        if (reuse) release(kept);
+        auto total = measure::now_ns() - start;
+        // The process-wide glibc state (its mmap threshold) carries over from
+        // one rep to the next: `sequence` records the order.
+        emitter.sample({{"part", "reuse"}, {"route", route_name(route)}, {"mode", mode}, {"frame_bytes", frame_size}, {"rep", rep}},
+                       {{"frames", settings.frames}, {"total_ns", total}, {"frame_ns", frame_ns}, {"frame_minor_faults", frame_faults}});
+        emitter.progress(++step, total_steps, std::string("reuse ") + route_name(route) + " " + mode);
+      }
+    }
+  }
+}
+
+Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
+  command.add_option("--sizes", settings->sizes, "buffer sizes, e.g. 8M,32M,128M,1G (default: those the budget allows)");
+  command.add_option("--pages", settings->pages, "page kinds: base,thp,hugetlb-2M,hugetlb-1G");
+  command.add_option("--routes", settings->routes, "allocation routes: os,malloc,new");
+  command.add_option("--parts", settings->parts, "what to measure: rows,reuse,threads");
+  command.add_option("--reps", settings->reps, "measured repetitions per case")->check(CLI::Range(1, 1000));
+  command.add_option("--warmup", settings->warmup, "unmeasured repetitions first")->check(CLI::Range(0, 100));
+  command.add_option("--settle-ms", settings->settle_ms, "window after the free in which work elsewhere is still charged")
+      ->check(CLI::Range(0, 10000));
+  command.add_option("--baseline-ms", settings->baseline_ms, "idle window measuring the machine's background CPU use")
+      ->check(CLI::Range(10, 10000));
+  command.add_option("--frames", settings->frames, "frames in the reuse-vs-reallocate test")->check(CLI::Range(1, 100000));
+  command.add_option("--frame-size", settings->frame_size, "buffer size per frame");
+  command.add_option("--threads-size", settings->threads_size, "buffer size for the threads test");
+  command.add_option("--order", settings->order, "blocks (each case's repetitions back to back) or rounds")
+      ->check(CLI::IsMember({"blocks", "rounds"}));
+  command.add_option("--idle-size", settings->idle_size, "buffer size for the idle test");
+  command.add_option("--idle-seconds", settings->idle_seconds, "how long memory stays free in the idle test")
+      ->check(CLI::Range(0.0, 600.0));
+  command.add_option("--idle-reps", settings->idle_reps, "repetitions of the idle test")->check(CLI::Range(1, 100));
+  command.add_option("--budget", settings->budget, "memory budget (default 80% of available memory)");
+  return [settings, &command](Emitter& emitter) {
+    Settings& s = *settings;
+    s.sizes_given = command.count("--sizes") > 0;
+    BudgetChoice budget = choose_budget(s.budget);
+    std::vector<std::size_t> sizes = parse_sizes(s.sizes, "--sizes");
+    std::vector<os::PageKind> kinds = parse_page_kinds(s.pages, "--pages");
+    std::vector<Route> routes;
+    for (const auto& name : split_list(s.routes)) {
+      if (name == "os") routes.push_back(Route::os);
+      else if (name == "malloc") routes.push_back(Route::malloc);
+      else if (name == "new") routes.push_back(Route::new_array);
+      else throw ProbeError(exit_bad_arguments, "bad_arguments", "--routes '" + name + "': unknown route; use os, malloc or new");
+    }
+    auto parts = split_list(s.parts);
+    for (const auto& part : parts) {
+      if (part != "rows" && part != "reuse" && part != "threads" && part != "idle") {
+        throw ProbeError(exit_bad_arguments, "bad_arguments",
+                         "--parts '" + part + "': unknown part; use rows, reuse, threads or idle");
+      }
+    }
+    auto wants = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
+    std::size_t frame_size = parse_size(s.frame_size, "--frame-size");
+    std::size_t threads_size = parse_size(s.threads_size, "--threads-size");
+
+    // Default sizes shrink to the budget; sizes the user asked for do not.
+    std::vector<std::size_t> fitting;
+    for (std::size_t size : sizes) {
+      if (size <= budget.budget_bytes) fitting.push_back(size);
+      else if (s.sizes_given) require_within_budget(size, budget, "--sizes " + human_size(size));
+      else emitter.warning("size_over_budget", human_size(size) + " is over the memory budget of " + human_size(budget.budget_bytes) + " and was left out");
+    }
+    if (wants("reuse")) require_within_budget(frame_size, budget, "--frame-size");
+    if (wants("threads")) require_within_budget(threads_size, budget, "--threads-size");
+    std::size_t idle_size = parse_size(s.idle_size, "--idle-size");
+    if (wants("idle")) require_within_budget(idle_size, budget, "--idle-size");
+    std::vector<os::PageKind> idle_kinds;
+    for (os::PageKind kind : {os::PageKind::base, os::PageKind::thp}) {
+      if (wants("idle") && std::find(kinds.begin(), kinds.end(), kind) != kinds.end() &&
+          (kind == os::PageKind::base || thp_usable())) {
+        idle_kinds.push_back(kind);
+      }
+    }
+
+    struct Case {
+      os::PageKind kind;
+      Route route;
+      std::size_t size;
+    };
+    std::vector<Case> cases;
+    bool said_routes = false;
+    if (wants("rows")) {
+      for (os::PageKind kind : kinds) {
+        for (std::size_t size : usable_sizes(kind, fitting, emitter)) {
+          for (Route route : routes) {
+            bool hugetlb = kind == os::PageKind::huge_2mb || kind == os::PageKind::huge_1gb;
+            if (hugetlb && route != Route::os) {
+              if (!said_routes) {
+                emitter.warning("route_not_applicable",
+                                "hugetlb rows use the os route only: malloc and new[] cannot put a block on hugetlb pages "
+                                "after the fact (glibc can do it process-wide with GLIBC_TUNABLES=glibc.malloc.hugetlb=2)");
+              }
+              said_routes = true;
+              continue;
+            }
+            cases.push_back({kind, route, size});
+          }
+        }
+      }
+    }
+
+    const int idle_reps = s.idle_reps;
+    const int reuse_reps = std::min(s.reps, 3);
+    const int thread_reps = std::min(s.reps, 5);
+    unsigned cpus = os::logical_cpu_count();
+    std::size_t thread_counts = 1;
+    for (unsigned n = 1; n < cpus; n *= 2) ++thread_counts;
+    std::size_t total_steps = cases.size() * static_cast<std::size_t>(s.reps + s.warmup) +
+                              (wants("reuse") ? 4 * static_cast<std::size_t>(reuse_reps) : 0) +
+                              (wants("threads") ? thread_counts * static_cast<std::size_t>(thread_reps + s.warmup) : 0) +
+                              idle_kinds.size() * static_cast<std::size_t>(idle_reps);
+    std::size_t step = 0;
+    emitter.progress(0, total_steps, "start");
+
+    // Reuse first: glibc's mmap threshold moves after the first free of a large
+    // block, and this part is the one that shows it.
+    if (wants("reuse")) run_reuse_part(emitter, s, frame_size, reuse_reps, step, total_steps);
+
+    // blocks: each case's warm-ups and repetitions back to back, so that the
+    // measured repetitions reuse memory freed a moment ago (the steady cost).
+    // rounds: every case once per round, so that drift over the run spreads
+    // over all cases; on a VM that hands free memory back to the host, the
+    // repetitions then also pay the host's faults (see the idle part).
+    std::size_t sequence = 0;
+    const bool rounds = s.order == "rounds";
+    const std::size_t outer = rounds ? static_cast<std::size_t>(s.reps + s.warmup) : cases.size();
+    const std::size_t inner = rounds ? cases.size() : static_cast<std::size_t>(s.reps + s.warmup);
+    for (std::size_t i = 0; i < outer; ++i) {
+      double idle_rate = idle_elsewhere_rate(s.baseline_ms);
+      for (std::size_t j = 0; j < inner; ++j) {
+        const Case& c = cases[rounds ? j : i];
+        const int rep = static_cast<int>(rounds ? i : j) - s.warmup;
+        json metrics = cycle_metrics(c.route, c.kind, c.size, s, idle_rate);
+        metrics["idle_elsewhere_rate"] = idle_rate;
+        emitter.sample({{"part", "rows"},
+                        {"page", os::page_kind_name(c.kind)},
+                        {"route", route_name(c.route)},
+                        {"size_bytes", c.size},
+                        {"rep", rep},
+                        {"warmup", rep < 0},
+                        {"sequence", sequence++}},
+                       metrics);
+        emitter.progress(++step, total_steps,
+                         std::string(os::page_kind_name(c.kind)) + " " + route_name(c.route) + " " + human_size(c.size));
+      }
+    }
+
+    if (wants("threads")) run_threads_part(emitter, s, threads_size, thread_reps, step, total_steps);
+    for (os::PageKind kind : idle_kinds) run_idle_part(emitter, s, kind, idle_size, idle_reps, step, total_steps);
+  };
+}
+
+}  // namespace
+
+Experiment costs_experiment() {
+  return {"costs", "Per-MB cost of a large allocation: faults, zeroing, free, work elsewhere",
+          [](CLI::App& command) { return attach(command, std::make_shared<Settings>()); }};
+}
+
+}  // namespace memcost::probe

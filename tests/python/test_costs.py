@@ -1,0 +1,169 @@
+"""`memcost costs` end to end with the real probe, at small sizes."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from conftest import run_memcost, run_probe
+from memcost import exit_codes
+from memcost.results import load_document
+
+MB = 1 << 20
+ROW_FIELDS = {"page", "route", "size_bytes", "alloc_us", "free_us", "first_touch_us_per_mb", "second_touch_us_per_mb",
+              "fault_us_per_mb", "free_after_touch_us_per_mb", "elsewhere_us_per_mb", "total_us_per_mb", "naive_us",
+              "faults_per_mb", "huge_fraction"}
+
+
+@pytest.fixture(scope="module")
+def costs_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    result = run_memcost("--results-dir", str(root), "costs", "--sizes", "8M,16M", "--pages", "base,thp",
+                         "--routes", "os,malloc", "--reps", "3", "--warmup", "1", "--frames", "20",
+                         "--threads-size", "32M", "--idle-seconds", "0.2")
+    assert result.returncode == 0, result.stderr
+    return result, load_document(root / "latest" / "costs.json"), root / "latest"
+
+
+def _rows(document, part="rows"):
+    return [s for s in document["samples"] if s["case"]["part"] == part]
+
+
+def test_base_pages_fault_once_per_4k_page(costs_run):
+    _, document, _ = costs_run
+    samples = [s for s in _rows(document) if s["case"]["page"] == "base" and s["case"]["route"] == "os"]
+    assert samples
+    for sample in samples:
+        expected = sample["case"]["size_bytes"] / 4096
+        assert sample["metrics"]["first_touch_minor_faults"] == pytest.approx(expected, rel=0.01)
+
+
+def test_thp_rows_fault_once_per_2m_page_or_carry_a_warning(costs_run):
+    _, document, _ = costs_run
+    rows = [r for r in document["summary"]["rows"] if r["page"] == "thp" and r["route"] == "os"]
+    assert rows
+    warned = {w["message"].split(":")[0] for w in document["warnings"] if w["code"] == "not_on_huge_pages"}
+    for row in rows:
+        if row["huge_fraction"] < 0.5:
+            assert f"thp os {row['size_bytes'] // MB} MiB" in warned
+            continue
+        for sample in _rows(document):
+            case = sample["case"]
+            if (case["page"], case["route"], case["size_bytes"]) == ("thp", "os", row["size_bytes"]):
+                expected = case["size_bytes"] / (2 * MB)
+                assert abs(sample["metrics"]["first_touch_minor_faults"] - expected) <= 2
+
+
+def test_elsewhere_is_never_negative_and_clamping_is_flagged(costs_run):
+    _, document, _ = costs_run
+    for sample in _rows(document):
+        m = sample["metrics"]
+        assert m["elsewhere_ns"] >= 0
+        assert m["elsewhere_clamped"] == (m["elsewhere_raw_ns"] - m["elsewhere_baseline_ns"] < 0)
+    for row in document["summary"]["rows"]:
+        assert row["elsewhere_us_per_mb"] >= 0
+
+
+def test_summary_has_the_documented_fields(costs_run):
+    _, document, _ = costs_run
+    summary = document["summary"]
+    assert {(r["page"], r["route"], r["size_bytes"]) for r in summary["rows"]} == {
+        (page, route, size) for page in ("base", "thp") for route in ("os", "malloc") for size in (8 * MB, 16 * MB)}
+    for row in summary["rows"]:
+        assert ROW_FIELDS <= set(row)
+        assert row["reps"] == 3
+        assert row["total_us_per_mb"] > 0 and 0 <= row["missed_percent"] <= 100
+    assert set(summary["reuse"]["routes"]) == {"malloc", "os"}
+    assert summary["reuse"]["routes"]["os"]["reallocate_faults_per_frame"] == pytest.approx(8 * MB / 4096, rel=0.01)
+    assert [t["threads"] for t in summary["threads"]][0] == 1
+    assert [entry["page"] for entry in summary["idle"]] == ["base", "thp"]
+    for entry in summary["idle"]:
+        assert entry["reps"] == 3 and entry["idle_seconds"] == 0.2
+        assert entry["hot_fault_us_per_mb"] > 0 and entry["cold_fault_us_per_mb"] > 0
+    assert summary["idle_verdict"].startswith("memory left free for 0.2 s")
+    # Warm-ups are kept as raw samples but left out of the summary.
+    assert any(s["case"].get("warmup") for s in document["samples"])
+
+
+def test_tables_and_figures(costs_run):
+    result, document, directory = costs_run
+    assert "base pages" in result.stdout and "thp pages" in result.stdout
+    assert "Reuse vs reallocate" in result.stdout and "First touch with threads" in result.stdout
+    assert "Memory reused at once vs left free first" in result.stdout
+    assert "In short: first touch costs" in result.stdout
+    assert sorted(document["summary"]["figures"]) == ["costs-parts.png", "costs-parts.svg", "costs-threads.png",
+                                                      "costs-threads.svg"]
+    for name in ("costs-parts.png", "costs-threads.png"):
+        image = matplotlib.image.imread(directory / name)
+        assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_over_budget_exits_3_naming_the_budget_and_the_flag(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "costs", "--sizes", "1T", "--parts", "rows")
+    assert result.returncode == exit_codes.NOT_ENOUGH_MEMORY
+    assert "memory budget" in result.stderr and "--budget" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # no partial results
+
+
+@pytest.mark.parametrize("arguments", [["--sizes", "0"], ["--sizes", "abc"], ["--reps", "0"], ["--pages", "giant"],
+                                       ["--routes", "mmap2"], ["--sizes", ","], ["--order", "random"],
+                                       ["--parts", "rows,everything"]])
+def test_bad_values_exit_2(tmp_path, arguments):
+    result = run_memcost("--results-dir", str(tmp_path), "costs", *arguments)
+    assert result.returncode == exit_codes.BAD_ARGUMENTS, result.stderr
+    assert result.stderr.startswith("memcost: error:")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("arguments", [["--sizes", "0"], ["--sizes", "12Q"], ["--reps", "0"], ["--parts", "nope"]])
+def test_probe_refuses_bad_values_too(arguments):
+    result = run_probe("costs", *arguments)
+    assert result.returncode == exit_codes.BAD_ARGUMENTS
+    assert json.loads(result.stdout.strip().splitlines()[-1])["type"] == "error"
+
+
+def test_fault_cost_agrees_with_a_plain_c_program(tmp_path, costs_run):
+    """The loose bound (a factor of 2) keeps this from flaking; the real-size agreement is in docs/costs.md."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        pytest.skip("no C compiler")
+    program = tmp_path / "first_touch"
+    subprocess.run([compiler, "-O2", "-o", str(program), str(Path(__file__).parent / "data" / "first_touch.c")], check=True)
+    plain = float(subprocess.run([str(program), str(16 * MB)], capture_output=True, text=True, check=True).stdout)
+    _, document, _ = costs_run
+    row = next(r for r in document["summary"]["rows"] if (r["page"], r["route"], r["size_bytes"]) == ("base", "os", 16 * MB))
+    assert plain / 2 <= row["fault_us_per_mb"] <= plain * 2, (plain, row["fault_us_per_mb"])
+
+
+def _pool_pages() -> int:
+    return int(Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").read_text())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="growing a hugetlb pool needs root")
+def test_reserved_pool_is_restored_after_sigint(tmp_path):
+    original = _pool_pages()
+    process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "costs", "--pages",
+                                "hugetlb-2M", "--routes", "os", "--parts", "rows", "--sizes", "16M", "--reps", "1000",
+                                "--reserve-hugepages", "16M"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _pool_pages() == original and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _pool_pages() > original, "the pool never grew"
+        time.sleep(1.0)  # into the measurement
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == exit_codes.INTERRUPTED, stderr
+    assert _pool_pages() == original
+    assert not list(tmp_path.rglob("costs.json"))

@@ -1,0 +1,109 @@
+"""The costs summary over synthetic samples: no probe, exact expectations."""
+
+import pytest
+
+from memcost.analysis import costs
+
+MB = 1 << 20
+
+
+def _row_sample(page="base", route="os", size=8 * MB, rep=0, warmup=False, **metrics):
+    base = {"alloc_ns": 20_000, "free_ns": 10_000, "first_touch_ns": 8 * 700_000, "second_touch_ns": 8 * 60_000,
+            "free_after_touch_ns": 8 * 70_000, "first_touch_minor_faults": 2048, "elsewhere_ns": 8 * 5_000,
+            "elsewhere_raw_ns": 50_000, "elsewhere_baseline_ns": 10_000, "elsewhere_clamped": False,
+            "huge_fraction": 0.0}
+    base.update(metrics)
+    return {"case": {"part": "rows", "page": page, "route": route, "size_bytes": size, "rep": rep, "warmup": warmup},
+            "metrics": base}
+
+
+def test_row_figures_follow_their_definitions():
+    rows = costs.summarize_rows([_row_sample(rep=i) for i in range(3)])
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["alloc_us"] == 20 and row["free_us"] == 10 and row["naive_us"] == 30
+    assert row["first_touch_us_per_mb"] == pytest.approx(700)
+    assert row["second_touch_us_per_mb"] == pytest.approx(60)
+    assert row["fault_us_per_mb"] == pytest.approx(640)
+    assert row["free_after_touch_us_per_mb"] == pytest.approx(70)
+    assert row["elsewhere_us_per_mb"] == pytest.approx(5)
+    # total = alloc per MB + fault + free after touch + elsewhere
+    assert row["total_us_per_mb"] == pytest.approx(20 / 8 + 640 + 70 + 5)
+    assert row["faults_per_mb"] == 256
+    assert row["missed_percent"] == pytest.approx(100 * (1 - 30 / (row["total_us_per_mb"] * 8)))
+
+
+def test_warmups_are_left_out_and_medians_resist_outliers():
+    samples = [_row_sample(rep=-1, warmup=True, first_touch_ns=8 * 5_000_000)]
+    samples += [_row_sample(rep=i, first_touch_ns=8 * t) for i, t in enumerate([700_000, 710_000, 2_000_000])]
+    row = costs.summarize_rows(samples)[0]
+    assert row["reps"] == 3
+    assert row["first_touch_us_per_mb"] == pytest.approx(710)
+    assert row["spread"]["first_touch_us_per_mb"]["q3"] > row["spread"]["first_touch_us_per_mb"]["median"]
+
+
+def test_rows_are_ordered_by_page_route_and_size():
+    samples = [_row_sample(page="thp", size=16 * MB), _row_sample(route="new"), _row_sample(size=16 * MB),
+               _row_sample()]
+    order = [(r["page"], r["route"], r["size_bytes"]) for r in costs.summarize_rows(samples)]
+    assert order == [("base", "os", 8 * MB), ("base", "os", 16 * MB), ("base", "new", 8 * MB), ("thp", "os", 16 * MB)]
+
+
+def test_a_huge_page_row_on_base_pages_is_warned_about():
+    rows = costs.summarize_rows([_row_sample(page="thp", huge_fraction=0.1), _row_sample(page="hugetlb-2M", huge_fraction=1.0)])
+    warnings = costs.row_warnings(rows)
+    assert len(warnings) == 1 and warnings[0]["code"] == "not_on_huge_pages"
+    assert warnings[0]["message"].startswith("thp os 8 MiB: only 10%")
+
+
+def _reuse_sample(route, mode, faults, rep=0, frame_ns=1000):
+    return {"case": {"part": "reuse", "route": route, "mode": mode, "frame_bytes": 8 * MB, "rep": rep},
+            "metrics": {"frames": len(faults), "total_ns": frame_ns * len(faults), "frame_ns": [frame_ns] * len(faults),
+                        "frame_minor_faults": faults}}
+
+
+def test_the_allocator_path_is_read_from_fault_counts():
+    samples = [_reuse_sample("malloc", "reallocate", [2049, 2048] + [0] * 8, frame_ns=3000),
+               _reuse_sample("malloc", "reuse", [2048] + [0] * 9, frame_ns=1000)]
+    result = costs.summarize_reuse(samples)["routes"]["malloc"]
+    assert [(r["kind"], r["first_frame"], r["last_frame"]) for r in result["path"]] == [("fresh", 1, 2), ("recycled", 3, 10)]
+    assert result["path_text"] == ("frames 1–2: fresh pages from the kernel (2,049 faults/frame); "
+                                   "frames 3–10: recycled memory (0 faults/frame)")
+    assert result["ratio"] == pytest.approx(3.0)
+
+
+def _threads_sample(threads, first_ms, second_ms=5):
+    return {"case": {"part": "threads", "threads": threads, "size_bytes": 64 * MB, "rep": 0, "warmup": False},
+            "metrics": {"first_touch_ns": first_ms * 1_000_000, "second_touch_ns": second_ms * 1_000_000}}
+
+
+@pytest.mark.parametrize("two_thread_ms, verdict", [(22, "scales:"), (40, "serializes"), (32, "scales partly")])
+def test_threads_verdict(two_thread_ms, verdict):
+    threads = costs.summarize_threads([_threads_sample(1, 44), _threads_sample(2, two_thread_ms)])
+    assert threads[1]["speedup"] == pytest.approx(44 / two_thread_ms)
+    assert verdict in costs.threads_verdict(threads)
+
+
+def test_headline_compares_base_with_huge_pages_at_the_largest_size():
+    samples = [_row_sample(size=8 * MB), _row_sample(size=64 * MB, first_touch_ns=64 * 660_000, second_touch_ns=64 * 60_000),
+               _row_sample(page="thp", size=64 * MB, first_touch_ns=64 * 160_000, second_touch_ns=64 * 60_000)]
+    summary = costs.summarize(samples)
+    assert costs.headline(summary) == "first touch costs 600 µs/MB on base pages, 100 on thp (64 MiB buffers)"
+
+
+def _idle_sample(page, hot_ms, cold_ms, rep=0):
+    return {"case": {"part": "idle", "page": page, "size_bytes": 64 * MB, "rep": rep, "idle_seconds": 4.0},
+            "metrics": {"hot_first_touch_ns": (hot_ms + 4) * 1_000_000, "hot_second_touch_ns": 4_000_000,
+                        "cold_first_touch_ns": (cold_ms + 4) * 1_000_000, "cold_second_touch_ns": 4_000_000}}
+
+
+def test_idle_memory_that_faults_in_slower_is_called_out():
+    idle = costs.summarize_idle([_idle_sample("thp", 6.4, 64), _idle_sample("base", 40, 42)])
+    assert [e["page"] for e in idle] == ["base", "thp"]
+    assert idle[1]["hot_fault_us_per_mb"] == pytest.approx(100) and idle[1]["ratio"] == pytest.approx(10)
+    assert costs.idle_verdict(idle).startswith("memory left free for 4 s costs 10.0× more to fault in again (thp")
+
+
+def test_idle_memory_that_costs_the_same_is_said_so():
+    idle = costs.summarize_idle([_idle_sample("base", 40, 42)])
+    assert "costs no more" in costs.idle_verdict(idle)
