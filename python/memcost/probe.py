@@ -57,11 +57,13 @@ WarningCallback = Callable[[dict], None]
 
 
 def run_probe(experiment: str, arguments: list[str] | None = None, *,
+              global_arguments: list[str] | None = None,
               on_progress: Optional[ProgressCallback] = None,
               on_warning: Optional[WarningCallback] = None,
               env: Optional[dict] = None) -> ProbeRun:
-    """Run one experiment in a fresh probe process and collect what it reports."""
-    command = [str(probe_path()), experiment, *(arguments or [])]
+    """Run one experiment in a fresh probe process and collect what it reports.
+    `global_arguments` go before the experiment's name (e.g. --legacy-layout)."""
+    command = [str(probe_path()), *(global_arguments or []), experiment, *(arguments or [])]
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    env=env)

@@ -13,7 +13,8 @@ from .probe import ProbeRun, run_probe
 PLAIN_PROGRESS_EVERY_S = 10.0
 
 
-def run_with_progress(experiment: str, arguments: list[str], title: str, env: Optional[dict] = None) -> ProbeRun:
+def run_with_progress(experiment: str, arguments: list[str], title: str, env: Optional[dict] = None,
+                      global_arguments: Optional[list[str]] = None) -> ProbeRun:
     """A rich progress bar on a terminal; a plain line every few seconds otherwise.
     Warnings are collected in the run; the command prints them with its results."""
     if console.is_terminal:
@@ -25,7 +26,7 @@ def run_with_progress(experiment: str, arguments: list[str], title: str, env: Op
             def on_progress(done: int, total: int, label: str) -> None:
                 progress.update(task, completed=done, total=total, label=label)
 
-            return run_probe(experiment, arguments, on_progress=on_progress, env=env)
+            return run_probe(experiment, arguments, global_arguments=global_arguments, on_progress=on_progress, env=env)
 
     started = time.monotonic()
     last_line = [0.0]
@@ -36,4 +37,4 @@ def run_with_progress(experiment: str, arguments: list[str], title: str, env: Op
             last_line[0] = now
             console.print(f"{title}: {done}/{total} {label} ({now - started:.0f} s)", markup=False)
 
-    return run_probe(experiment, arguments, on_progress=on_plain_progress, env=env)
+    return run_probe(experiment, arguments, global_arguments=global_arguments, on_progress=on_plain_progress, env=env)

@@ -45,12 +45,13 @@ struct Status {
 };
 
 enum class PageKind {
+  system,    // whatever the system gives anonymous memory: no advice, one call
   base,      // base pages; on Linux THP (and mTHP) disabled for the range
   thp,       // transparent huge pages requested for the range (MADV_HUGEPAGE)
   huge_2mb,  // hugetlb 2 MB pages (MAP_HUGETLB | MAP_HUGE_2MB), Windows large pages
   huge_1gb,  // hugetlb 1 GB pages (MAP_HUGETLB | MAP_HUGE_1GB)
 };
-[[nodiscard]] const char* page_kind_name(PageKind kind);  // "base", "thp", "hugetlb-2M", "hugetlb-1G"
+[[nodiscard]] const char* page_kind_name(PageKind kind);  // "system", "base", "thp", "hugetlb-2M", "hugetlb-1G"
 [[nodiscard]] std::optional<PageKind> page_kind_from_name(const std::string& name);
 // The page size a mapping of this kind uses (base_page_size() for base and thp).
 [[nodiscard]] std::size_t page_kind_bytes(PageKind kind);
@@ -105,6 +106,9 @@ void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes
 [[nodiscard]] bool legacy_layout_active();
 // Linux: set ADDR_COMPAT_LAYOUT for programs this process execs next.
 [[nodiscard]] Status request_legacy_layout_for_exec();
+// Replace this process with a fresh run of its own executable and `argv`.
+// Returns only on failure. Windows: not supported.
+[[nodiscard]] Status exec_self(char** argv);
 
 // ---- queries -------------------------------------------------------------
 

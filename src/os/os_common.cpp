@@ -7,6 +7,7 @@ namespace memcost::os {
 
 const char* page_kind_name(PageKind kind) {
   switch (kind) {
+    case PageKind::system: return "system";
     case PageKind::base: return "base";
     case PageKind::thp: return "thp";
     case PageKind::huge_2mb: return "hugetlb-2M";
@@ -16,7 +17,7 @@ const char* page_kind_name(PageKind kind) {
 }
 
 std::optional<PageKind> page_kind_from_name(const std::string& name) {
-  for (PageKind kind : {PageKind::base, PageKind::thp, PageKind::huge_2mb, PageKind::huge_1gb}) {
+  for (PageKind kind : {PageKind::system, PageKind::base, PageKind::thp, PageKind::huge_2mb, PageKind::huge_1gb}) {
     if (name == page_kind_name(kind)) return kind;
   }
   return std::nullopt;

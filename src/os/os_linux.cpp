@@ -169,7 +169,8 @@ Status decommit(void* address, std::size_t size_bytes) {
 Mapping map(const MapRequest& request) {
   // The THP advice must be in place before MAP_POPULATE faults the range in,
   // so a populated base/THP mapping is created first and populated after.
-  bool populate_after = request.populate && (request.kind == PageKind::base || request.kind == PageKind::thp);
+  bool populate_after = request.populate && (request.kind == PageKind::base || request.kind == PageKind::thp ||
+                                             request.kind == PageKind::system);
   MapRequest first = request;
   if (populate_after) first.populate = false;
   void* address = mmap(request.address_hint, request.size_bytes, PROT_READ | PROT_WRITE, mmap_flags(first), -1, 0);
@@ -218,6 +219,11 @@ Status request_legacy_layout_for_exec() {
   int persona = personality(0xffffffff);
   if (persona == -1 || personality(static_cast<unsigned long>(persona) | ADDR_COMPAT_LAYOUT) == -1) return failed("personality");
   return {};
+}
+
+Status exec_self(char** argv) {
+  execv("/proc/self/exe", argv);
+  return failed("execv(/proc/self/exe)");
 }
 
 std::size_t base_page_size() {

@@ -3,6 +3,7 @@
 #include <exception>
 #include <iostream>
 
+#include "os/os.hpp"
 #include "probe/context.hpp"
 #include "probe/emitter.hpp"
 #include "probe/experiment.hpp"
@@ -15,6 +16,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(MEMCOST_VERSION));
   app.require_subcommand(1, 1);
   app.failure_message([](const CLI::App*, const CLI::Error& error) { return std::string(error.what()); });
+  bool legacy_layout = false;
+  app.add_flag("--legacy-layout", legacy_layout,
+               "re-run the probe with the legacy bottom-up mmap layout (Linux ADDR_COMPAT_LAYOUT)");
 
   std::vector<Experiment> experiments = all_experiments();
   std::vector<std::pair<CLI::App*, Runner>> commands;
@@ -38,6 +42,14 @@ int main(int argc, char** argv) {
     }
     emitter.error("bad_arguments", message);
     return exit_bad_arguments;
+  }
+
+  if (legacy_layout && !memcost::os::legacy_layout_active()) {
+    // The layout is fixed when a program starts: set it, then start again.
+    memcost::os::Status status = memcost::os::request_legacy_layout_for_exec();
+    if (status.ok()) status = memcost::os::exec_self(argv);
+    emitter.error("not_supported_here", "cannot switch to the legacy mmap layout: " + status.message());
+    return exit_unsupported;
   }
 
   try {

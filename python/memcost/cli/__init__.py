@@ -16,8 +16,9 @@ from .costs import CostsCommand
 from .hugepages import HugepagesCommand
 from .info import InfoCommand
 from .run import RunCommand
+from .scaling import ScalingCommand
 
-COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, HugepagesCommand]
+COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, HugepagesCommand]
 
 
 class _Parser(argparse.ArgumentParser):

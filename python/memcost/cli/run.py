@@ -11,7 +11,7 @@ from rich.table import Table
 from .. import exit_codes
 from ..console import console
 from ..results import RunDirectory
-from . import arguments, costs, info
+from . import arguments, costs, info, scaling
 from .base import Command
 
 
@@ -46,9 +46,16 @@ def _run_costs(directory: RunDirectory, full: bool) -> dict:
     return document
 
 
+def _run_scaling(directory: RunDirectory, full: bool) -> dict:
+    document = scaling.measure(scaling.ScalingOptions() if full else scaling.ScalingOptions.quick(), directory)
+    scaling.render(document)
+    return document
+
+
 SUITE = [
     SuiteEntry("info", _run_info, _info_headline),
     SuiteEntry("costs", _run_costs, lambda document: document["summary"].get("headline")),
+    SuiteEntry("scaling", _run_scaling, lambda document: document["summary"].get("headline")),
 ]
 
 

@@ -1,0 +1,250 @@
+// `memcost-probe scaling`: how the cost of one allocation grows with the number
+// of allocations already outstanding.
+//
+// One sweep per case and repetition: allocate blocks one by one up to the
+// largest count, timing every call; at each count of --counts, the running
+// total is the time it took to allocate that many. Then free every block,
+// newest first, timing every call: the free total for n is the sum over the
+// last n frees, made with n, n-1, ..., 1 blocks outstanding. Per-call times
+// are also summed in bins of consecutive calls, so that the cost of the next
+// call at n (the marginal cost) is known along the whole sweep.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "memcost/measure.hpp"
+#include "os/os.hpp"
+#include "probe/arguments.hpp"
+#include "probe/experiment.hpp"
+
+namespace memcost::probe {
+namespace {
+
+constexpr std::size_t bins_per_sweep = 128;
+// Mappings the probe itself needs besides the sweep (libraries, stacks, heap).
+constexpr std::uint64_t mapping_headroom = 200;
+// Where bottom-up placement starts: far above the heap and the executable,
+// far below the top-down mmap area.
+constexpr std::uintptr_t bottom_up_start = std::uintptr_t{1} << 40;
+
+struct Settings {
+  std::string counts;
+  std::string block_sizes = "64K,264752,1M";
+  std::string placements;
+  std::string shapes = "mergeable,distinct";
+  std::string commits = "reserve,commit";
+  std::string budget;
+  int reps = 2;
+};
+
+struct Case {
+  std::size_t block_size = 0;
+  std::string placement;  // "default", "top-down", "bottom-up", "legacy"
+  bool distinct = false;
+  bool commit = false;
+};
+
+std::vector<std::size_t> default_counts() {
+  std::vector<std::size_t> counts;
+  for (std::size_t step = 1; step <= 16; ++step) counts.push_back(step * 4000);
+  return counts;
+}
+
+// One allocation, as the case asks for it. Only this call is timed.
+os::Mapping allocate(const Case& c, void* hint) {
+  os::MapRequest request{c.block_size, os::PageKind::system, hint, c.placement == "top-down"};
+  return c.commit ? os::map(request) : os::reserve(request);
+}
+
+json sweep(const Case& c, const std::vector<std::size_t>& counts, bool read_mappings, Emitter& emitter) {
+  const std::size_t max_count = counts.back();
+  const std::size_t page = os::base_page_size();
+  std::vector<os::Mapping> blocks;
+  blocks.reserve(max_count);
+  std::vector<std::uint64_t> alloc_ns(max_count, 0), free_ns(max_count, 0);
+  json alloc_totals = json::array(), mappings = json::array();
+  std::uint64_t running = 0, touch_ns = 0, hint_misses = 0;
+  std::uintptr_t cursor = bottom_up_start;
+  std::size_t next_checkpoint = 0;
+  std::string failure;
+
+  for (std::size_t i = 0; i < max_count; ++i) {
+    void* hint = c.placement == "bottom-up" ? reinterpret_cast<void*>(cursor) : nullptr;
+    auto t0 = measure::now_ns();
+    os::Mapping block = allocate(c, hint);
+    auto t1 = measure::now_ns();
+    if (!block.status.ok()) {
+      failure = block.status.message();
+      break;
+    }
+    alloc_ns[i] = t1 - t0;
+    running += t1 - t0;
+    blocks.push_back(block);
+    if (hint) {
+      if (block.address != hint) ++hint_misses;
+      // The kernel maps whole pages; a one-page gap keeps distinct blocks from
+      // touching, while mergeable ones abut.
+      std::size_t mapped = (c.block_size + page - 1) / page * page;
+      cursor = reinterpret_cast<std::uintptr_t>(block.address) + mapped + (c.distinct ? page : 0);
+    }
+    if (c.commit) {
+      auto t2 = measure::now_ns();
+      os::touch_pages(block.address, 1, page);
+      touch_ns += measure::now_ns() - t2;
+    }
+    if (c.distinct && i % 2 == 1) {
+      // Neighbours with different protection never merge into one mapping.
+      (void)os::protect(block.address, c.block_size, false);
+    }
+    if (i + 1 == counts[next_checkpoint]) {
+      alloc_totals.push_back(running);
+      if (read_mappings) mappings.push_back(os::mapping_count().value_or(0));
+      ++next_checkpoint;
+    }
+  }
+  const std::size_t reached = blocks.size();
+  for (std::size_t i = reached; i-- > 0;) {
+    auto t0 = measure::now_ns();
+    (void)os::release(blocks[i].address, blocks[i].size_bytes);
+    free_ns[i] = measure::now_ns() - t0;
+  }
+  if (!failure.empty()) {
+    emitter.warning("allocation_failed", "a " + human_size(c.block_size) + " " + (c.commit ? "committed" : "reserved") +
+                                             " block failed after " + std::to_string(reached) + " blocks (" + failure +
+                                             "); this case's sweep stops there");
+  }
+
+  json free_totals = json::array();
+  std::uint64_t free_running = 0;
+  std::size_t checkpoint = 0;
+  for (std::size_t i = 0; i < reached && checkpoint < counts.size(); ++i) {
+    free_running += free_ns[i];
+    if (i + 1 == counts[checkpoint]) {
+      free_totals.push_back(free_running);
+      ++checkpoint;
+    }
+  }
+  const std::size_t bin = std::max<std::size_t>(1, max_count / bins_per_sweep);
+  json alloc_bins = json::array(), free_bins = json::array();
+  for (std::size_t start = 0; start + bin <= reached; start += bin) {
+    std::uint64_t alloc_sum = 0, free_sum = 0;
+    for (std::size_t i = start; i < start + bin; ++i) {
+      alloc_sum += alloc_ns[i];
+      free_sum += free_ns[i];
+    }
+    alloc_bins.push_back(alloc_sum);
+    free_bins.push_back(free_sum);
+  }
+  return {{"counts", json(std::vector<std::size_t>(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(alloc_totals.size())))},
+          {"alloc_total_ns", alloc_totals},
+          {"free_total_ns", free_totals},
+          {"mappings", read_mappings ? mappings : json(nullptr)},
+          {"bin_calls", bin},
+          {"alloc_bin_ns", alloc_bins},
+          {"free_bin_ns", free_bins},
+          {"touch_ns", touch_ns},
+          {"hint_misses", hint_misses},
+          {"reached", reached}};
+}
+
+Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
+  command.add_option("--counts", settings->counts, "outstanding counts, ascending (default 4000,8000,...,64000)");
+  command.add_option("--block-sizes", settings->block_sizes, "block sizes (default 64K,264752,1M)");
+  command.add_option("--placements", settings->placements,
+                     "default, top-down (Windows), bottom-up (address hints), legacy (needs --legacy-layout)");
+  command.add_option("--shapes", settings->shapes, "mergeable, distinct");
+  command.add_option("--commits", settings->commits, "reserve (address space only), commit (and touch a byte per block)");
+  command.add_option("--reps", settings->reps, "sweeps per case")->check(CLI::Range(1, 100));
+  command.add_option("--budget", settings->budget, "memory budget (default 80% of available memory)");
+  return [settings](Emitter& emitter) {
+    const Settings& s = *settings;
+    const bool windows = os::system_info().os_name == "Windows";
+    BudgetChoice budget = choose_budget(s.budget);
+
+    std::vector<std::size_t> counts = s.counts.empty() ? default_counts() : std::vector<std::size_t>{};
+    for (const auto& item : split_list(s.counts)) {
+      if (item.find_first_not_of("0123456789") != std::string::npos || std::stoull(item) == 0 || item.size() > 9) {
+        throw ProbeError(exit_bad_arguments, "bad_arguments", "--counts '" + item + "': counts are whole numbers from 1 to 999999999");
+      }
+      counts.push_back(std::stoull(item));
+    }
+    if (counts.empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", "--counts needs at least one count");
+    std::sort(counts.begin(), counts.end());
+    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+
+    std::vector<std::size_t> block_sizes = parse_sizes(s.block_sizes, "--block-sizes");
+    std::vector<std::string> placements =
+        split_list(s.placements.empty() ? (os::legacy_layout_active() ? "legacy" : windows ? "default,top-down" : "default,bottom-up")
+                                        : s.placements);
+    for (const auto& placement : placements) {
+      if (placement != "default" && placement != "top-down" && placement != "bottom-up" && placement != "legacy") {
+        throw ProbeError(exit_bad_arguments, "bad_arguments",
+                         "--placements '" + placement + "': use default, top-down, bottom-up or legacy");
+      }
+      if (placement == "legacy" && !os::legacy_layout_active()) {
+        throw ProbeError(exit_unsupported, "legacy_layout_inactive",
+                         "placement 'legacy' needs the legacy mmap layout: run the probe with --legacy-layout");
+      }
+      if (placement == "top-down" && !windows) {
+        throw ProbeError(exit_unsupported, "not_supported_here",
+                         "placement 'top-down' is Windows' MEM_TOP_DOWN; Linux's default placement is already top-down");
+      }
+    }
+    std::vector<std::string> shapes = split_list(s.shapes), commits = split_list(s.commits);
+    for (const auto& shape : shapes) {
+      if (shape != "mergeable" && shape != "distinct") throw ProbeError(exit_bad_arguments, "bad_arguments", "--shapes '" + shape + "': use mergeable or distinct");
+    }
+    for (const auto& commit : commits) {
+      if (commit != "reserve" && commit != "commit") throw ProbeError(exit_bad_arguments, "bad_arguments", "--commits '" + commit + "': use reserve or commit");
+    }
+
+    // Each block can be one mapping: stay below the kernel's limit.
+    if (auto limit = os::max_map_count()) {
+      std::uint64_t in_use = os::mapping_count().value_or(0);
+      std::uint64_t room = *limit > in_use + mapping_headroom ? *limit - in_use - mapping_headroom : 0;
+      if (counts.back() > room) {
+        emitter.warning("capped_by_max_map_count",
+                        "counts above " + std::to_string(room) + " were capped: vm.max_map_count is " + std::to_string(*limit) +
+                            " and every distinct block is one mapping; as root, `sysctl vm.max_map_count=N` raises it");
+        while (!counts.empty() && counts.back() > room) counts.pop_back();
+        if (counts.empty() || counts.back() < room) counts.push_back(static_cast<std::size_t>(room));
+      }
+    }
+    // Committed blocks are touched once: one base page each is resident at the end.
+    if (std::find(commits.begin(), commits.end(), "commit") != commits.end()) {
+      require_within_budget(counts.back() * os::base_page_size(), budget, "--counts " + std::to_string(counts.back()) + " committed blocks");
+    }
+
+    std::vector<Case> cases;
+    for (std::size_t block : block_sizes) {
+      for (const auto& placement : placements) {
+        for (const auto& shape : shapes) {
+          for (const auto& commit : commits) cases.push_back({block, placement, shape == "distinct", commit == "commit"});
+        }
+      }
+    }
+    std::size_t step = 0, total = cases.size() * static_cast<std::size_t>(s.reps);
+    emitter.progress(0, total, "start");
+    for (int rep = 0; rep < s.reps; ++rep) {
+      for (const Case& c : cases) {
+        json metrics = sweep(c, counts, rep == 0, emitter);
+        emitter.sample({{"block_size_bytes", c.block_size},
+                        {"placement", c.placement},
+                        {"shape", c.distinct ? "distinct" : "mergeable"},
+                        {"commit", c.commit ? "commit" : "reserve"},
+                        {"rep", rep}},
+                       metrics);
+        emitter.progress(++step, total, human_size(c.block_size) + " " + c.placement);
+      }
+    }
+  };
+}
+
+}  // namespace
+
+Experiment scaling_experiment() {
+  return {"scaling", "How allocation cost grows with the number of outstanding allocations",
+          [](CLI::App& command) { return attach(command, std::make_shared<Settings>()); }};
+}
+
+}  // namespace memcost::probe

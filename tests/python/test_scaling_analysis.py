@@ -1,0 +1,85 @@
+"""The scaling fit and verdict on synthetic sweeps with known behaviour: no probe."""
+
+import numpy as np
+import pytest
+
+from memcost.analysis import scaling
+
+BINS = 128
+MAX = 64000
+
+
+def _sample(marginal, rep=0, seed=0, noise=0.0, case=None):
+    """A sweep whose call at n costs marginal(n) ns, plus Gaussian noise of `noise` × the cost at n = 0."""
+    rng = np.random.default_rng(seed + rep)
+    calls = MAX // BINS
+    n = (np.arange(BINS) + 0.5) * calls
+    per_call = marginal(n) + rng.normal(0.0, noise * marginal(np.zeros(1))[0], BINS)
+    counts = [4000 * step for step in range(1, 17)]
+    cumulative = np.cumsum(per_call * calls)
+    totals = [float(cumulative[c // calls - 1]) for c in counts]
+    return {"case": {"block_size_bytes": 65536, "placement": "default", "shape": "distinct", "commit": "reserve",
+                     "rep": rep, **(case or {})},
+            "metrics": {"counts": counts, "alloc_total_ns": totals, "free_total_ns": totals, "mappings": counts,
+                        "bin_calls": calls, "alloc_bin_ns": list(per_call * calls), "free_bin_ns": list(per_call * calls),
+                        "hint_misses": 0}}
+
+
+def _summary(marginal, noise=0.0, reps=2):
+    return scaling.summarize([_sample(marginal, rep=r, noise=noise) for r in range(reps)])["cases"][0]
+
+
+def test_a_flat_marginal_cost_is_linear_in_total():
+    case = _summary(lambda n: 1500.0 + 0.0 * n, noise=0.03)
+    assert case["complexity"] == "O(n)"
+    assert "O(n):" in case["verdict"] and "64,000 outstanding" in case["verdict"]
+    assert case["exponent_k"] is None and case["exponent_ci"] is None
+
+
+def test_a_marginal_cost_proportional_to_n_is_quadratic_in_total():
+    case = _summary(lambda n: 1500.0 + 0.05 * n, noise=0.03)
+    assert case["complexity"] == "O(n²)"
+    low, high = case["exponent_ci"]
+    assert low <= 1.0 <= high
+    assert case["exponent_k"] == pytest.approx(1.0, abs=0.1)
+
+
+def test_a_logarithmic_marginal_cost_is_n_log_n():
+    case = _summary(lambda n: 1000.0 + 400.0 * np.log1p(n / 100.0), noise=0.01)
+    assert case["complexity"] == "O(n log n)"
+
+
+def test_a_marginal_cost_growing_as_n_squared_is_worse_than_quadratic():
+    case = _summary(lambda n: 1500.0 + 1e-6 * n * n, noise=0.03)
+    assert case["complexity"] == "worse than O(n²)"
+    assert case["exponent_k"] == pytest.approx(2.0, abs=0.1)
+
+
+@pytest.mark.parametrize("seed", [0, 10, 20, 30, 40])
+def test_noisy_data_is_inconclusive_rather_than_wrong(seed):
+    case = scaling.summarize([_sample(lambda n: 1500.0 + 0.0 * n, seed=seed, noise=6.0)])["cases"][0]
+    assert case["complexity"] == "inconclusive"
+    assert "rerun with --reps 5" in case["verdict"]
+
+
+def test_slight_growth_that_cannot_be_told_from_flat_is_not_called_linear():
+    # +15 % over the sweep with noise: neither clearly flat nor clearly growing.
+    case = _summary(lambda n: 1500.0 + 1500.0 * 0.15 * n / MAX, noise=0.25, reps=1)
+    assert case["complexity"] in ("≤ O(n log n)", "O(n)", "inconclusive")
+    if case["complexity"] == "≤ O(n log n)":
+        low, high = case["marginal_growth_ci"]
+        assert low < scaling.FLAT_GROWTH <= high < scaling.SUBQUADRATIC_GROWTH
+
+
+def test_summary_fields_and_csv_rows():
+    case = _summary(lambda n: 1500.0 + 0.0 * n)
+    for field in ("block_size_bytes", "placement", "shape", "commit", "max_count", "alloc_total_s_at_max",
+                  "free_total_s_at_max", "marginal_ns_at_max", "exponent_k", "exponent_ci", "verdict",
+                  "mappings_at_max"):
+        assert field in case
+    assert case["max_count"] == 64000 and case["mappings_at_max"] == 64000
+    assert case["alloc_total_s_at_max"] == pytest.approx(64000 * 1500e-9, rel=1e-6)
+    rows = scaling.csv_rows([_sample(lambda n: 1500.0 + 0.0 * n)])
+    assert len(rows) == 16 and rows[-1]["count"] == 64000
+    assert set(rows[0]) == {"count", "block_size_bytes", "placement", "shape", "commit", "rep", "alloc_s", "free_s",
+                            "mappings"}
