@@ -116,6 +116,8 @@ def classify(n: np.ndarray, ns: np.ndarray, max_count: Optional[int] = None) -> 
                           verdict=f"inconclusive: the cost grows but k = {k:.2f} (95 % interval {k_low:.2f} to "
                                   f"{k_high:.2f}) fits no class; {RERUN_HINT}")
     elif growth_high < SUBQUADRATIC_GROWTH:
+        # The verdict rests on the growth interval; k of a rise this small would mislead.
+        result.update(exponent_k=None, exponent_ci=None)
         result.update(complexity="≤ O(n log n)",
                       verdict=f"at most O(n log n): the next call costs {growth:+.0%} more at {max_count:,} outstanding "
                               f"(95 % interval {growth_low:+.0%} to {growth_high:+.0%}), far from quadratic; "

@@ -50,7 +50,7 @@ def totals_together(cases: list[dict], host: str, directory: Path) -> list[Path]
     axis.set_ylabel("time to allocate n blocks (s)")
     axis.set_ylim(bottom=0)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=6, ncol=2, loc="upper left")
+    axis.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axis.set_title(f"Allocation time against n, all cases — {host}")
     return save(figure, directory, "scaling-totals")
 
@@ -70,6 +70,6 @@ def marginal(cases: list[dict], host: str, directory: Path) -> list[Path]:
     else:
         axis.set_ylim(bottom=0)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=6, ncol=2, loc="upper left")
+    axis.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axis.set_title(f"Marginal cost of one allocation — {host}")
     return save(figure, directory, "scaling-marginal")
