@@ -6,12 +6,12 @@ BUILD := build/dev
 MINGW_BUILD := build/mingw
 SOURCES := $(shell find src include python CMakeLists.txt pyproject.toml -type f -not -name '*.pyc' 2>/dev/null)
 
-.PHONY: run test test-cpp test-python cross-windows clean setup
+.PHONY: run test test-cpp test-asan test-python cross-windows clean setup
 
 run: setup
 	$(VENV)/bin/memcost run
 
-test: setup test-cpp cross-windows test-python
+test: setup test-cpp test-asan cross-windows test-python
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,12 @@ test-cpp:
 	cmake -S . -B $(BUILD) -G Ninja -DMEMCOST_BUILD_TESTS=ON
 	cmake --build $(BUILD)
 	cd $(BUILD) && ctest --output-on-failure
+
+# big_array and its C API under AddressSanitizer (with LeakSanitizer) and UBSan.
+test-asan:
+	cmake -S . -B build/asan -G Ninja -DMEMCOST_BUILD_TESTS=ON -DMEMCOST_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build/asan --target memcost_tests memcost_c_api_test
+	cd build/asan && ctest --output-on-failure -R "BigArray|CApi"
 
 # The Windows back end must compile: library and probe, cross-built with mingw-w64.
 cross-windows:

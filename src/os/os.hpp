@@ -61,6 +61,10 @@ struct MapRequest {
   PageKind kind = PageKind::base;
   void* address_hint = nullptr;  // a wish, not a demand: nothing mapped is ever replaced
   bool top_down = false;         // Windows MEM_TOP_DOWN; ignored on Linux (see above)
+  // map(): start the mapping at a multiple of this (a power of two; 0 = any
+  // page). Linux maps a larger range and unmaps the slack; Windows ignores it
+  // (its allocations start at 64 KB multiples, and large pages are aligned).
+  std::size_t alignment_bytes = 0;
   // Fault the range in for writing before map() returns. hugetlb: MAP_POPULATE.
   // base and thp: MADV_POPULATE_WRITE after the page-kind advice, because
   // MAP_POPULATE would fault the pages in before the advice could apply.

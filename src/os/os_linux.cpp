@@ -173,8 +173,17 @@ Mapping map(const MapRequest& request) {
                                              request.kind == PageKind::system);
   MapRequest first = request;
   if (populate_after) first.populate = false;
-  void* address = mmap(request.address_hint, request.size_bytes, PROT_READ | PROT_WRITE, mmap_flags(first), -1, 0);
-  if (address == MAP_FAILED) return {nullptr, 0, failed("mmap")};
+  const std::size_t slack = request.alignment_bytes > base_page_size() ? request.alignment_bytes : 0;
+  void* mapped = mmap(request.address_hint, request.size_bytes + slack, PROT_READ | PROT_WRITE, mmap_flags(first), -1, 0);
+  if (mapped == MAP_FAILED) return {nullptr, 0, failed("mmap")};
+  void* address = mapped;
+  if (slack) {
+    auto start = reinterpret_cast<std::uintptr_t>(mapped);
+    auto aligned = (start + slack - 1) & ~(std::uintptr_t{slack} - 1);
+    if (aligned > start) munmap(mapped, aligned - start);
+    if (std::size_t tail = start + slack - aligned) munmap(reinterpret_cast<void*>(aligned + request.size_bytes), tail);
+    address = reinterpret_cast<void*>(aligned);
+  }
   Status advised = advise_page_kind(address, request.size_bytes, request.kind);
   if (!advised.ok()) {
     munmap(address, request.size_bytes);

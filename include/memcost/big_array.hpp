@@ -1,0 +1,309 @@
+// memcost::big_array<T>: a large array that is allocated and initialized at the
+// speed the machine allows.
+//
+//   auto a = memcost::make_big_array<float>(n);                         // zero: value-initialized
+//   auto b = memcost::make_big_array<int>(n, memcost::fill(7));
+//   auto c = memcost::make_big_array<double>(n, memcost::generate([](std::size_t i) { return i * 0.5; }));
+//   auto d = memcost::make_big_array<Item>(n, memcost::construct, {.prefault = memcost::prefault::async});
+//   d.wait();  // or d.ready(i) before touching element i
+//
+// What it does for you:
+// - Pages: `pages::automatic` climbs down a ladder — hugetlb 1 GB (arrays of
+//   1 GiB or more) and 2 MB pages while the pools have room, then transparent
+//   huge pages on a 2 MB-aligned range, then base pages — and reports every
+//   step it skipped and why. A forced kind with `strict` fails instead.
+// - No wasted zeroing: fresh OS memory is already zero, so zero-initialization
+//   writes nothing and only faults the pages in (MADV_POPULATE_WRITE), in
+//   parallel. A type opts into this for value-initialization through
+//   `zero_is_valid` (see below); then `construct` runs no constructor at all.
+// - Parallel first touch: each thread faults and initializes its own
+//   contiguous part in one pass (`prefault::now`), or background threads work
+//   through the array front to back while the caller starts on the first
+//   parts (`prefault::async`, with `ready(i)` and `wait()`).
+// - What you got is read back from the OS (`report()`, `huge_fraction()`).
+// Errors — sizes that overflow, more memory than is available, an empty
+// hugetlb pool in strict mode, an exception from an initializer — throw
+// big_array_error; nothing is leaked and nothing is left mapped.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <new>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace memcost {
+
+enum class pages { automatic, hugetlb_1g, hugetlb_2m, thp, base };
+enum class prefault { now, async, none };
+
+struct big_array_options {
+  memcost::pages pages = pages::automatic;
+  // With a forced page kind: fail rather than fall back to a smaller kind.
+  bool strict = false;
+  // none: zero and uninitialized arrays are faulted in by their first use;
+  // the other kinds of initialization write every element, so they run now.
+  memcost::prefault prefault = prefault::now;
+  unsigned threads = 0;  // 0: every logical CPU
+};
+
+enum class big_array_errc { bad_size, out_of_memory, pool_too_small, not_supported, init_failed };
+
+class big_array_error : public std::runtime_error {
+ public:
+  big_array_error(big_array_errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  [[nodiscard]] big_array_errc code() const { return code_; }
+
+ private:
+  big_array_errc code_;
+};
+
+// What the array got, as the OS reported it.
+struct allocation_report {
+  std::string page_kind;               // "hugetlb-1G", "hugetlb-2M", "thp", "base"
+  std::vector<std::string> fallbacks;  // each kind skipped on the way down, and why
+  std::size_t mapped_bytes = 0;
+  unsigned threads = 0;
+  std::string initialization;  // "populate" (zero pages faulted in), "write" (elements written), "lazy"
+};
+
+// zero_is_valid<T>: the promise that an object of T whose bytes are all zero,
+// with no constructor run, is a valid object equal to a value-initialized T{}.
+// True for arithmetic types, enums, pointers and std::atomic of those. A class
+// type opts in by specializing it:
+//   template <> struct memcost::zero_is_valid<MyItem> : std::true_type {};
+// Then make_big_array<MyItem>(n) (or `construct`) writes nothing at all. Such a
+// type must be trivially destructible: no constructor ran, so none is undone.
+template <class T>
+struct zero_is_valid : std::bool_constant<std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_pointer_v<T> ||
+                                          std::is_member_pointer_v<T>> {};
+template <class T>
+struct zero_is_valid<std::atomic<T>> : zero_is_valid<T> {};
+template <class T>
+inline constexpr bool zero_is_valid_v = zero_is_valid<T>::value;
+
+// Kinds of initialization.
+struct zero_t {};
+inline constexpr zero_t zero{};  // all bytes zero (needs zero_is_valid<T>)
+struct construct_t {};
+inline constexpr construct_t construct{};  // T() for every element, in parallel
+struct uninitialized_t {};
+inline constexpr uninitialized_t uninitialized{};  // faulted in, no value given (trivial T only)
+template <class V>
+struct fill_with {
+  V value;
+};
+template <class V>
+[[nodiscard]] fill_with<V> fill(V value) {
+  return {std::move(value)};
+}
+template <class F>
+struct generate_with {
+  F function;
+};
+template <class F>
+[[nodiscard]] generate_with<F> generate(F function) {
+  return {std::move(function)};
+}
+
+namespace detail {
+
+// The memory of an array: mapped by the page-kind ladder, released on destruction.
+class mapping {
+ public:
+  mapping() = default;
+  mapping(std::size_t bytes, const big_array_options& options, allocation_report& report);
+  mapping(mapping&& other) noexcept { swap(other); }
+  mapping& operator=(mapping&& other) noexcept {
+    mapping moved(std::move(other));
+    swap(moved);
+    return *this;
+  }
+  mapping(const mapping&) = delete;
+  mapping& operator=(const mapping&) = delete;
+  ~mapping();
+  [[nodiscard]] void* data() const { return address_; }
+  [[nodiscard]] std::size_t bytes() const { return bytes_; }
+  // Chunks handed to different threads start at multiples of this.
+  [[nodiscard]] std::size_t page_bytes() const { return page_bytes_; }
+
+ private:
+  void swap(mapping& other) noexcept {
+    std::swap(address_, other.address_);
+    std::swap(bytes_, other.bytes_);
+    std::swap(page_bytes_, other.page_bytes_);
+  }
+  void* address_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t page_bytes_ = 0;
+};
+
+// Runs work(first, last) over [0, count) elements in chunks on `threads` threads.
+// now: one contiguous chunk per thread; async: many chunks, taken front to back.
+class fill_job {
+ public:
+  using work_function = std::function<void(std::size_t first, std::size_t last)>;
+  fill_job(std::size_t count, std::size_t element_bytes, std::size_t page_bytes, unsigned threads, bool async,
+           work_function work);
+  ~fill_job();
+  fill_job(const fill_job&) = delete;
+  fill_job& operator=(const fill_job&) = delete;
+  [[nodiscard]] bool ready(std::size_t index) const;
+  // Blocks until every chunk is done; rethrows the first initializer exception.
+  void wait();
+  [[nodiscard]] unsigned threads() const { return static_cast<unsigned>(workers_.size()); }
+  // Calls f(first, last) for every chunk that finished; for destroying elements.
+  void for_each_done(const std::function<void(std::size_t, std::size_t)>& f) const;
+
+ private:
+  void run();
+  std::vector<std::size_t> bounds_;  // chunk i is [bounds_[i], bounds_[i + 1])
+  std::unique_ptr<std::atomic<bool>[]> done_;
+  std::atomic<std::size_t> next_{0};
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+  work_function work_;
+  std::vector<std::thread> workers_;
+  bool joined_ = false;
+};
+
+unsigned default_threads(unsigned requested);
+// Fault [address, address + bytes) in for writing without writing it.
+void populate(void* address, std::size_t bytes);
+[[nodiscard]] double huge_fraction(const void* address, std::size_t bytes);
+[[nodiscard]] std::size_t checked_bytes(std::size_t count, std::size_t element_bytes);
+
+}  // namespace detail
+
+template <class T>
+class big_array {
+ public:
+  big_array() = default;
+  big_array(big_array&& other) noexcept { swap(other); }
+  big_array& operator=(big_array&& other) noexcept {
+    big_array moved(std::move(other));
+    swap(moved);
+    return *this;
+  }
+  big_array(const big_array&) = delete;
+  big_array& operator=(const big_array&) = delete;
+  ~big_array() { reset(); }
+
+  [[nodiscard]] T* data() { return static_cast<T*>(mapping_.data()); }
+  [[nodiscard]] const T* data() const { return static_cast<const T*>(mapping_.data()); }
+  [[nodiscard]] std::size_t size() const { return size_; }
+  [[nodiscard]] std::span<T> span() { return {data(), size_}; }
+  [[nodiscard]] std::span<const T> span() const { return {data(), size_}; }
+  [[nodiscard]] T& operator[](std::size_t i) { return data()[i]; }
+  [[nodiscard]] const T& operator[](std::size_t i) const { return data()[i]; }
+  [[nodiscard]] T* begin() { return data(); }
+  [[nodiscard]] T* end() { return data() + size_; }
+
+  // Whether element i is initialized (always true unless prefault::async is still running).
+  [[nodiscard]] bool ready(std::size_t i) const { return !job_ || job_->ready(i); }
+  // Waits for a background initialization; rethrows the exception an initializer threw.
+  void wait() {
+    if (job_) job_->wait();
+  }
+  [[nodiscard]] const allocation_report& report() const { return report_; }
+  // Share of the array's resident memory on huge pages, read from the OS now.
+  [[nodiscard]] double huge_fraction() const { return detail::huge_fraction(mapping_.data(), mapping_.bytes()); }
+
+ private:
+  template <class U, class Init>
+  friend big_array<U> make_big_array(std::size_t count, Init init, big_array_options options);
+
+  void swap(big_array& other) noexcept {
+    std::swap(mapping_, other.mapping_);
+    std::swap(job_, other.job_);
+    std::swap(size_, other.size_);
+    std::swap(report_, other.report_);
+    std::swap(constructed_, other.constructed_);
+  }
+
+  void reset() noexcept {
+    if (job_) {
+      try {
+        job_->wait();
+      } catch (...) {  // the error was the caller's to see through wait(); destroy what exists
+      }
+      if constexpr (!std::is_trivially_destructible_v<T>) {
+        if (constructed_) {
+          job_->for_each_done([this](std::size_t first, std::size_t last) { std::destroy(data() + first, data() + last); });
+        }
+      }
+    }
+    job_.reset();
+    mapping_ = detail::mapping();
+    size_ = 0;
+  }
+
+  detail::mapping mapping_;
+  std::unique_ptr<detail::fill_job> job_;
+  std::size_t size_ = 0;
+  allocation_report report_;
+  bool constructed_ = false;  // elements were constructed (not only zero pages)
+};
+
+template <class T, class Init = construct_t>
+[[nodiscard]] big_array<T> make_big_array(std::size_t count, Init init = {}, big_array_options options = {}) {
+  static_assert(!std::is_same_v<Init, zero_t> || zero_is_valid_v<T>,
+                "memcost::zero needs zero_is_valid<T>: all-zero bytes must be a valid T");
+  static_assert(!zero_is_valid_v<T> || std::is_trivially_destructible_v<T>,
+                "a zero_is_valid type must be trivially destructible");
+  static_assert(!std::is_same_v<Init, uninitialized_t> || std::is_trivially_default_constructible_v<T>,
+                "memcost::uninitialized is for trivially default-constructible types");
+  big_array<T> array;
+  const std::size_t bytes = detail::checked_bytes(count, sizeof(T));
+  if (count == 0) return array;
+  array.mapping_ = detail::mapping(bytes, options, array.report_);
+  array.size_ = count;
+  T* base = array.data();
+
+  // Zero pages are already the value: fault them in, write nothing.
+  constexpr bool zero_pages = std::is_same_v<Init, zero_t> || std::is_same_v<Init, uninitialized_t> ||
+                              (std::is_same_v<Init, construct_t> && zero_is_valid_v<T>);
+  typename detail::fill_job::work_function work;
+  if constexpr (zero_pages) {
+    array.report_.initialization = options.prefault == prefault::none ? "lazy" : "populate";
+    if (options.prefault == prefault::none) return array;
+    work = [base](std::size_t first, std::size_t last) { detail::populate(base + first, (last - first) * sizeof(T)); };
+  } else {
+    array.report_.initialization = "write";
+    array.constructed_ = !std::is_trivially_destructible_v<T>;
+    if constexpr (std::is_same_v<Init, construct_t>) {
+      work = [base](std::size_t first, std::size_t last) { std::uninitialized_value_construct(base + first, base + last); };
+    } else if constexpr (requires { init.value; }) {
+      work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
+        std::uninitialized_fill(base + first, base + last, value);
+      };
+    } else {
+      work = [base, function = init.function](std::size_t first, std::size_t last) {
+        // Elements constructed so far are destroyed if one throws, as std::uninitialized_* do.
+        std::size_t i = first;
+        try {
+          for (; i < last; ++i) ::new (static_cast<void*>(base + i)) T(function(i));
+        } catch (...) {
+          std::destroy(base + first, base + i);
+          throw;
+        }
+      };
+    }
+  }
+  const bool async = options.prefault == prefault::async;
+  array.job_ = std::make_unique<detail::fill_job>(count, sizeof(T), array.mapping_.page_bytes(),
+                                                  detail::default_threads(options.threads), async, std::move(work));
+  array.report_.threads = array.job_->threads();
+  if (!async) array.job_->wait();  // on error, `array` unwinds: elements destroyed, memory released
+  return array;
+}
+
+}  // namespace memcost

@@ -1,0 +1,79 @@
+/* memcost C API: big arrays allocated and initialized at the machine's speed.
+ * The same library as memcost::big_array (see big_array.hpp), for C callers:
+ * every function reports errors by status code, never by aborting.
+ *
+ *   memcost_options options;
+ *   memcost_options_init(&options);
+ *   memcost_array* array;
+ *   if (memcost_array_create_zeroed(n, sizeof(float), &options, &array) != MEMCOST_OK) ...
+ *   float* data = memcost_array_data(array);
+ *   memcost_array_destroy(array);
+ */
+#ifndef MEMCOST_H
+#define MEMCOST_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum memcost_status {
+  MEMCOST_OK = 0,
+  MEMCOST_ERROR_BAD_SIZE = 1,       /* count * element size overflows, or a size is 0 */
+  MEMCOST_ERROR_OUT_OF_MEMORY = 2,  /* more than the memory available */
+  MEMCOST_ERROR_POOL_TOO_SMALL = 3, /* strict hugetlb request and the pool lacks pages */
+  MEMCOST_ERROR_NOT_SUPPORTED = 4,  /* strict request for a page kind this system lacks */
+  MEMCOST_ERROR_BAD_ARGUMENT = 5    /* a null pointer or an unknown option value */
+} memcost_status;
+
+typedef enum memcost_pages {
+  MEMCOST_PAGES_AUTO = 0,
+  MEMCOST_PAGES_HUGETLB_1G = 1,
+  MEMCOST_PAGES_HUGETLB_2M = 2,
+  MEMCOST_PAGES_THP = 3,
+  MEMCOST_PAGES_BASE = 4
+} memcost_pages;
+
+typedef enum memcost_prefault { MEMCOST_PREFAULT_NOW = 0, MEMCOST_PREFAULT_ASYNC = 1, MEMCOST_PREFAULT_NONE = 2 } memcost_prefault;
+
+typedef struct memcost_options {
+  memcost_pages pages;
+  int strict; /* nonzero: fail instead of falling back from a forced page kind */
+  memcost_prefault prefault;
+  unsigned threads; /* 0: every logical CPU */
+} memcost_options;
+
+typedef struct memcost_array memcost_array;
+
+/* Defaults: automatic pages, not strict, prefault now, all CPUs. */
+void memcost_options_init(memcost_options* options);
+
+/* An array of `count` elements of `element_size` bytes, all bytes zero. */
+memcost_status memcost_array_create_zeroed(size_t count, size_t element_size, const memcost_options* options,
+                                           memcost_array** array);
+/* Every element a copy of the `element_size` bytes at `value`. */
+memcost_status memcost_array_create_filled(size_t count, size_t element_size, const void* value,
+                                           const memcost_options* options, memcost_array** array);
+
+void* memcost_array_data(const memcost_array* array);
+size_t memcost_array_count(const memcost_array* array);
+/* Nonzero once element `index` is initialized (always, unless MEMCOST_PREFAULT_ASYNC is still working). */
+int memcost_array_ready(const memcost_array* array, size_t index);
+void memcost_array_wait(memcost_array* array);
+/* "hugetlb-1G", "hugetlb-2M", "thp" or "base". */
+const char* memcost_array_page_kind(const memcost_array* array);
+/* Share of the resident memory on huge pages, read from the OS now. */
+double memcost_array_huge_fraction(const memcost_array* array);
+/* The page kinds skipped and why, one per line; "" when none was. */
+const char* memcost_array_fallbacks(const memcost_array* array);
+void memcost_array_destroy(memcost_array* array);
+
+/* The message of the last failed create call on this thread. */
+const char* memcost_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEMCOST_H */

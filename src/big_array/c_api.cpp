@@ -1,0 +1,144 @@
+// The C API (memcost.h) over the big_array machinery.
+#include <cstring>
+#include <type_traits>
+
+#include "memcost/big_array.hpp"
+#include "memcost/memcost.h"
+
+struct memcost_array {
+  memcost::detail::mapping memory;
+  std::unique_ptr<memcost::detail::fill_job> job;
+  std::size_t count = 0;
+  memcost::allocation_report report;
+  std::string fallbacks;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+memcost_status status_of(memcost::big_array_errc code) {
+  switch (code) {
+    case memcost::big_array_errc::bad_size: return MEMCOST_ERROR_BAD_SIZE;
+    case memcost::big_array_errc::pool_too_small: return MEMCOST_ERROR_POOL_TOO_SMALL;
+    case memcost::big_array_errc::not_supported: return MEMCOST_ERROR_NOT_SUPPORTED;
+    default: return MEMCOST_ERROR_OUT_OF_MEMORY;
+  }
+}
+
+// A C caller may store any integer in an enum field; C++ may not load an
+// out-of-range value through the enum type, so the raw integer is read.
+template <class Enum>
+long long raw_value(const Enum& field) {
+  std::underlying_type_t<Enum> value;
+  std::memcpy(&value, &field, sizeof value);
+  return static_cast<long long>(value);
+}
+
+bool to_options(const memcost_options* in, memcost::big_array_options& out) {
+  if (!in) return true;
+  const long long page_choice = raw_value(in->pages), prefault_choice = raw_value(in->prefault);
+  if (page_choice < MEMCOST_PAGES_AUTO || page_choice > MEMCOST_PAGES_BASE || prefault_choice < MEMCOST_PREFAULT_NOW ||
+      prefault_choice > MEMCOST_PREFAULT_NONE) {
+    return false;
+  }
+  static constexpr memcost::pages kinds[] = {memcost::pages::automatic, memcost::pages::hugetlb_1g, memcost::pages::hugetlb_2m,
+                                             memcost::pages::thp, memcost::pages::base};
+  static constexpr memcost::prefault modes[] = {memcost::prefault::now, memcost::prefault::async, memcost::prefault::none};
+  out.pages = kinds[page_choice];
+  out.strict = in->strict != 0;
+  out.prefault = modes[prefault_choice];
+  out.threads = in->threads;
+  return true;
+}
+
+// `value` null: zero pages, faulted in; otherwise every element copied from it.
+memcost_status create(std::size_t count, std::size_t element_size, const void* value, const memcost_options* options,
+                      memcost_array** array) {
+  memcost::big_array_options settings;
+  if (!array || !to_options(options, settings)) {
+    last_error = "a null pointer or an unknown option value";
+    return MEMCOST_ERROR_BAD_ARGUMENT;
+  }
+  *array = nullptr;
+  if (count == 0 || element_size == 0) {
+    last_error = "count and element size must be at least 1";
+    return MEMCOST_ERROR_BAD_SIZE;
+  }
+  try {
+    auto result = std::make_unique<memcost_array>();
+    std::size_t bytes = memcost::detail::checked_bytes(count, element_size);
+    result->memory = memcost::detail::mapping(bytes, settings, result->report);
+    result->count = count;
+    for (const auto& step : result->report.fallbacks) result->fallbacks += step + "\n";
+    auto* base = static_cast<unsigned char*>(result->memory.data());
+    memcost::detail::fill_job::work_function work;
+    if (!value) {
+      if (settings.prefault == memcost::prefault::none) {
+        *array = result.release();
+        return MEMCOST_OK;
+      }
+      work = [base, element_size](std::size_t first, std::size_t last) {
+        memcost::detail::populate(base + first * element_size, (last - first) * element_size);
+      };
+    } else {
+      std::string copy(static_cast<const char*>(value), element_size);
+      work = [base, element_size, copy](std::size_t first, std::size_t last) {
+        for (std::size_t i = first; i < last; ++i) std::memcpy(base + i * element_size, copy.data(), element_size);
+      };
+    }
+    bool async = settings.prefault == memcost::prefault::async;
+    result->job = std::make_unique<memcost::detail::fill_job>(count, element_size, result->memory.page_bytes(),
+                                                              memcost::detail::default_threads(settings.threads), async,
+                                                              std::move(work));
+    if (!async) result->job->wait();
+    *array = result.release();
+    return MEMCOST_OK;
+  } catch (const memcost::big_array_error& error) {
+    last_error = error.what();
+    return status_of(error.code());
+  } catch (const std::bad_alloc&) {
+    last_error = "out of memory";
+    return MEMCOST_ERROR_OUT_OF_MEMORY;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+void memcost_options_init(memcost_options* options) {
+  if (options) *options = memcost_options{MEMCOST_PAGES_AUTO, 0, MEMCOST_PREFAULT_NOW, 0};
+}
+
+memcost_status memcost_array_create_zeroed(size_t count, size_t element_size, const memcost_options* options,
+                                           memcost_array** array) {
+  return create(count, element_size, nullptr, options, array);
+}
+
+memcost_status memcost_array_create_filled(size_t count, size_t element_size, const void* value,
+                                           const memcost_options* options, memcost_array** array) {
+  if (!value) {
+    last_error = "value is a null pointer";
+    return MEMCOST_ERROR_BAD_ARGUMENT;
+  }
+  return create(count, element_size, value, options, array);
+}
+
+void* memcost_array_data(const memcost_array* array) { return array ? array->memory.data() : nullptr; }
+size_t memcost_array_count(const memcost_array* array) { return array ? array->count : 0; }
+int memcost_array_ready(const memcost_array* array, size_t index) {
+  return array && index < array->count && (!array->job || array->job->ready(index)) ? 1 : 0;
+}
+void memcost_array_wait(memcost_array* array) {
+  if (array && array->job) array->job->wait();
+}
+const char* memcost_array_page_kind(const memcost_array* array) { return array ? array->report.page_kind.c_str() : ""; }
+double memcost_array_huge_fraction(const memcost_array* array) {
+  return array ? memcost::detail::huge_fraction(array->memory.data(), array->memory.bytes()) : 0.0;
+}
+const char* memcost_array_fallbacks(const memcost_array* array) { return array ? array->fallbacks.c_str() : ""; }
+void memcost_array_destroy(memcost_array* array) { delete array; }
+const char* memcost_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,132 @@
+// The page-kind ladder of big_array: which memory an array gets, and why.
+#include <algorithm>
+
+#include "memcost/big_array.hpp"
+#include "memcost/measure.hpp"
+#include "os/os.hpp"
+
+namespace memcost::detail {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+os::PageKind os_kind(pages kind) {
+  switch (kind) {
+    case pages::hugetlb_1g: return os::PageKind::huge_1gb;
+    case pages::hugetlb_2m: return os::PageKind::huge_2mb;
+    case pages::thp: return os::PageKind::thp;
+    default: return os::PageKind::base;
+  }
+}
+
+std::size_t round_up(std::size_t bytes, std::size_t unit) { return (bytes + unit - 1) / unit * unit; }
+
+// The kinds to try, best first: automatic climbs down from the largest pages
+// worth having at this size; a forced kind falls back unless strict.
+std::vector<pages> ladder(std::size_t bytes, const big_array_options& options) {
+  const std::vector<pages> all = {pages::hugetlb_1g, pages::hugetlb_2m, pages::thp, pages::base};
+  std::vector<pages> kinds;
+  if (options.pages == pages::automatic) {
+    // Below one huge page, the huge page would mostly be waste.
+    if (bytes >= 1024 * MiB) kinds.push_back(pages::hugetlb_1g);
+    if (bytes >= 2 * MiB) kinds.insert(kinds.end(), {pages::hugetlb_2m, pages::thp});
+    kinds.push_back(pages::base);
+    return kinds;
+  }
+  auto forced = std::find(all.begin(), all.end(), options.pages);
+  kinds.assign(forced, options.strict ? forced + 1 : all.end());
+  return kinds;
+}
+
+// Why this kind cannot hold `bytes` here, or "" if it may.
+std::string unavailable(pages kind, std::size_t bytes) {
+  if (kind == pages::thp) {
+    os::ThpSettings thp = os::thp_settings();
+    if (!thp.present) return "thp: this kernel has no transparent huge pages";
+    if (thp.enabled == "never") return "thp: transparent huge pages are 'never' here";
+    return "";
+  }
+  if (kind != pages::hugetlb_1g && kind != pages::hugetlb_2m) return "";
+  const std::size_t page = os::page_kind_bytes(os_kind(kind));
+  const std::string name = os::page_kind_name(os_kind(kind));
+  for (const auto& pool : os::hugetlb_pools()) {
+    if (pool.page_size_bytes != page) continue;
+    std::uint64_t free_pages = pool.free_pages > pool.reserved_pages ? pool.free_pages - pool.reserved_pages : 0;
+    std::uint64_t needed = round_up(bytes, page) / page;
+    if (free_pages >= needed) return "";
+    return name + ": the pool has " + std::to_string(free_pages) + " free pages, " + std::to_string(needed) + " needed";
+  }
+  return name + ": this system has no such pool";
+}
+
+}  // namespace
+
+std::size_t checked_bytes(std::size_t count, std::size_t element_bytes) {
+  if (element_bytes != 0 && count > SIZE_MAX / element_bytes) {
+    throw big_array_error(big_array_errc::bad_size, std::to_string(count) + " elements of " + std::to_string(element_bytes) +
+                                                        " bytes overflow the address space");
+  }
+  return count * element_bytes;
+}
+
+mapping::mapping(std::size_t bytes, const big_array_options& options, allocation_report& report) {
+  // mmap would succeed and the first touches would summon the OOM killer: refuse early.
+  std::uint64_t usable = measure::memory_budget(1.0).usable_bytes;
+  if (bytes > usable) {
+    throw big_array_error(big_array_errc::out_of_memory, "an array of " + std::to_string(bytes) + " bytes does not fit in the " +
+                                                             std::to_string(usable) + " bytes of memory available");
+  }
+  std::string last_error;
+  for (pages kind : ladder(bytes, options)) {
+    std::string reason = unavailable(kind, bytes);
+    if (reason.empty()) {
+      const os::PageKind os_page = os_kind(kind);
+      const std::size_t page = os::page_kind_bytes(os_page);
+      const std::size_t mapped_bytes = round_up(bytes, page);
+      os::MapRequest request{mapped_bytes, os_page};
+      if (kind == pages::thp) request.alignment_bytes = std::max<std::size_t>(os::thp_settings().pmd_size_bytes, page);
+      os::Mapping result = os::map(request);
+      if (result.status.ok()) {
+        address_ = result.address;
+        bytes_ = mapped_bytes;
+        page_bytes_ = kind == pages::thp ? request.alignment_bytes : page;
+        report.page_kind = os::page_kind_name(os_page);
+        report.mapped_bytes = mapped_bytes;
+        return;
+      }
+      reason = std::string(os::page_kind_name(os_page)) + ": " + result.status.message();
+    }
+    report.fallbacks.push_back(reason);
+    last_error = reason;
+  }
+  bool hugetlb = options.pages == pages::hugetlb_1g || options.pages == pages::hugetlb_2m;
+  if (options.strict && hugetlb) throw big_array_error(big_array_errc::pool_too_small, last_error);
+  if (options.strict && options.pages == pages::thp) throw big_array_error(big_array_errc::not_supported, last_error);
+  throw big_array_error(big_array_errc::out_of_memory, "no memory for " + std::to_string(bytes) + " bytes: " + last_error);
+}
+
+mapping::~mapping() {
+  if (address_) (void)os::release(address_, bytes_);
+}
+
+void populate(void* address, std::size_t bytes) {
+  // madvise wants a page-aligned start; a neighbour chunk may fault the shared
+  // page too, which is harmless.
+  const std::uintptr_t page = os::base_page_size();
+  auto begin = reinterpret_cast<std::uintptr_t>(address) & ~(page - 1);
+  auto end = reinterpret_cast<std::uintptr_t>(address) + bytes;
+  if (end <= begin) return;
+  if (!os::populate_write(reinterpret_cast<void*>(begin), end - begin).ok()) {
+    os::touch_pages(reinterpret_cast<void*>(begin), end - begin, page);
+  }
+}
+
+double huge_fraction(const void* address, std::size_t bytes) {
+  if (!address) return 0.0;
+  auto backing = measure::backing_of(address, bytes);
+  return backing ? backing->huge_fraction() : 0.0;
+}
+
+unsigned default_threads(unsigned requested) { return requested ? requested : os::logical_cpu_count(); }
+
+}  // namespace memcost::detail

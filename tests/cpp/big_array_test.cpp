@@ -1,0 +1,217 @@
+// big_array: contents for every kind of initialization and page kind, the page
+// ladder, asynchronous readiness, and errors that leave nothing behind.
+#include "memcost/big_array.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <random>
+#include <thread>
+
+#include "memcost/measure.hpp"
+#include "test_support.hpp"
+
+using namespace memcost;
+using namespace memcost::test;
+
+namespace {
+
+struct Counted {
+  static inline std::atomic<long> live{0};
+  std::uint64_t value;
+  Counted() : value(0xC0FFEE) { ++live; }
+  explicit Counted(std::uint64_t v) : value(v) { ++live; }
+  Counted(const Counted& other) : value(other.value) { ++live; }
+  ~Counted() { --live; }
+};
+
+// The seed's work item: a std::atomic that zeroes itself in its constructor.
+struct WorkItem {
+  std::atomic<std::uint8_t> state{0};
+  std::uint8_t pad[7]{};
+  std::uint64_t payload{0};
+};
+
+bool hugetlb_pool_empty(std::size_t page) {
+  for (const auto& pool : os::hugetlb_pools()) {
+    if (pool.page_size_bytes == page) return pool.free_pages <= pool.reserved_pages;
+  }
+  return true;
+}
+
+}  // namespace
+
+template <>
+struct memcost::zero_is_valid<WorkItem> : std::true_type {};
+
+class BigArrayPages : public ::testing::TestWithParam<pages> {};
+
+TEST_P(BigArrayPages, EveryKindOfInitializationGivesTheRightContents) {
+  big_array_options options{.pages = GetParam()};
+  constexpr std::size_t n = (6 * MiB) / sizeof(std::uint64_t) + 123;  // not a whole number of pages
+
+  auto zeros = make_big_array<std::uint64_t>(n, zero, options);
+  EXPECT_TRUE(std::all_of(zeros.begin(), zeros.end(), [](std::uint64_t v) { return v == 0; }));
+  EXPECT_EQ(zeros.report().initialization, "populate");
+
+  auto sevens = make_big_array<std::uint64_t>(n, fill(std::uint64_t{7}), options);
+  EXPECT_TRUE(std::all_of(sevens.begin(), sevens.end(), [](std::uint64_t v) { return v == 7; }));
+
+  auto squares = make_big_array<std::uint64_t>(n, generate([](std::size_t i) { return std::uint64_t(i) * i; }), options);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(squares[i], std::uint64_t(i) * i) << i;
+
+  auto constructed = make_big_array<Counted>(n, construct, options);
+  EXPECT_TRUE(std::all_of(constructed.begin(), constructed.end(), [](const Counted& c) { return c.value == 0xC0FFEE; }));
+
+  auto atomics = make_big_array<std::atomic<int>>(n, construct, options);  // zero_is_valid: nothing written
+  EXPECT_EQ(atomics.report().initialization, "populate");
+  EXPECT_TRUE(std::all_of(atomics.begin(), atomics.end(), [](const std::atomic<int>& a) { return a.load() == 0; }));
+
+  auto raw = make_big_array<char>(n, uninitialized, options);
+  auto backing = measure::backing_of(raw.data(), raw.size());
+  ASSERT_TRUE(backing.has_value());
+  EXPECT_GE(backing->resident_bytes, n);  // faulted in without being written
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, BigArrayPages, ::testing::Values(pages::automatic, pages::thp, pages::base),
+                         [](const auto& parameter) {
+                           return std::string(parameter.param == pages::automatic ? "automatic" : parameter.param == pages::thp ? "thp" : "base");
+                         });
+
+TEST(BigArray, LargeArrayIsRightWhereverSampled) {
+  constexpr std::size_t n = 256 * MiB / sizeof(std::uint32_t);
+  auto a = make_big_array<std::uint32_t>(n, generate([](std::size_t i) { return std::uint32_t(i ^ 0x5a5a5a5a); }));
+  std::mt19937_64 random(42);
+  for (int k = 0; k < 100000; ++k) {
+    std::size_t i = random() % n;
+    ASSERT_EQ(a[i], std::uint32_t(i ^ 0x5a5a5a5a)) << i;
+  }
+  EXPECT_EQ(a[n - 1], std::uint32_t((n - 1) ^ 0x5a5a5a5a));
+  EXPECT_EQ(a.report().threads, std::min(os::logical_cpu_count(), 65536U));
+}
+
+TEST(BigArray, WorkItemsValueInitializeWithoutAConstructorPass) {
+  auto items = make_big_array<WorkItem>(1 << 20);
+  EXPECT_EQ(items.report().initialization, "populate");
+  EXPECT_TRUE(std::all_of(items.begin(), items.end(), [](const WorkItem& w) { return w.state.load() == 0 && w.payload == 0; }));
+}
+
+TEST(BigArray, AutomaticFallsBackAndSaysWhy) {
+  if (!hugetlb_pool_empty(2 * MiB)) GTEST_SKIP() << "the 2 MB pool has pages here: no fallback to see";
+  auto a = make_big_array<char>(64 * MiB, zero);
+  ASSERT_FALSE(a.report().fallbacks.empty());
+  EXPECT_NE(a.report().fallbacks.front().find("hugetlb-2M: the pool has"), std::string::npos) << a.report().fallbacks.front();
+  if (thp_usable()) {
+    EXPECT_EQ(a.report().page_kind, "thp");
+    EXPECT_GT(a.huge_fraction(), 0.9);  // read from smaps, not assumed
+  } else {
+    EXPECT_EQ(a.report().page_kind, "base");
+  }
+}
+
+TEST(BigArray, StrictHugetlbWithAnEmptyPoolFailsCleanly) {
+  if (!hugetlb_pool_empty(2 * MiB)) GTEST_SKIP() << "the 2 MB pool has pages here";
+  auto before = os::mapping_count();
+  try {
+    auto a = make_big_array<char>(8 * MiB, zero, {.pages = pages::hugetlb_2m, .strict = true});
+    FAIL() << "expected an error";
+  } catch (const big_array_error& error) {
+    EXPECT_EQ(error.code(), big_array_errc::pool_too_small);
+    EXPECT_NE(std::string(error.what()).find("free pages"), std::string::npos);
+  }
+  if (mappings_are_countable) {
+    EXPECT_EQ(os::mapping_count(), before);  // nothing left mapped
+  }
+  // Not strict: the same request falls back and works.
+  auto a = make_big_array<char>(8 * MiB, zero, {.pages = pages::hugetlb_2m});
+  EXPECT_NE(a.report().page_kind, "hugetlb-2M");
+  EXPECT_FALSE(a.report().fallbacks.empty());
+}
+
+TEST(BigArray, AsyncNeverShowsAnUnfinishedChunkAsReady) {
+  constexpr std::size_t n = 64 * MiB / sizeof(std::uint64_t);
+  auto a = make_big_array<std::uint64_t>(n, generate([](std::size_t i) { return std::uint64_t(i) + 1; }),
+                                         {.prefault = prefault::async});
+  std::mt19937_64 random(7);
+  std::size_t seen_ready = 0;
+  for (int k = 0; k < 200000; ++k) {
+    std::size_t i = random() % n;
+    if (a.ready(i)) {
+      ++seen_ready;
+      ASSERT_EQ(a[i], std::uint64_t(i) + 1) << "element " << i << " reported ready before it was written";
+    }
+  }
+  a.wait();
+  for (std::size_t i = 0; i < n; i += 4093) ASSERT_TRUE(a.ready(i));
+  EXPECT_TRUE(a.ready(n - 1));
+  EXPECT_EQ(a[n - 1], n);
+  (void)seen_ready;
+}
+
+TEST(BigArray, AsyncZeroArrayIsUsableAfterWait) {
+  auto a = make_big_array<int>(16 * MiB, zero, {.prefault = prefault::async});
+  a.wait();
+  EXPECT_TRUE(a.ready(0));
+  EXPECT_EQ(a[16 * MiB - 1], 0);
+}
+
+TEST(BigArray, SizesThatOverflowOrCannotFitAreRefused) {
+  try {
+    auto a = make_big_array<std::uint64_t>(SIZE_MAX / 4, zero);
+    FAIL();
+  } catch (const big_array_error& error) {
+    EXPECT_EQ(error.code(), big_array_errc::bad_size);
+  }
+  try {
+    auto a = make_big_array<char>(std::size_t{1} << 50, zero);  // 1 PiB
+    FAIL();
+  } catch (const big_array_error& error) {
+    EXPECT_EQ(error.code(), big_array_errc::out_of_memory);
+  }
+  auto empty = make_big_array<int>(0);
+  EXPECT_EQ(empty.size(), 0U);
+  EXPECT_EQ(empty.data(), nullptr);
+}
+
+TEST(BigArray, AnInitializerThatThrowsLeavesNothingBehind) {
+  // glibc keeps the stacks of joined threads mapped for reuse: let it fill that cache first.
+  (void)make_big_array<int>(1 * MiB, fill(1));
+  Counted::live = 0;
+  auto before = os::mapping_count();
+  for (prefault mode : {prefault::now, prefault::async}) {
+    try {
+      auto a = make_big_array<Counted>(4 * MiB / sizeof(Counted), generate([](std::size_t i) {
+                                         if (i == 300000) throw std::runtime_error("boom");
+                                         return Counted(i);
+                                       }),
+                                       {.prefault = mode});
+      a.wait();
+      FAIL() << "expected the initializer's exception";
+    } catch (const std::runtime_error& error) {
+      EXPECT_STREQ(error.what(), "boom");
+    }
+    EXPECT_EQ(Counted::live.load(), 0) << "every constructed element is destroyed";
+    if (mappings_are_countable) {
+      EXPECT_EQ(os::mapping_count(), before);
+    }
+  }
+}
+
+TEST(BigArray, DestructorsRunAndMovesTransferOwnership) {
+  Counted::live = 0;
+  {
+    auto a = make_big_array<Counted>(1000, fill(Counted(5)));
+    EXPECT_EQ(Counted::live.load(), 1000);
+    big_array<Counted> b = std::move(a);
+    EXPECT_EQ(a.size(), 0U);
+    EXPECT_EQ(b.size(), 1000U);
+    EXPECT_EQ(b[999].value, 5U);
+  }
+  EXPECT_EQ(Counted::live.load(), 0);
+}
+
+TEST(BigArray, ThreadsOptionIsHonoured) {
+  auto a = make_big_array<int>(8 * MiB, fill(3), {.threads = 3});
+  EXPECT_EQ(a.report().threads, 3U);
+  EXPECT_EQ(a[8 * MiB - 1], 3);
+}
