@@ -65,7 +65,7 @@ struct MapRequest {
   // page). Linux maps a larger range and unmaps the slack; Windows ignores it
   // (its allocations start at 64 KB multiples, and large pages are aligned).
   std::size_t alignment_bytes = 0;
-  // Fault the range in for writing before map() returns. hugetlb: MAP_POPULATE.
+  // Fault the range in for writing before map() returns. system and hugetlb: MAP_POPULATE.
   // base and thp: MADV_POPULATE_WRITE after the page-kind advice, because
   // MAP_POPULATE would fault the pages in before the advice could apply.
   // Windows: ignored.

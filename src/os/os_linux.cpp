@@ -169,8 +169,7 @@ Status decommit(void* address, std::size_t size_bytes) {
 Mapping map(const MapRequest& request) {
   // The THP advice must be in place before MAP_POPULATE faults the range in,
   // so a populated base/THP mapping is created first and populated after.
-  bool populate_after = request.populate && (request.kind == PageKind::base || request.kind == PageKind::thp ||
-                                             request.kind == PageKind::system);
+  bool populate_after = request.populate && (request.kind == PageKind::base || request.kind == PageKind::thp);
   MapRequest first = request;
   if (populate_after) first.populate = false;
   const std::size_t slack = request.alignment_bytes > base_page_size() ? request.alignment_bytes : 0;

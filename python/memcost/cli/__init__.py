@@ -12,13 +12,15 @@ from ..probe import ProbeFailed
 from ..results import DEFAULT_ROOT, ResultsError
 from ..console import fail
 from .base import Command
+from .bigarray import BigarrayCommand
 from .costs import CostsCommand
 from .hugepages import HugepagesCommand
 from .info import InfoCommand
 from .run import RunCommand
 from .scaling import ScalingCommand
 
-COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, HugepagesCommand]
+COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, BigarrayCommand,
+                                 HugepagesCommand]
 
 
 class _Parser(argparse.ArgumentParser):

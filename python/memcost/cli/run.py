@@ -11,7 +11,7 @@ from rich.table import Table
 from .. import exit_codes
 from ..console import console
 from ..results import RunDirectory
-from . import arguments, costs, info, scaling
+from . import arguments, bigarray, costs, info, scaling
 from .base import Command
 
 
@@ -52,10 +52,17 @@ def _run_scaling(directory: RunDirectory, full: bool) -> dict:
     return document
 
 
+def _run_bigarray(directory: RunDirectory, full: bool) -> dict:
+    document = bigarray.measure(bigarray.BigarrayOptions() if full else bigarray.BigarrayOptions.quick(), directory)
+    bigarray.render(document)
+    return document
+
+
 SUITE = [
     SuiteEntry("info", _run_info, _info_headline),
     SuiteEntry("costs", _run_costs, lambda document: document["summary"].get("headline")),
     SuiteEntry("scaling", _run_scaling, lambda document: document["summary"].get("headline")),
+    SuiteEntry("bigarray", _run_bigarray, lambda document: document["summary"].get("headline")),
 ]
 
 

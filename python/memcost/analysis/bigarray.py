@@ -1,0 +1,82 @@
+"""`bigarray` summary: every strategy against the machine's limit, ranked."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Optional
+
+import numpy as np
+
+AUTO = "make_big_array auto"
+
+
+def row_name(case: dict) -> str:
+    """The strategy, with the allocator it ran on when that is not plain glibc."""
+    allocator = case.get("allocator") or ""
+    return case["strategy"] + (f" ({allocator})" if allocator and allocator != "glibc" else "")
+
+
+def summarize(samples: list) -> dict:
+    limits = [s["metrics"]["gb_per_s"] for s in samples if s["case"]["part"] == "limit"]
+    limit = float(np.median(limits)) if limits else None
+    groups: dict[tuple, list] = defaultdict(list)
+    for sample in samples:
+        if sample["case"]["part"] == "strategy":
+            groups[(row_name(sample["case"]), sample["case"]["init"])].append(sample)
+    rows = []
+    for (name, init), group in groups.items():
+        metrics = [s["metrics"] for s in group]
+        size = group[0]["case"]["size_bytes"]
+        median_s = float(np.median([m["elapsed_s"] for m in metrics]))
+        gb_per_s = size / median_s / 1e9 if median_s > 0 else None
+        huge = [m["huge_fraction"] for m in metrics if m.get("huge_fraction") is not None]
+        first = [m["first_percent_s"] for m in metrics if "first_percent_s" in m]
+        rows.append({
+            "strategy": name, "init": init, "allocator": group[0]["case"].get("allocator") or None,
+            "family": group[0]["case"]["family"], "size_bytes": size, "reps": len(group),
+            "median_s": median_s, "gb_per_s": gb_per_s,
+            "ratio_to_limit": gb_per_s / limit if gb_per_s and limit else None,
+            "faults": int(np.median([m["minor_faults"] for m in metrics])),
+            "huge_fraction": float(np.median(huge)) if huge else None,
+            "first_percent_s": float(np.median(first)) if first else None,
+            "free_s": float(np.median([m["free_s"] for m in metrics])),
+            "system_s": float(np.median([m["system_s"] for m in metrics])),
+            "verified": all(m["verified"] for m in metrics),
+        })
+    rows.sort(key=lambda r: (r["init"] != "zero", r["median_s"]))
+    for init in ("zero", "value"):
+        for rank, row in enumerate((r for r in rows if r["init"] == init), start=1):
+            row["rank"] = rank
+    return {"limit_gb_per_s": limit, "rows": rows, "auto_choice": auto_choice(samples, rows),
+            "headline": headline(rows)}
+
+
+def auto_choice(samples: list, rows: list[dict]) -> Optional[dict]:
+    """What make_big_array's automatic ladder chose and why, and how it placed."""
+    chosen = next((s["metrics"] for s in samples if s["case"].get("strategy") == AUTO), None)
+    if chosen is None:
+        return None
+    result = {"page_kind": chosen.get("auto_choice"), "fallbacks": chosen.get("auto_fallbacks", [])}
+    for init in ("zero", "value"):
+        ranked = [r for r in rows if r["init"] == init]
+        auto = next((r for r in ranked if r["strategy"] == AUTO), None)
+        if auto and ranked:
+            fastest = ranked[0]
+            result[init] = {"rank": auto["rank"], "of": len(ranked), "fastest": fastest["strategy"],
+                            "slower_than_fastest_percent": 100.0 * (auto["median_s"] / fastest["median_s"] - 1.0)}
+    why = "; ".join(result["fallbacks"]) if result["fallbacks"] else "the first rung of the ladder was available"
+    result["why"] = f"chose {result['page_kind']}: {why}"
+    return result
+
+
+def headline(rows: list[dict]) -> Optional[str]:
+    zero = [r for r in rows if r["init"] == "zero"]
+    if not zero:
+        return None
+    fastest = zero[0]
+    vector = next((r for r in zero if r["strategy"] == "std::vector"), None)
+    size_gib = fastest["size_bytes"] / (1 << 30)
+    text = f"fastest {size_gib:g} GiB zero-init: {fastest['median_s']:.2f} s via {fastest['strategy']}"
+    if vector and vector is not fastest:
+        text += f", {vector['median_s'] / fastest['median_s']:.0f}× faster than std::vector"
+    return text

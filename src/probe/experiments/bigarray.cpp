@@ -1,0 +1,361 @@
+// `memcost-probe bigarray`: allocate and initialize one big array of 16-byte
+// work items by every common strategy, against the machine's limit (a
+// parallel memset over memory that is already faulted in).
+//
+// Each strategy is timed from the allocation to the last element written,
+// then checked (sampled elements), then freed (timed on its own).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "memcost/big_array.hpp"
+#include "memcost/measure.hpp"
+#include "os/os.hpp"
+#include "probe/arguments.hpp"
+#include "probe/experiment.hpp"
+
+namespace memcost::probe {
+namespace {
+
+// The seed's work item: 16 bytes around a std::atomic, which zeroes itself.
+struct WorkItem {
+  std::atomic<std::uint8_t> state{0};
+  std::uint8_t flags[7]{};
+  std::uint64_t payload{0};
+  WorkItem() = default;
+  WorkItem(std::uint8_t s, std::uint64_t p) : state(s), payload(p) {}
+  WorkItem(const WorkItem& other) : state(other.state.load(std::memory_order_relaxed)), payload(other.payload) {
+    std::memcpy(flags, other.flags, sizeof flags);
+  }
+  WorkItem& operator=(const WorkItem& other) {
+    state.store(other.state.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    std::memcpy(flags, other.flags, sizeof flags);
+    payload = other.payload;
+    return *this;
+  }
+};
+static_assert(sizeof(WorkItem) == 16);
+
+}  // namespace
+}  // namespace memcost::probe
+
+// All-zero bytes are a valid WorkItem equal to WorkItem{}: big_array may skip the constructors.
+template <>
+struct memcost::zero_is_valid<memcost::probe::WorkItem> : std::true_type {};
+
+namespace memcost::probe {
+namespace {
+
+const WorkItem value_item(1, 0x0101010101010101ULL);
+
+bool matches(const WorkItem& item, bool zero) {
+  return zero ? item.state.load(std::memory_order_relaxed) == 0 && item.payload == 0
+              : item.state.load(std::memory_order_relaxed) == 1 && item.payload == value_item.payload;
+}
+
+inline void keep(const void* pointer) { asm volatile("" : : "g"(pointer) : "memory"); }
+
+void parallel_for(unsigned threads, std::size_t count, const std::function<void(std::size_t, std::size_t)>& work) {
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    std::size_t first = count * t / threads, last = count * (t + 1) / threads;
+    workers.emplace_back([&work, first, last] { work(first, last); });
+  }
+  for (auto& worker : workers) worker.join();
+}
+
+void fill_items(WorkItem* items, std::size_t first, std::size_t last, bool zero) {
+  if (zero) {
+    std::memset(static_cast<void*>(items + first), 0, (last - first) * sizeof(WorkItem));
+  } else {
+    for (std::size_t i = first; i < last; ++i) std::memcpy(static_cast<void*>(items + i), &value_item, sizeof(WorkItem));
+  }
+  keep(items);
+}
+
+// An array made by one strategy: where it is, and how to free it.
+struct Made {
+  Made(WorkItem* made_items, std::function<void()> release_items, std::string kind)
+      : items(made_items), release(std::move(release_items)), page_kind(std::move(kind)) {}
+  WorkItem* items = nullptr;
+  std::function<void()> release;
+  std::string page_kind;  // what the strategy asked for
+  double first_percent_s = -1;
+  std::string auto_choice;
+  std::vector<std::string> fallbacks;
+};
+
+struct Context {
+  std::size_t count = 0;
+  unsigned threads = 1;
+  bool zero = true;
+};
+
+using Strategy = std::function<Made(const Context&)>;
+
+Made from_os(const Context& c, os::PageKind kind, bool populate, bool parallel_fill, bool populate_write) {
+  std::size_t bytes = c.count * sizeof(WorkItem);
+  std::size_t page = os::page_kind_bytes(kind);
+  std::size_t mapped = (bytes + page - 1) / page * page;
+  os::MapRequest request{mapped, kind};
+  request.populate = populate;
+  if (kind == os::PageKind::thp) request.alignment_bytes = 2 << 20;
+  os::Mapping mapping = os::map(request);
+  if (!mapping.status.ok()) throw ProbeError(exit_unsupported, "map_failed", mapping.status.message());
+  auto* items = static_cast<WorkItem*>(mapping.address);
+  if (populate_write) {
+    parallel_for(c.threads, mapped / page, [&](std::size_t first, std::size_t last) {
+      (void)os::populate_write(static_cast<char*>(mapping.address) + first * page, (last - first) * page);
+    });
+  }
+  // Fresh OS memory is zero already: a zero-init strategy that populated is done.
+  if (!(c.zero && (populate || populate_write))) {
+    if (parallel_fill) {
+      parallel_for(c.threads, c.count, [&](std::size_t first, std::size_t last) { fill_items(items, first, last, c.zero); });
+    } else {
+      fill_items(items, 0, c.count, c.zero);
+    }
+  }
+  return {items, [mapping] { (void)os::release(mapping.address, mapping.size_bytes); }, os::page_kind_name(kind)};
+}
+
+struct NamedStrategy {
+  std::string name;
+  std::string family;  // "libc" strategies also run under other allocators
+  Strategy make;
+};
+
+std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
+  std::vector<NamedStrategy> list = {
+      {"new[]", "libc",
+       [](const Context& c) {
+         auto* items = new WorkItem[c.count];  // one constructor per element, on one thread
+         if (!c.zero) std::fill(items, items + c.count, value_item);
+         return Made{items, [items] { delete[] items; }, "libc"};
+       }},
+      {"std::vector", "libc",
+       [](const Context& c) {
+         auto vector = std::make_shared<std::vector<WorkItem>>();
+         if (c.zero) vector->resize(c.count);
+         else vector->assign(c.count, value_item);
+         return Made{vector->data(), [vector]() mutable { vector.reset(); }, "libc"};
+       }},
+      {"make_unique_for_overwrite + parallel fill", "libc",
+       [](const Context& c) {
+         // Default-initialization still runs WorkItem's constructor (the atomic's initializer), serially.
+         std::shared_ptr<WorkItem[]> items(std::make_unique_for_overwrite<WorkItem[]>(c.count).release(),
+                                           std::default_delete<WorkItem[]>());
+         parallel_for(c.threads, c.count, [&](std::size_t first, std::size_t last) { fill_items(items.get(), first, last, c.zero); });
+         return Made{items.get(), [items]() mutable { items.reset(); }, "libc"};
+       }},
+      {"malloc + memset", "libc",
+       [](const Context& c) {
+         auto* items = static_cast<WorkItem*>(std::malloc(c.count * sizeof(WorkItem)));
+         if (!items) throw ProbeError(exit_not_enough_memory, "out_of_memory", "malloc failed");
+         keep(items);  // else the compiler turns malloc + memset(0) into calloc, which writes nothing
+         fill_items(items, 0, c.count, c.zero);
+         return Made{items, [items] { std::free(items); }, "libc"};
+       }},
+      {"calloc + first touch", "libc",
+       [](const Context& c) {
+         auto* items = static_cast<WorkItem*>(std::calloc(c.count, sizeof(WorkItem)));
+         if (!items) throw ProbeError(exit_not_enough_memory, "out_of_memory", "calloc failed");
+         if (c.zero) os::touch_pages(items, c.count * sizeof(WorkItem), os::base_page_size());
+         else fill_items(items, 0, c.count, false);
+         return Made{items, [items] { std::free(items); }, "libc"};
+       }},
+  };
+  for (os::PageKind kind : kinds) {
+    std::string suffix = kind == os::PageKind::system ? "" : std::string(" [") + os::page_kind_name(kind) + "]";
+    list.push_back({"mmap + memset" + suffix, "os", [kind](const Context& c) { return from_os(c, kind, false, false, false); }});
+    list.push_back({"mmap + parallel memset" + suffix, "os", [kind](const Context& c) { return from_os(c, kind, false, true, false); }});
+    // With THP the advice must precede the faults, which MAP_POPULATE cannot do.
+    if (kind != os::PageKind::thp) {
+      list.push_back({"MAP_POPULATE" + suffix, "os", [kind](const Context& c) { return from_os(c, kind, true, true, false); }});
+    }
+    list.push_back({"parallel MADV_POPULATE_WRITE" + suffix, "os",
+                    [kind](const Context& c) { return from_os(c, kind, false, true, true); }});
+  }
+  list.push_back({"make_big_array auto", "memcost", [](const Context& c) {
+                    big_array_options options{.threads = c.threads};
+                    auto array = std::make_shared<big_array<WorkItem>>(
+                        c.zero ? make_big_array<WorkItem>(c.count, construct, options)
+                               : make_big_array<WorkItem>(c.count, fill(value_item), options));
+                    Made made{array->data(), [array]() mutable { array.reset(); }, array->report().page_kind};
+                    made.auto_choice = array->report().page_kind;
+                    made.fallbacks = array->report().fallbacks;
+                    return made;
+                  }});
+  list.push_back({"make_big_array auto async", "memcost", [](const Context& c) {
+                    big_array_options options{.prefault = prefault::async, .threads = c.threads};
+                    auto start = measure::now_ns();
+                    auto array = std::make_shared<big_array<WorkItem>>(
+                        c.zero ? make_big_array<WorkItem>(c.count, construct, options)
+                               : make_big_array<WorkItem>(c.count, fill(value_item), options));
+                    // The first 1 % is usable once its last element is ready.
+                    const std::size_t one_percent = std::max<std::size_t>(1, c.count / 100) - 1;
+                    while (!array->ready(one_percent)) std::this_thread::yield();
+                    double first = static_cast<double>(measure::now_ns() - start) / 1e9;
+                    array->wait();
+                    Made made{array->data(), [array]() mutable { array.reset(); }, array->report().page_kind};
+                    made.first_percent_s = first;
+                    return made;
+                  }});
+  return list;
+}
+
+// The machine's limit: GB/s of a parallel memset over memory already faulted in.
+double limit_gb_per_s(std::size_t bytes, unsigned threads) {
+  auto buffer = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
+  auto* data = buffer.data();
+  auto start = measure::now_ns();
+  parallel_for(threads, bytes, [data](std::size_t first, std::size_t last) {
+    std::memset(data + first, 0x11, last - first);
+    keep(data);
+  });
+  return static_cast<double>(bytes) / static_cast<double>(measure::now_ns() - start);
+}
+
+struct Settings {
+  std::string size = "8G";
+  std::string strategies_filter;
+  std::string inits = "zero,value";
+  std::string label = "glibc";
+  std::string budget;
+  int reps = 1;
+  int limit_reps = 3;
+  unsigned threads = 0;
+  bool libc_only = false;
+};
+
+bool verified(const WorkItem* items, std::size_t count, bool zero) {
+  std::mt19937_64 random(1);
+  for (int k = 0; k < 4096; ++k) {
+    if (!matches(items[random() % count], zero)) return false;
+  }
+  return matches(items[0], zero) && matches(items[count - 1], zero);
+}
+
+Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
+  command.add_option("--size", settings->size, "array size (default 8G, capped by the budget)");
+  command.add_option("--strategies", settings->strategies_filter, "only the strategies whose names contain one of these (comma-separated)");
+  command.add_option("--inits", settings->inits, "zero, value");
+  command.add_option("--reps", settings->reps, "repetitions per strategy")->check(CLI::Range(1, 100));
+  command.add_option("--limit-reps", settings->limit_reps, "repetitions of the limit measurement")->check(CLI::Range(1, 100));
+  command.add_option("--threads", settings->threads, "threads for parallel strategies (default: all CPUs)");
+  command.add_option("--label", settings->label, "the allocator the libc strategies run on (for the rows)");
+  command.add_flag("--libc-only", settings->libc_only, "only the strategies that go through malloc/new (for other allocators)");
+  command.add_option("--budget", settings->budget, "memory budget (default 80% of available memory)");
+  return [settings, &command](Emitter& emitter) {
+    const Settings& s = *settings;
+    BudgetChoice budget = choose_budget(s.budget);
+    std::size_t bytes = parse_size(s.size, "--size");
+    if (bytes > budget.budget_bytes) {
+      if (command.count("--size")) require_within_budget(bytes, budget, "--size " + flag_size(bytes));
+      std::size_t capped = budget.budget_bytes / (1 << 30) * (1 << 30);
+      emitter.warning("size_over_budget", human_size(bytes) + " is over the memory budget of " + human_size(budget.budget_bytes) +
+                                              "; measuring " + human_size(capped) + " instead");
+      bytes = capped;
+    }
+    std::vector<bool> inits;
+    for (const auto& init : split_list(s.inits)) {
+      if (init != "zero" && init != "value") throw ProbeError(exit_bad_arguments, "bad_arguments", "--inits '" + init + "': use zero or value");
+      inits.push_back(init == "zero");
+    }
+    const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
+    const std::size_t count = bytes / sizeof(WorkItem);
+    if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
+
+    std::vector<os::PageKind> kinds = {os::PageKind::system};
+    os::ThpSettings thp = os::thp_settings();
+    if (thp.present && thp.enabled != "never") kinds.push_back(os::PageKind::thp);
+    else emitter.warning("page_kind_unavailable", "THP is not available here: no [thp] strategies");
+    for (os::PageKind kind : {os::PageKind::huge_2mb, os::PageKind::huge_1gb}) {
+      std::size_t page = os::page_kind_bytes(kind);
+      std::uint64_t needed = (bytes + page - 1) / page, free_pages = 0;
+      for (const auto& pool : os::hugetlb_pools()) {
+        if (pool.page_size_bytes == page) free_pages = pool.free_pages > pool.reserved_pages ? pool.free_pages - pool.reserved_pages : 0;
+      }
+      if (free_pages >= needed) {
+        kinds.push_back(kind);
+      } else {
+        emitter.warning("hugetlb_pool_too_small", std::string("no [") + os::page_kind_name(kind) + "] strategies: the pool has " +
+                                                      std::to_string(free_pages) + " free pages, " + std::to_string(needed) +
+                                                      " needed; `memcost hugepages reserve " + flag_size(needed * page) +
+                                                      " --size " + (kind == os::PageKind::huge_2mb ? "2M" : "1G") + "` as root");
+      }
+    }
+    std::vector<NamedStrategy> chosen;
+    auto filters = split_list(s.strategies_filter);
+    for (auto& strategy : strategies(kinds)) {
+      if (s.libc_only && strategy.family != "libc") continue;
+      // Filters arrive without spaces (split_list drops them): compare names without them too.
+      std::string compact = strategy.name;
+      compact.erase(std::remove(compact.begin(), compact.end(), ' '), compact.end());
+      bool wanted = filters.empty() || std::any_of(filters.begin(), filters.end(), [&](const std::string& f) {
+                      return compact.find(f) != std::string::npos;
+                    });
+      if (wanted) chosen.push_back(std::move(strategy));
+    }
+    if (chosen.empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", "--strategies matches no strategy");
+
+    std::size_t step = 0;
+    const std::size_t total = (s.libc_only ? 0 : static_cast<std::size_t>(s.limit_reps)) + chosen.size() * inits.size() * static_cast<std::size_t>(s.reps);
+    emitter.progress(0, total, "start");
+    if (!s.libc_only) {
+      for (int rep = 0; rep < s.limit_reps; ++rep) {
+        emitter.sample({{"part", "limit"}, {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
+                       {{"gb_per_s", limit_gb_per_s(bytes, threads)}});
+        emitter.progress(++step, total, "limit");
+      }
+    }
+    for (bool zero_init : inits) {
+      for (const auto& strategy : chosen) {
+        for (int rep = 0; rep < s.reps; ++rep) {
+          Context context{count, threads, zero_init};
+          auto before = measure::take_snapshot({.machine = false});
+          Made made = strategy.make(context);
+          auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+          bool ok = verified(made.items, count, zero_init);
+          auto backing = measure::backing_of(made.items, count * sizeof(WorkItem));
+          auto free_start = measure::now_ns();
+          made.release();
+          double free_s = static_cast<double>(measure::now_ns() - free_start) / 1e9;
+          json metrics = {{"elapsed_s", static_cast<double>(interval.wall_ns) / 1e9},
+                          {"free_s", free_s},
+                          {"minor_faults", interval.minor_faults},
+                          {"system_s", static_cast<double>(interval.process_system_ns) / 1e9},
+                          {"user_s", static_cast<double>(interval.process_user_ns) / 1e9},
+                          {"huge_fraction", backing ? json(backing->huge_fraction()) : json(nullptr)},
+                          {"verified", ok},
+                          {"page_kind", made.page_kind}};
+          if (made.first_percent_s >= 0) metrics["first_percent_s"] = made.first_percent_s;
+          if (!made.auto_choice.empty()) {
+            metrics["auto_choice"] = made.auto_choice;
+            metrics["auto_fallbacks"] = made.fallbacks;
+          }
+          emitter.sample({{"part", "strategy"}, {"strategy", strategy.name}, {"family", strategy.family},
+                          {"allocator", strategy.family == "libc" ? s.label : ""}, {"init", zero_init ? "zero" : "value"},
+                          {"size_bytes", count * sizeof(WorkItem)}, {"rep", rep}, {"threads", threads}},
+                         metrics);
+          emitter.progress(++step, total, strategy.name + (zero_init ? " (zero)" : " (value)"));
+        }
+      }
+    }
+  };
+}
+
+}  // namespace
+
+Experiment bigarray_experiment() {
+  return {"bigarray", "Allocate and initialize one big array by every common strategy, against the machine's limit",
+          [](CLI::App& command) { return attach(command, std::make_shared<Settings>()); }};
+}
+
+}  // namespace memcost::probe
+

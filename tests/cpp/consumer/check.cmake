@@ -1,0 +1,13 @@
+# Install memcost from MEMCOST_BUILD into WORK/prefix, build the consumer against it, run it.
+file(REMOVE_RECURSE ${WORK})
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${ARGV} failed:\n${output}")
+  endif()
+endfunction()
+run(${CMAKE_COMMAND} --install ${MEMCOST_BUILD} --prefix ${WORK}/prefix)
+run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${WORK}/build -DCMAKE_PREFIX_PATH=${WORK}/prefix)
+run(${CMAKE_COMMAND} --build ${WORK}/build)
+run(${WORK}/build/consumer)
+run(${WORK}/build/consumer_c)

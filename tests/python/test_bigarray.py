@@ -1,0 +1,90 @@
+"""`memcost bigarray` with the real probe, on a small array."""
+
+import json
+
+import matplotlib.image
+import pytest
+
+from conftest import run_memcost, run_probe
+from memcost import exit_codes
+from memcost.results import load_document
+
+ROW_FIELDS = {"strategy", "init", "median_s", "gb_per_s", "ratio_to_limit", "faults", "huge_fraction", "first_percent_s"}
+
+
+@pytest.fixture(scope="module")
+def bigarray_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    result = run_memcost("--results-dir", str(root), "bigarray", "--size", "64M")
+    assert result.returncode == 0, result.stderr
+    return result, load_document(root / "latest" / "bigarray.json"), root / "latest"
+
+
+def test_every_strategy_and_init_is_measured_and_verified(bigarray_run):
+    _, document, _ = bigarray_run
+    summary = document["summary"]
+    assert summary["limit_gb_per_s"] > 0
+    rows = summary["rows"]
+    names = {r["strategy"] for r in rows}
+    for expected in ("new[]", "std::vector", "make_unique_for_overwrite + parallel fill", "malloc + memset",
+                     "calloc + first touch", "mmap + memset", "mmap + parallel memset", "MAP_POPULATE",
+                     "parallel MADV_POPULATE_WRITE", "make_big_array auto", "make_big_array auto async",
+                     "malloc + memset (glibc hugetlb=1)"):
+        assert expected in names, expected
+    for row in rows:
+        assert ROW_FIELDS <= set(row)
+        assert row["verified"], row["strategy"]
+        assert row["init"] in ("zero", "value") and row["rank"] >= 1
+    # 64 MiB of 4 KB pages is 16,384 faults for the plain mmap strategies.
+    plain = next(r for r in rows if r["strategy"] == "mmap + memset" and r["init"] == "zero")
+    assert plain["faults"] == pytest.approx(16384, rel=0.01)
+    assert plain["huge_fraction"] == 0
+
+
+def test_async_first_percent_comes_before_the_whole(bigarray_run):
+    _, document, _ = bigarray_run
+    for row in document["summary"]["rows"]:
+        if row["strategy"] == "make_big_array auto async":
+            assert 0 < row["first_percent_s"] <= row["median_s"]
+        else:
+            assert row["first_percent_s"] is None
+
+
+def test_auto_choice_is_reported_with_reasons(bigarray_run):
+    _, document, _ = bigarray_run
+    choice = document["summary"]["auto_choice"]
+    assert choice["page_kind"] in ("hugetlb-1G", "hugetlb-2M", "thp", "base")
+    assert choice["why"].startswith(f"chose {choice['page_kind']}")
+    assert choice["zero"]["rank"] >= 1
+
+
+def test_table_figure_and_missing_allocators(bigarray_run):
+    result, document, directory = bigarray_run
+    assert "zero initialization — ranked" in result.stdout and "In short: fastest" in result.stdout
+    assert "[thp]" in result.stdout or "THP is not available" in result.stdout
+    image = matplotlib.image.imread(directory / "bigarray-strategies.png")
+    assert image.shape[0] > 100
+    absent = [w for w in document["warnings"] if w["code"] == "allocator_absent"]
+    present = {r["allocator"] for r in document["summary"]["rows"]}
+    for name in ("jemalloc", "mimalloc", "tcmalloc"):
+        assert name in present or any(name in w["message"] for w in absent)
+
+
+@pytest.mark.parametrize("arguments", [["--size", "0"], ["--size", "abc"], ["--inits", "random"], ["--reps", "0"]])
+def test_bad_values_exit_2(tmp_path, arguments):
+    result = run_memcost("--results-dir", str(tmp_path), "bigarray", *arguments)
+    assert result.returncode == exit_codes.BAD_ARGUMENTS
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_size_over_the_budget_exits_3(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "bigarray", "--size", "1T")
+    assert result.returncode == exit_codes.NOT_ENOUGH_MEMORY
+    assert "memory budget" in result.stderr and "--budget" in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_probe_refuses_a_filter_that_matches_nothing():
+    result = run_probe("bigarray", "--size", "16M", "--strategies", "teleport")
+    assert result.returncode == exit_codes.BAD_ARGUMENTS
+    assert "matches no strategy" in json.loads(result.stdout.splitlines()[-1])["message"]
