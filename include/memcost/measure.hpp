@@ -49,7 +49,8 @@ struct Snapshot {
   std::uint64_t rss_bytes = 0;
   std::optional<MachineCpu> machine;
   std::optional<KernelThreadCpu> kernel_threads;
-  std::optional<std::uint64_t> other_tasks_ns;  // CPU of every task outside this process
+  // CPU of every task outside this process: (thread id, run ns), sorted by id.
+  std::optional<std::vector<std::pair<int, std::uint64_t>>> other_tasks;
 };
 
 struct SnapshotOptions {
@@ -72,6 +73,9 @@ struct Interval {
   std::int64_t rss_change_bytes = 0;
   std::optional<MachineCpu> machine;
   std::optional<KernelThreadCpu> kernel_threads;
+  // Run time other tasks gained: growth of those seen in both snapshots plus
+  // all of those that appeared; tasks that exited in between take their
+  // share with them.
   std::optional<std::uint64_t> other_tasks_ns;
   // CPU time spent outside this process: other tasks (kernel threads
   // included) plus steal (the hypervisor taking the CPU away).

@@ -41,6 +41,10 @@ def write_atomically(path: Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w") as out:
             out.write(text)
+        # mkstemp makes the file private; results are ordinary files.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

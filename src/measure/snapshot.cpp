@@ -20,7 +20,13 @@ Snapshot take_snapshot(SnapshotOptions options) {
       snapshot.kernel_threads = KernelThreadCpu{threads->kswapd_ns, threads->khugepaged_ns, threads->kcompactd_ns, threads->kworker_ns};
     }
   }
-  if (options.other_tasks) snapshot.other_tasks_ns = os::other_tasks_cpu_ns();
+  if (options.other_tasks) {
+    if (auto tasks = os::other_tasks_cpu()) {
+      snapshot.other_tasks.emplace();
+      snapshot.other_tasks->reserve(tasks->size());
+      for (const auto& task : *tasks) snapshot.other_tasks->emplace_back(task.tid, task.run_ns);
+    }
+  }
   if (options.machine) {
     if (auto machine = os::machine_times()) {
       snapshot.machine = MachineCpu{machine->user_ns,  machine->system_ns, machine->irq_ns,         machine->softirq_ns,
@@ -65,9 +71,16 @@ Interval between(const Snapshot& before, const Snapshot& after) {
     interval.kernel_threads = KernelThreadCpu{grew(a.kswapd_ns, b.kswapd_ns), grew(a.khugepaged_ns, b.khugepaged_ns),
                                               grew(a.kcompactd_ns, b.kcompactd_ns), grew(a.kworker_ns, b.kworker_ns)};
   }
-  if (before.other_tasks_ns && after.other_tasks_ns) {
-    // Tasks that exit in between take their run time with them: never below zero.
-    interval.other_tasks_ns = grew(*before.other_tasks_ns, *after.other_tasks_ns);
+  if (before.other_tasks && after.other_tasks) {
+    // Both lists are sorted by thread id: walk them together.
+    std::uint64_t gained = 0;
+    auto old_task = before.other_tasks->begin();
+    for (const auto& [tid, run_ns] : *after.other_tasks) {
+      while (old_task != before.other_tasks->end() && old_task->first < tid) ++old_task;
+      bool seen = old_task != before.other_tasks->end() && old_task->first == tid && old_task->second <= run_ns;
+      gained += seen ? run_ns - old_task->second : run_ns;  // a new task ran only inside the window
+    }
+    interval.other_tasks_ns = gained;
   }
   return interval;
 }

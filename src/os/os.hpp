@@ -205,11 +205,14 @@ struct KernelThreadTimes {
 [[nodiscard]] std::optional<KernelThreadTimes> kernel_thread_times();
 
 // CPU time of every task (thread) on the machine outside this process, as the
-// scheduler counts it, in nanoseconds. Linux: the sum of
+// scheduler counts it, in nanoseconds, by thread id. Linux:
 // /proc/<pid>/task/<tid>/schedstat (needs CONFIG_SCHED_INFO); far finer than
-// /proc/stat's 10 ms ticks. Tasks that exit between two readings drop out of
-// the sum. Windows: absent.
-[[nodiscard]] std::optional<std::uint64_t> other_tasks_cpu_ns();
+// /proc/stat's 10 ms ticks. Windows: absent.
+struct TaskTime {
+  int tid = 0;
+  std::uint64_t run_ns = 0;
+};
+[[nodiscard]] std::optional<std::vector<TaskTime>> other_tasks_cpu();  // sorted by tid
 
 // What backs [address, address + size): read from the OS, not assumed.
 struct RangeBacking {

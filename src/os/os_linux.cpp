@@ -441,26 +441,23 @@ std::optional<KernelThreadTimes> kernel_thread_times() {
   return times;
 }
 
-std::optional<std::uint64_t> other_tasks_cpu_ns() {
+std::optional<std::vector<TaskTime>> other_tasks_cpu() {
   const std::string self = std::to_string(getpid());
   DIR* proc = opendir("/proc");
   if (!proc) return std::nullopt;
-  std::uint64_t total = 0;
-  bool any = false;
+  std::vector<TaskTime> tasks;
   while (dirent* entry = readdir(proc)) {
     if (!std::isdigit(static_cast<unsigned char>(entry->d_name[0])) || self == entry->d_name) continue;
-    std::string tasks = std::string("/proc/") + entry->d_name + "/task";
-    for (const auto& task : list_directory(tasks)) {
+    std::string directory = std::string("/proc/") + entry->d_name + "/task";
+    for (const auto& task : list_directory(directory)) {
       // schedstat: "run-time-ns wait-time-ns timeslices"; gone if the task just exited.
-      if (auto run_ns = read_number(tasks + "/" + task + "/schedstat")) {
-        total += *run_ns;
-        any = true;
-      }
+      if (auto run_ns = read_number(directory + "/" + task + "/schedstat")) tasks.push_back({std::stoi(task), *run_ns});
     }
   }
   closedir(proc);
-  if (!any) return std::nullopt;
-  return total;
+  if (tasks.empty()) return std::nullopt;
+  std::sort(tasks.begin(), tasks.end(), [](const TaskTime& a, const TaskTime& b) { return a.tid < b.tid; });
+  return tasks;
 }
 
 std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {

@@ -221,7 +221,7 @@ std::optional<MachineTimes> machine_times() {
 
 std::optional<KernelThreadTimes> kernel_thread_times() { return std::nullopt; }
 std::optional<bool> free_page_reporting() { return std::nullopt; }
-std::optional<std::uint64_t> other_tasks_cpu_ns() { return std::nullopt; }
+std::optional<std::vector<TaskTime>> other_tasks_cpu() { return std::nullopt; }
 
 std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {
   const std::size_t page = base_page_size();

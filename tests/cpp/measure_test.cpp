@@ -118,7 +118,7 @@ TEST(Measure, PageFaultTracepointCountsUserFaultsWhenPermitted) {
 
 TEST(Measure, WorkInAnotherProcessIsChargedElsewhere) {
   auto before = measure::take_snapshot({.machine = true, .kernel_threads = false, .other_tasks = true});
-  if (!before.other_tasks_ns) GTEST_SKIP() << "no per-task schedstat here (CONFIG_SCHED_INFO off): /proc/stat fallback only";
+  if (!before.other_tasks) GTEST_SKIP() << "no per-task schedstat here (CONFIG_SCHED_INFO off): /proc/stat fallback only";
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -137,4 +137,15 @@ TEST(Measure, WorkInAnotherProcessIsChargedElsewhere) {
   EXPECT_GE(*interval.elsewhere_ns(), 100'000'000);
   // This process slept: its own CPU time is not counted as elsewhere.
   EXPECT_LT(interval.process_user_ns + interval.process_system_ns, 50'000'000U);
+}
+
+TEST(Measure, TasksThatExitOrAppearDoNotDistortWorkElsewhere) {
+  measure::Snapshot before, after;
+  before.other_tasks = {{{1, 100}, {2, 500'000}, {7, 40}}};
+  // Task 2 (busy) exited, task 3 appeared, task 7's id was reused by a newer task.
+  after.other_tasks = {{{1, 300}, {3, 50}, {7, 10}}};
+  auto interval = measure::between(before, after);
+  ASSERT_TRUE(interval.other_tasks_ns.has_value());
+  EXPECT_EQ(*interval.other_tasks_ns, 200U + 50U + 10U);
+  EXPECT_EQ(*interval.elsewhere_ns(), 260);
 }

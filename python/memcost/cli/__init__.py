@@ -13,14 +13,16 @@ from ..results import DEFAULT_ROOT, ResultsError
 from ..console import fail
 from .base import Command
 from .bigarray import BigarrayCommand
+from .compare import CompareCommand
 from .costs import CostsCommand
 from .hugepages import HugepagesCommand
 from .info import InfoCommand
+from .report import ReportCommand
 from .run import RunCommand
 from .scaling import ScalingCommand
 
 COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, BigarrayCommand,
-                                 HugepagesCommand]
+                                 ReportCommand, CompareCommand, HugepagesCommand]
 
 
 class _Parser(argparse.ArgumentParser):

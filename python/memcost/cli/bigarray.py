@@ -11,7 +11,7 @@ from typing import Optional
 from rich.markup import escape
 from rich.table import Table
 
-from .. import exit_codes
+from .. import exit_codes, export
 from ..analysis import bigarray as analysis
 from ..console import console
 from ..hugepool import PAGE_SIZES, PoolReservation
@@ -185,6 +185,7 @@ class BigarrayCommand(Command):
         parser.add_argument("--reserve-hugepages", type=arguments.size, metavar="SIZE",
                             help="as root: grow the hugetlb pool by SIZE for this run, restored afterwards")
         parser.add_argument("--hugepage-size", choices=sorted(PAGE_SIZES), default="2M")
+        export.add_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         options = BigarrayOptions.quick() if args.quick else BigarrayOptions()
@@ -195,4 +196,6 @@ class BigarrayCommand(Command):
         options.budget, options.reserve_hugepages, options.hugepage_size = args.budget, args.reserve_hugepages, args.hugepage_size
         document = measure(options, RunDirectory(args.results_dir))
         render(document)
+        for path in export.export_requested(document, args):
+            console.print(f"Exported: {path}", markup=False)
         return exit_codes.OK

@@ -8,7 +8,7 @@ from typing import Optional
 
 from rich.table import Table
 
-from .. import exit_codes
+from .. import exit_codes, export
 from ..analysis import costs as analysis
 from ..console import console
 from ..hugepool import PAGE_SIZES, PoolReservation
@@ -205,6 +205,7 @@ class CostsCommand(Command):
                             help="as root: grow the hugetlb pool by SIZE for this run, restored afterwards")
         parser.add_argument("--hugepage-size", choices=sorted(PAGE_SIZES), default="2M",
                             help="page size of the pool --reserve-hugepages grows (default 2M)")
+        export.add_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         options = CostsOptions.quick() if args.quick else CostsOptions()
@@ -216,4 +217,6 @@ class CostsCommand(Command):
         options.budget, options.reserve_hugepages, options.hugepage_size = args.budget, args.reserve_hugepages, args.hugepage_size
         document = measure(options, RunDirectory(args.results_dir))
         render(document)
+        for path in export.export_requested(document, args):
+            console.print(f"Exported: {path}", markup=False)
         return exit_codes.OK

@@ -9,10 +9,11 @@ from typing import Callable, Optional
 from rich.table import Table
 
 from .. import exit_codes
-from ..console import console
+from ..console import console, fail
 from ..results import RunDirectory
 from . import arguments, bigarray, costs, info, scaling
 from .base import Command
+from .report import write_report
 
 
 @dataclass
@@ -88,10 +89,19 @@ class RunCommand(Command):
         directory = RunDirectory(args.results_dir)
         chosen = [e for e in SUITE if (args.only is None or e.name in args.only) and e.name not in args.skip]
         findings = []
-        for entry in chosen:
-            console.rule(f"[bold]{entry.name}")
-            document = entry.run(directory, args.full)
-            findings.append((entry.name, entry.headline(document) or "", document["path"]))
+        try:
+            for entry in chosen:
+                console.rule(f"[bold]{entry.name}")
+                document = entry.run(directory, args.full)
+                findings.append((entry.name, entry.headline(document) or "", document["path"]))
+        except KeyboardInterrupt:
+            # Finished experiments keep their results, and get their report.
+            if directory.path is not None and findings:
+                page, _ = write_report(directory.path)
+                fail(f"interrupted; the finished experiments' results and report are in {directory.path} ({page.name})")
+                return exit_codes.INTERRUPTED
+            raise
+        page, summary = write_report(directory.path)
         table = Table(title="memcost run — summary", title_justify="left")
         table.add_column("experiment", style="bold")
         table.add_column("finding")
@@ -100,4 +110,5 @@ class RunCommand(Command):
             table.add_row(name, finding, path)
         console.rule()
         console.print(table)
+        console.print(f"Report: {page}   (Markdown: {summary.name})", markup=False)
         return exit_codes.OK

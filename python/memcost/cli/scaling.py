@@ -11,7 +11,7 @@ from typing import Optional
 
 from rich.table import Table
 
-from .. import exit_codes
+from .. import exit_codes, export
 from ..analysis import scaling as analysis
 from ..console import console
 from ..plots import scaling as plots
@@ -162,6 +162,7 @@ class ScalingCommand(Command):
                             help="memory budget (default 80%% of available memory)")
         parser.add_argument("--csv", type=Path, metavar="FILE",
                             help="also write the raw sweep (count, case, alloc and free seconds) to FILE")
+        export.add_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         options = ScalingOptions.quick() if args.quick else ScalingOptions()
@@ -173,6 +174,8 @@ class ScalingCommand(Command):
         if args.csv:
             write_csv(document, args.csv)
         render(document)
+        for path in export.export_requested(document, args):
+            console.print(f"Exported: {path}", markup=False)
         if args.csv:
             console.print(f"Raw sweep: {args.csv}", markup=False)
         return exit_codes.OK

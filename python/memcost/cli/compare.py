@@ -1,0 +1,98 @@
+"""`memcost compare`: runs or machines side by side, with what differs beyond noise."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from .. import exit_codes, export
+from ..analysis.compare import compare
+from ..console import console
+from ..plots import compare as plots
+from ..report import load_run
+from ..results import ResultsError, load_document
+from ..units import format_bytes
+from .base import Command
+
+
+def load_input(path: Path) -> dict[str, dict]:
+    """A run directory, or a single results document."""
+    if path.is_dir():
+        return load_run(path)
+    document = load_document(path)
+    return {document["experiment"]: document}
+
+
+def _key_text(row: dict, key: list[str]) -> list[str]:
+    return [format_bytes(row[k]) if k.endswith("bytes") else str(row[k]) for k in key]
+
+
+def render(result: dict) -> None:
+    names = result["runs"]
+    for experiment, comparison in result["experiments"].items():
+        table = Table(title=f"{experiment}: {comparison['measure']} (median); ratio to {names[0]}; "
+                            "≠ marks a difference beyond the runs' own spread", title_justify="left")
+        for heading in comparison["key"]:
+            table.add_column(heading)
+        for name in names:
+            table.add_column(escape(name), justify="right")
+        for name in names[1:]:
+            table.add_column(f"÷ {escape(names[0])}", justify="right")
+        for row in comparison["rows"]:
+            ratios = []
+            for versus in row["versus_first"]:
+                mark = " ≠" if versus["significant"] else (" ?" if versus["significant"] is None else "")
+                ratios.append("n/a" if versus["ratio"] is None else f"{versus['ratio']:.2f}×{mark}")
+            table.add_row(*[escape(t) for t in _key_text(row, comparison["key"])],
+                          *[f"{m:,.3g}" for m in row["medians"]], *ratios)
+        console.print(table)
+        differing = sum(1 for r in comparison["rows"] for v in r["versus_first"] if v["significant"])
+        console.print(f"  {differing} of {len(comparison['rows'])} rows differ beyond noise "
+                      "(Mann–Whitney p < 0.05 and a gap larger than half the wider interquartile range; "
+                      "? = too few samples to tell)", markup=False)
+    for line in result["missing"]:
+        console.print(f"  {line}", markup=False)
+
+
+class CompareCommand(Command):
+    """Put two or more runs side by side: the same tables, one column per run, ratios to the first.
+
+    Each input is a run directory (results/<time>-<host>) or one results
+    document. A difference is flagged only when it stands out from the runs'
+    own spread. Overlaid plots go to --out (default results/compare-<time>).
+    """
+
+    name = "compare"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("inputs", nargs="+", type=Path, metavar="RUN", help="run directories or results documents")
+        parser.add_argument("--out", type=Path, metavar="DIR", help="where the overlaid plots go")
+        export.add_arguments(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        if len(args.inputs) < 2:
+            raise ResultsError("compare needs at least two runs")
+        runs = [load_input(path) for path in args.inputs]
+        names = [path.resolve().name if path.is_dir() else path.stem for path in args.inputs]
+        if len(set(names)) < len(names):
+            names = [f"{i + 1}:{name}" for i, name in enumerate(names)]
+        result = compare(runs, names)
+        if not result["experiments"]:
+            raise ResultsError("these runs have no experiment in common: " + "; ".join(result["missing"]))
+        out = args.out or args.results_dir / f"compare-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+        figures = []
+        if "costs" in result["experiments"]:
+            figures += plots.costs_bars(result["experiments"]["costs"], names, out)
+        if "scaling" in result["experiments"]:
+            figures += plots.scaling_curves(runs, names, out)
+        result["figures"] = [str(path) for path in figures]
+        render(result)
+        for path in export.export_requested(result, args):
+            console.print(f"Exported: {path}", markup=False)
+        if figures:
+            console.print(f"Plots: {out}", markup=False)
+        return exit_codes.OK

@@ -1,0 +1,26 @@
+"""Exports of a results document or a comparison: one module per format, one
+function each, `write(data, path)`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import csv_format, json_format, markdown_format
+
+FORMATS = {"json": json_format.write, "csv": csv_format.write, "markdown": markdown_format.write}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--export-json", type=Path, metavar="PATH", help="also write the data as JSON")
+    parser.add_argument("--export-csv", type=Path, metavar="PATH", help="also write its rows as CSV")
+    parser.add_argument("--export-markdown", type=Path, metavar="PATH", help="also write its tables as Markdown")
+
+
+def export_requested(data: dict, args) -> list[Path]:
+    written = []
+    for name, write in FORMATS.items():
+        path = getattr(args, f"export_{name}", None)
+        if path:
+            write(data, path)
+            written.append(path)
+    return written

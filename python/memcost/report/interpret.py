@@ -1,0 +1,76 @@
+"""Two or three plain sentences per experiment, generated from its numbers."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+def _largest(rows: list[dict], page: str, route: str = "os") -> Optional[dict]:
+    matching = [r for r in rows if r["page"] == page and r["route"] == route]
+    return max(matching, key=lambda r: r["size_bytes"]) if matching else None
+
+
+def costs(summary: dict) -> list[str]:
+    sentences = []
+    base = _largest(summary["rows"], "base")
+    if base:
+        share = 100 * base["fault_us_per_mb"] / base["total_us_per_mb"] if base["total_us_per_mb"] else 0
+        sentences.append(
+            f"First touch is the expensive part here: {base['fault_us_per_mb']:.0f} µs per MB on base pages "
+            f"({share:.0f} % of the {base['total_us_per_mb']:.0f} µs/MB total), while a timer around allocate and "
+            f"free alone sees {100 - base['missed_percent']:.2f} % of it.")
+        huge = [r for r in (_largest(summary["rows"], p) for p in ("thp", "hugetlb-2M", "hugetlb-1G")) if r]
+        if huge:
+            best = min(huge, key=lambda r: r["fault_us_per_mb"])
+            sentences.append(
+                f"On {best['page']} pages the same faults cost {best['fault_us_per_mb']:.0f} µs/MB "
+                f"({base['fault_us_per_mb'] / max(best['fault_us_per_mb'], 1e-9):.0f}× less): ask for huge pages "
+                "(MADV_HUGEPAGE, or memcost::make_big_array) for large buffers.")
+    reuse = (summary.get("reuse") or {}).get("routes", {}).get("os")
+    if reuse and reuse.get("ratio"):
+        sentences.append(f"Reusing a buffer instead of reallocating it every frame is {reuse['ratio']:.0f}× cheaper "
+                         "through the OS; keep big buffers alive.")
+    if summary.get("idle_verdict") and "more to fault in" in summary["idle_verdict"]:
+        sentences.append(summary["idle_verdict"][0].upper() + summary["idle_verdict"][1:] + ".")
+    return sentences
+
+
+def scaling(summary: dict) -> list[str]:
+    cases = summary["cases"]
+    if not cases:
+        return []
+    sentences = [summary["headline"][0].upper() + summary["headline"][1:] + "."]
+    merge = [c["marginal_ns_at_max"] for c in cases if c["shape"] == "mergeable"]
+    distinct = [c["marginal_ns_at_max"] for c in cases if c["shape"] == "distinct"]
+    if merge and distinct:
+        ratio = (sum(distinct) / len(distinct)) / (sum(merge) / len(merge))
+        sentences.append(f"Blocks that cannot merge into their neighbours' mappings cost {100 * (ratio - 1):.0f} % more "
+                         "per call and each one counts against vm.max_map_count.")
+    quadratic = [c for c in cases if c["complexity"] in ("O(n²)", "worse than O(n²)")]
+    if quadratic:
+        sentences.append(f"{len(quadratic)} case(s) grow quadratically: avoid that placement for many allocations.")
+    return sentences
+
+
+def bigarray(summary: dict) -> list[str]:
+    rows = summary["rows"]
+    if not rows:
+        return []
+    sentences = [summary["headline"][0].upper() + summary["headline"][1:] + "."]
+    choice = summary.get("auto_choice")
+    if choice and "zero" in choice:
+        sentences.append(f"memcost::make_big_array {choice['why']}, and ranked {choice['zero']['rank']} of "
+                         f"{choice['zero']['of']} for zero initialization.")
+    zero = [r for r in rows if r["init"] == "zero"]
+    if zero and summary.get("limit_gb_per_s"):
+        sentences.append(f"The best zero initialization reached {zero[0]['ratio_to_limit']:.0%} of this machine's "
+                         f"limit ({summary['limit_gb_per_s']:.1f} GB/s, a parallel memset of memory already faulted in).")
+    return sentences
+
+
+INTERPRETERS = {"costs": costs, "scaling": scaling, "bigarray": bigarray}
+
+
+def interpret(document: dict) -> list[str]:
+    interpreter = INTERPRETERS.get(document["experiment"])
+    return interpreter(document["summary"]) if interpreter else []

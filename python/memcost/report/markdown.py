@@ -1,0 +1,34 @@
+"""summary.md: the same tables in Markdown, for pasting into an issue or a chat."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..results import write_atomically
+from . import interpret, tables
+from .html import TITLES
+
+
+def table_markdown(caption: str, headings: list[str], rows: list[list[str]]) -> str:
+    escape = lambda text: str(text).replace("|", "\\|")  # noqa: E731
+    lines = [f"**{caption}**", "", "| " + " | ".join(escape(h) for h in headings) + " |",
+             "|" + "---|" * len(headings)]
+    lines += ["| " + " | ".join(escape(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render(documents: dict[str, dict]) -> str:
+    first = next(iter(documents.values()))
+    parts = [f"# memcost — {first['context'].get('host', '')}\n"]
+    for name, document in documents.items():
+        parts.append(f"## {TITLES.get(name, name)}\n")
+        parts += [sentence + "\n" for sentence in interpret.interpret(document)]
+        found = tables.info(document) if name == "info" else tables.tables_for(document)
+        parts += [table_markdown(*table) for table in found]
+    return "\n".join(parts)
+
+
+def write(documents: dict[str, dict], directory: Path) -> Path:
+    path = Path(directory) / "summary.md"
+    write_atomically(path, render(documents))
+    return path
