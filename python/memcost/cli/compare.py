@@ -41,7 +41,7 @@ def render(result: dict) -> None:
         for name in names:
             table.add_column(escape(name), justify="right")
         for name in names[1:]:
-            table.add_column(f"÷ {escape(names[0])}", justify="right")
+            table.add_column(f"{escape(name)} ÷ {escape(names[0])}", justify="right")
         for row in comparison["rows"]:
             ratios = []
             for versus in row["versus_first"]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jinja2
 
+from .. import plots
 from ..results import write_atomically
 from . import interpret, tables
 
@@ -58,6 +59,9 @@ TITLES = {"info": "The machine", "costs": "What a large allocation costs (costs)
 def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
     result = []
     for name, document in documents.items():
+        # Results copied without their figures (another machine, a test) get them redrawn.
+        if any(not (directory / figure).exists() for figure in document["summary"].get("figures", [])):
+            plots.draw(document, directory)
         images = []
         for figure in document["summary"].get("figures", []):
             path = directory / figure
