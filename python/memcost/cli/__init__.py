@@ -17,12 +17,13 @@ from .compare import CompareCommand
 from .costs import CostsCommand
 from .hugepages import HugepagesCommand
 from .info import InfoCommand
+from .monitor import MonitorCommand
 from .report import ReportCommand
 from .run import RunCommand
 from .scaling import ScalingCommand
 
 COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, BigarrayCommand,
-                                 ReportCommand, CompareCommand, HugepagesCommand]
+                                 ReportCommand, CompareCommand, MonitorCommand, HugepagesCommand]
 
 
 class _Parser(argparse.ArgumentParser):

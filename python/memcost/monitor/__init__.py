@@ -1,0 +1,1 @@
+"""Live page-fault and page-zeroing activity (Linux): readers of /proc, and the sampler."""

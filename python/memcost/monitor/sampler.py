@@ -1,0 +1,139 @@
+"""Two readings of the counters make one interval record of rates."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from . import procfs
+
+KERNEL_THREADS = {"kswapd": "kswapd", "khugepaged": "khugepaged", "kcompactd": "kcompactd", "kworker": "kworker"}
+MACHINE_RATES = {
+    # record name: (vmstat fields summed)
+    "major_faults_per_s": ("pgmajfault",),
+    "pages_allocated_per_s": ("pgalloc_dma", "pgalloc_dma32", "pgalloc_normal", "pgalloc_movable", "pgalloc_device"),
+    "pages_freed_per_s": ("pgfree",),
+    "thp_faults_per_s": ("thp_fault_alloc",),
+    "thp_fallbacks_per_s": ("thp_fault_fallback",),
+    "thp_collapses_per_s": ("thp_collapse_alloc",),
+    "compaction_stalls_per_s": ("compact_stall",),
+    "pages_reclaimed_per_s": ("pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged"),
+}
+PAGES_PER_MB = (1 << 20) // 4096
+
+
+@dataclass
+class Reading:
+    time_s: float
+    vmstat: dict
+    cpu: dict
+    processes: dict  # pid -> ProcessStat
+    hidden: int
+
+
+def _delta(before: Optional[int], after: Optional[int]) -> Optional[int]:
+    """A counter's growth; None when missing, or when it went backwards (wrap or reset)."""
+    if before is None or after is None or after < before:
+        return None
+    return after - before
+
+
+@dataclass
+class CostModel:
+    """µs of CPU per fault, from the newest `memcost costs` result of this machine."""
+    base_fault_us: Optional[float] = None
+    huge_fault_us: Optional[float] = None
+    source: Optional[str] = None
+
+    @classmethod
+    def load(cls, results_root: Path, host: Optional[str] = None) -> "CostModel":
+        host = host or socket.gethostname()
+        candidates = sorted(Path(results_root).glob("*/costs.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for path in candidates:
+            try:
+                document = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if document.get("context", {}).get("host") != host:
+                continue
+            rows = document.get("summary", {}).get("rows", [])
+            model = cls(source=str(path))
+            for page, per_mb in (("base", PAGES_PER_MB), ("thp", 0.5)):
+                matching = [r for r in rows if r["page"] == page and r["route"] == "os"]
+                if matching:
+                    largest = max(matching, key=lambda r: r["size_bytes"])
+                    value = max(largest["fault_us_per_mb"], 0.0) / per_mb
+                    setattr(model, "base_fault_us" if page == "base" else "huge_fault_us", value)
+            if model.base_fault_us is not None:
+                return model
+        return cls()
+
+
+@dataclass
+class Sampler:
+    pids: Optional[list[int]] = None  # None: every process
+    top: int = 5
+    cost: CostModel = field(default_factory=CostModel)
+
+    def read(self) -> Reading:
+        processes, hidden = {}, 0
+        for pid in (self.pids if self.pids is not None else procfs.all_pids()):
+            stat = procfs.process_stat(pid)
+            if stat is None:
+                hidden += 1
+            else:
+                processes[pid] = stat
+        return Reading(time.monotonic(), procfs.vmstat(), procfs.cpu_ticks(), processes, hidden)
+
+    def interval(self, before: Reading, after: Reading) -> dict:
+        seconds = max(after.time_s - before.time_s, 1e-9)
+        rate = lambda delta: None if delta is None else delta / seconds  # noqa: E731
+        machine = {}
+        for name, fields in MACHINE_RATES.items():
+            present = [f for f in fields if f in after.vmstat and f in before.vmstat]
+            deltas = [_delta(before.vmstat[f], after.vmstat[f]) for f in present]
+            machine[name] = None if not present or None in deltas else rate(sum(deltas))
+        faults = _delta(before.vmstat.get("pgfault"), after.vmstat.get("pgfault"))
+        major = _delta(before.vmstat.get("pgmajfault"), after.vmstat.get("pgmajfault")) or 0
+        machine["minor_faults_per_s"] = None if faults is None else rate(max(faults - major, 0))
+
+        ticks = lambda name: _delta(before.cpu.get(name), after.cpu.get(name))  # noqa: E731
+        percent_of_core = lambda t: None if t is None else 100.0 * t / procfs.TICKS_PER_S / seconds  # noqa: E731
+        cpu = {"system_percent": percent_of_core(ticks("system")), "steal_percent": percent_of_core(ticks("steal"))}
+        for family in KERNEL_THREADS:
+            total = 0
+            for pid, stat in after.processes.items():
+                old = before.processes.get(pid)
+                if old and stat.comm.startswith(family):
+                    total += max(stat.user_ticks + stat.system_ticks - old.user_ticks - old.system_ticks, 0)
+            cpu[f"{family}_percent"] = percent_of_core(total)
+
+        processes = []
+        for pid, stat in after.processes.items():
+            old = before.processes.get(pid)
+            if old is None or old.comm != stat.comm:
+                continue  # appeared during the interval, or a reused pid
+            processes.append({"pid": pid, "comm": stat.comm,
+                              "minor_faults_per_s": rate(max(stat.minor_faults - old.minor_faults, 0)),
+                              "major_faults_per_s": rate(max(stat.major_faults - old.major_faults, 0)),
+                              "rss_growth_bytes_per_s": rate(stat.rss_bytes - old.rss_bytes) if stat.rss_bytes >= old.rss_bytes
+                              else -rate(old.rss_bytes - stat.rss_bytes),
+                              "system_cpu_percent": percent_of_core(max(stat.system_ticks - old.system_ticks, 0))})
+        processes.sort(key=lambda p: p["minor_faults_per_s"], reverse=True)
+        return {"type": "interval", "time": time.time(), "interval_s": seconds, "machine": machine, "cpu": cpu,
+                "zeroing": self.zeroing(machine), "processes": processes[: self.top], "hidden_processes": after.hidden}
+
+    def zeroing(self, machine: dict) -> dict:
+        """Faults per second × this machine's measured cost per fault, as % of one core."""
+        if self.cost.base_fault_us is None:
+            return {"estimated_cpu_percent": None,
+                    "note": "no `memcost costs` result for this machine: run `memcost costs --quick` to measure the cost per fault"}
+        huge = machine.get("thp_faults_per_s") or 0.0
+        small = max((machine.get("minor_faults_per_s") or 0.0) - huge, 0.0)
+        microseconds = small * self.cost.base_fault_us + huge * (self.cost.huge_fault_us or 0.0)
+        return {"estimated_cpu_percent": microseconds / 1e4, "base_fault_us": self.cost.base_fault_us,
+                "huge_fault_us": self.cost.huge_fault_us, "source": self.cost.source}

@@ -1,0 +1,126 @@
+"""`memcost monitor`: lifetime totals of a command, records, the Prometheus endpoint, robustness."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import run_memcost
+from memcost import exit_codes
+from memcost.monitor.sampler import CostModel, Reading, Sampler
+
+MACHINE_KEYS = {"minor_faults_per_s", "major_faults_per_s", "pages_allocated_per_s", "pages_freed_per_s",
+                "thp_faults_per_s", "thp_fallbacks_per_s", "thp_collapses_per_s", "compaction_stalls_per_s",
+                "pages_reclaimed_per_s"}
+CPU_KEYS = {"system_percent", "steal_percent", "kswapd_percent", "khugepaged_percent", "kcompactd_percent",
+            "kworker_percent"}
+
+
+@pytest.fixture(scope="module")
+def faulter(tmp_path_factory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        pytest.skip("no C compiler")
+    program = tmp_path_factory.mktemp("bin") / "fault_512m"
+    subprocess.run([compiler, "-O2", "-o", str(program), str(Path(__file__).parent / "data" / "fault_512m.c")], check=True)
+    return program
+
+
+def _records(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def test_a_commands_lifetime_faults_are_counted(tmp_path, faulter):
+    result = run_memcost("--results-dir", str(tmp_path), "monitor", "--json", "--interval", "0.2", "--", str(faulter))
+    assert result.returncode == 0, result.stderr
+    records = _records(result.stdout)
+    total = records[-1]
+    assert total["type"] == "total" and total["exit_code"] == 0
+    assert total["minor_faults"] == pytest.approx(131072, rel=0.02)
+    assert total["system_cpu_s"] > 0
+    for record in records[:-1]:
+        assert record["type"] == "interval"
+        assert set(record["machine"]) == MACHINE_KEYS and set(record["cpu"]) == CPU_KEYS
+
+
+def test_once_json_is_one_valid_record(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "monitor", "--once", "--json", "--interval", "0.3")
+    assert result.returncode == 0, result.stderr
+    [record] = _records(result.stdout)
+    assert record["interval_s"] == pytest.approx(0.3, abs=0.2)
+    assert record["machine"]["minor_faults_per_s"] >= 0
+    assert record["zeroing"]["estimated_cpu_percent"] is None
+    assert "memcost costs --quick" in record["zeroing"]["note"]
+    assert isinstance(record["processes"], list)
+
+
+def test_a_vanished_pid_does_not_crash_it(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "monitor", "--once", "--json", "--interval", "0.1",
+                         "--pid", "4000000")
+    assert result.returncode == 0, result.stderr
+    [record] = _records(result.stdout)
+    assert record["processes"] == [] and record["hidden_processes"] == 1
+
+
+def test_unknown_flags_exit_2():
+    assert run_memcost("monitor", "--bogus").returncode == exit_codes.BAD_ARGUMENTS
+    assert run_memcost("monitor", "--serve", "nonsense").returncode == exit_codes.BAD_ARGUMENTS
+
+
+def test_prometheus_endpoint_answers_on_loopback(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "monitor", "--json",
+                                "--interval", "0.3", "--duration", "6", "--serve", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        text = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "memcost_page_faults_per_second{" not in text:
+            time.sleep(0.3)
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+            except OSError:
+                continue
+    finally:
+        process.wait(timeout=30)
+    for name in ("memcost_page_faults_per_second{kind=\"minor\"}", "memcost_pages_allocated_per_second",
+                 "memcost_cpu_percent{kind=\"system\"}", "memcost_kernel_thread_cpu_percent{family=\"kswapd\"}",
+                 "memcost_thp_events_per_second{event=\"fault_alloc\"}"):
+        assert name in text, name
+    assert process.returncode == 0
+
+
+def _reading(vmstat, cpu=None, t=0.0):
+    return Reading(t, vmstat, cpu or {"system": 0, "steal": 0}, {}, 0)
+
+
+def test_counter_wrap_and_missing_fields_give_no_value_not_nonsense():
+    sampler = Sampler(pids=[])
+    before = _reading({"pgfault": 1000, "pgmajfault": 0, "pgfree": 5000}, t=0.0)
+    after = _reading({"pgfault": 3000, "pgmajfault": 0, "pgfree": 10}, t=1.0)  # pgfree went backwards
+    record = sampler.interval(before, after)
+    assert record["machine"]["minor_faults_per_s"] == pytest.approx(2000)
+    assert record["machine"]["pages_freed_per_s"] is None
+    assert record["machine"]["thp_faults_per_s"] is None  # this "kernel" has no THP counters
+
+
+def test_zeroing_estimate_uses_the_measured_cost(tmp_path):
+    run = tmp_path / "20260101T000000Z-box"
+    run.mkdir()
+    rows = [{"page": "base", "route": "os", "size_bytes": 1 << 30, "fault_us_per_mb": 512.0},
+            {"page": "thp", "route": "os", "size_bytes": 1 << 30, "fault_us_per_mb": 50.0}]
+    (run / "costs.json").write_text(json.dumps({"context": {"host": "box"}, "summary": {"rows": rows}}))
+    model = CostModel.load(tmp_path, host="box")
+    assert model.base_fault_us == pytest.approx(2.0) and model.huge_fault_us == pytest.approx(100.0)
+    estimate = Sampler(pids=[], cost=model).zeroing({"minor_faults_per_s": 10000.0, "thp_faults_per_s": 100.0})
+    # 9,900 base faults × 2 µs + 100 huge faults × 100 µs = 29,800 µs per second = 2.98 % of a core
+    assert estimate["estimated_cpu_percent"] == pytest.approx(2.98)
+    assert CostModel.load(tmp_path, host="another").base_fault_us is None
