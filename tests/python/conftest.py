@@ -1,6 +1,8 @@
 import json
 import os
+import signal
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -26,3 +28,15 @@ def run_memcost(*args: str, cwd: Path | None = None, env: dict | None = None) ->
 def run_probe(*args: str) -> subprocess.CompletedProcess:
     from memcost.probe import probe_path
     return subprocess.run([str(probe_path()), *args], capture_output=True, text=True, timeout=600)
+
+
+def interrupt(process: subprocess.Popen, after_s: float) -> str:
+    """Let a running memcost work for `after_s` seconds, press Ctrl-C, wait for it; its stderr."""
+    try:
+        time.sleep(after_s)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return stderr

@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from conftest import run_memcost, run_probe
+from conftest import interrupt, run_memcost, run_probe
 from memcost import exit_codes
 from memcost.results import load_document
 
@@ -153,17 +152,12 @@ def test_reserved_pool_is_restored_after_sigint(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "costs", "--pages",
                                 "hugetlb-2M", "--routes", "os", "--parts", "rows", "--sizes", "16M", "--reps", "1000",
                                 "--reserve-hugepages", "16M"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while _pool_pages() == original and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _pool_pages() > original, "the pool never grew"
-        time.sleep(1.0)  # into the measurement
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    deadline = time.monotonic() + 60
+    while _pool_pages() == original and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grew = _pool_pages() > original
+    stderr = interrupt(process, after_s=1.0)  # into the measurement
+    assert grew, "the pool never grew"
     assert process.returncode == exit_codes.INTERRUPTED, stderr
     assert _pool_pages() == original
     assert not list(tmp_path.rglob("costs.json"))

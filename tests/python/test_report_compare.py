@@ -5,10 +5,8 @@ import base64
 import copy
 import io
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +15,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from conftest import run_memcost
+from conftest import interrupt, run_memcost
 from memcost import exit_codes
 from memcost.analysis.compare import difference
 
@@ -176,16 +174,10 @@ def test_report_renders_in_headless_chromium(run_a, tmp_path):
 def test_interrupted_run_keeps_finished_results_and_writes_a_report(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "run", "--only",
                                 "info,costs"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.glob("*/info.json")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(2.0)  # into the costs experiment
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("*/info.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stderr = interrupt(process, after_s=2.0)  # into the costs experiment
     assert process.returncode == exit_codes.INTERRUPTED, stderr
     run = tmp_path / "latest"
     assert json.loads((run / "info.json").read_text())["experiment"] == "info"

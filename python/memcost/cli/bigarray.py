@@ -20,7 +20,7 @@ from ..results import RunDirectory, make_document
 from ..runner import run_with_progress
 from ..units import format_bytes
 from . import arguments
-from .base import Command
+from .base import Command, print_closing
 
 INITS = ["zero", "value"]
 # Other allocators, preloaded into the probe when their library is installed.
@@ -149,13 +149,7 @@ def render(document: dict) -> None:
                 console.print(f"  {init}: rank {placed['rank']} of {placed['of']}, "
                               f"{placed['slower_than_fastest_percent']:+.0f}% against the fastest ({placed['fastest']})",
                               markup=False)
-    if document["warnings"]:
-        console.print("[bold]Warnings[/bold]")
-        for warning in document["warnings"]:
-            console.print(f" • {warning['message']}", markup=False)
-    if summary.get("headline"):
-        console.print(f"\n[bold]In short:[/bold] {summary['headline']}")
-    console.print(f"Results: {document['path']}", markup=False)
+    print_closing(document)
 
 
 class BigarrayCommand(Command):

@@ -17,7 +17,7 @@ from ..results import RunDirectory, make_document
 from ..runner import run_with_progress
 from ..units import format_bytes, short_size
 from . import arguments
-from .base import Command
+from .base import Command, print_closing
 
 PAGES = ["base", "thp", "hugetlb-2M", "hugetlb-1G"]
 ROUTES = ["os", "malloc", "new"]
@@ -156,13 +156,7 @@ def render(document: dict) -> None:
         console.print(table)
         if summary.get("idle_verdict"):
             console.print(f"  {summary['idle_verdict']}", markup=False)
-    if document["warnings"]:
-        console.print("[bold]Warnings[/bold]")
-        for warning in document["warnings"]:
-            console.print(f" • {warning['message']}", markup=False)
-    if summary.get("headline"):
-        console.print(f"\n[bold]In short:[/bold] {summary['headline']}")
-    console.print(f"Results: {document['path']}", markup=False)
+    print_closing(document)
 
 
 class CostsCommand(Command):

@@ -20,7 +20,7 @@ from ..results import RunDirectory, make_document, write_atomically
 from ..runner import run_with_progress
 from ..units import format_bytes
 from . import arguments
-from .base import Command
+from .base import Command, print_closing
 
 SHAPES = ["mergeable", "distinct"]
 COMMITS = ["reserve", "commit"]
@@ -124,13 +124,7 @@ def render(document: dict) -> None:
     console.print(table)
     for case in document["summary"]["cases"]:
         console.print(f"  {case['label']}: {case['verdict']}", markup=False)
-    if document["warnings"]:
-        console.print("[bold]Warnings[/bold]")
-        for warning in document["warnings"]:
-            console.print(f" • {warning['message']}", markup=False)
-    if document["summary"].get("headline"):
-        console.print(f"\n[bold]In short:[/bold] {document['summary']['headline']}")
-    console.print(f"Results: {document['path']}", markup=False)
+    print_closing(document)
 
 
 class ScalingCommand(Command):
