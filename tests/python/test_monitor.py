@@ -124,3 +124,12 @@ def test_zeroing_estimate_uses_the_measured_cost(tmp_path):
     # 9,900 base faults × 2 µs + 100 huge faults × 100 µs = 29,800 µs per second = 2.98 % of a core
     assert estimate["estimated_cpu_percent"] == pytest.approx(2.98)
     assert CostModel.load(tmp_path, host="another").base_fault_us is None
+
+
+def test_a_command_still_running_at_the_end_is_stopped_and_accounted(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "monitor", "--json", "--interval", "0.2", "--duration", "0.5",
+                         "--", "sleep", "30")
+    assert result.returncode == 0, result.stderr
+    total = _records(result.stdout)[-1]
+    assert total["type"] == "total" and total["exit_code"] == -15  # SIGTERM
+    assert total["elapsed_s"] < 10

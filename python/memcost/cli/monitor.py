@@ -6,6 +6,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -104,8 +105,8 @@ class MonitorCommand(Command):
             raise ResultsError("--interval must be more than 0 seconds")
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         child: Optional[subprocess.Popen] = subprocess.Popen(command) if command else None
-        pids = ([child.pid] if child else None) if not args.pid else list(args.pid) + ([child.pid] if child else [])
-        sampler = Sampler(pids=pids, top=args.top, cost=CostModel.load(args.results_dir))
+        pids = list(args.pid or []) + ([child.pid] if child else [])
+        sampler = Sampler(pids=pids or None, top=args.top, cost=CostModel.load(args.results_dir))
         exporter = None
         if args.serve:
             from ..monitor.prometheus import Exporter
@@ -156,11 +157,15 @@ class MonitorCommand(Command):
                 csv_file.close()
         if child:
             if ended is None:
-                # Stopped first (--duration, --once, Ctrl-C): the command gets the same end.
-                if child.poll() is None:
-                    child.terminate()
+                # Stopped first (--duration, --once, Ctrl-C): the command gets the same end. Not
+                # Popen.terminate(), which may reap the child and lose its accounting to wait4.
+                try:
+                    os.kill(child.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
                 _, status, usage = os.wait4(child.pid, 0)
                 ended = (status, usage)
+            child.returncode = os.waitstatus_to_exitcode(ended[0])
             total = child_total(command, ended, started)
             if args.json:
                 print(json.dumps(total), flush=True)
