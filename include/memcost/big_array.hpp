@@ -90,6 +90,18 @@ struct zero_is_valid<std::atomic<T>> : zero_is_valid<T> {};
 template <class T>
 inline constexpr bool zero_is_valid_v = zero_is_valid<T>::value;
 
+// bytes_copyable<T>: the promise that the bytes of a T, copied into fresh
+// storage, make a valid object equal to the original. True for trivially
+// copyable types and std::atomic of them; a class of atomics may opt in like
+// zero_is_valid (and must be trivially destructible). fill() then writes the
+// value's bytes instead of calling the copy constructor for every element.
+template <class T>
+struct bytes_copyable : std::bool_constant<std::is_trivially_copyable_v<T>> {};
+template <class T>
+struct bytes_copyable<std::atomic<T>> : std::bool_constant<std::is_trivially_copyable_v<T>> {};
+template <class T>
+inline constexpr bool bytes_copyable_v = bytes_copyable<T>::value;
+
 // Kinds of initialization.
 struct zero_t {};
 inline constexpr zero_t zero{};  // all bytes zero (needs zero_is_valid<T>)
@@ -259,6 +271,8 @@ template <class T, class Init = construct_t>
                 "memcost::zero needs zero_is_valid<T>: all-zero bytes must be a valid T");
   static_assert(!zero_is_valid_v<T> || std::is_trivially_destructible_v<T>,
                 "a zero_is_valid type must be trivially destructible");
+  static_assert(!bytes_copyable_v<T> || std::is_trivially_destructible_v<T>,
+                "a bytes_copyable type must be trivially destructible");
   static_assert(!std::is_same_v<Init, uninitialized_t> || std::is_trivially_default_constructible_v<T>,
                 "memcost::uninitialized is for trivially default-constructible types");
   big_array<T> array;
@@ -282,9 +296,16 @@ template <class T, class Init = construct_t>
     if constexpr (std::is_same_v<Init, construct_t>) {
       work = [base](std::size_t first, std::size_t last) { std::uninitialized_value_construct(base + first, base + last); };
     } else if constexpr (requires { init.value; }) {
-      work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
-        std::uninitialized_fill(base + first, base + last, value);
-      };
+      if constexpr (bytes_copyable_v<T> && std::is_trivially_destructible_v<T>) {
+        array.constructed_ = false;
+        work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
+          for (std::size_t i = first; i < last; ++i) std::memcpy(static_cast<void*>(base + i), &value, sizeof(T));
+        };
+      } else {
+        work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
+          std::uninitialized_fill(base + first, base + last, value);
+        };
+      }
     } else {
       work = [base, function = init.function](std::size_t first, std::size_t last) {
         // Elements constructed so far are destroyed if one throws, as std::uninitialized_* do.

@@ -30,6 +30,10 @@ struct WorkItem {
   std::atomic<std::uint8_t> state{0};
   std::uint8_t pad[7]{};
   std::uint64_t payload{0};
+  WorkItem() = default;
+  WorkItem(const WorkItem& other) : state(other.state.load()), payload(other.payload) {
+    std::memcpy(pad, other.pad, sizeof pad);
+  }
 };
 
 bool hugetlb_pool_empty(std::size_t page) {
@@ -43,6 +47,8 @@ bool hugetlb_pool_empty(std::size_t page) {
 
 template <>
 struct memcost::zero_is_valid<WorkItem> : std::true_type {};
+template <>
+struct memcost::bytes_copyable<WorkItem> : std::true_type {};
 
 class BigArrayPages : public ::testing::TestWithParam<pages> {};
 
@@ -94,6 +100,20 @@ TEST(BigArray, WorkItemsValueInitializeWithoutAConstructorPass) {
   auto items = make_big_array<WorkItem>(1 << 20);
   EXPECT_EQ(items.report().initialization, "populate");
   EXPECT_TRUE(std::all_of(items.begin(), items.end(), [](const WorkItem& w) { return w.state.load() == 0 && w.payload == 0; }));
+}
+
+TEST(BigArray, BytesCopyableWorkItemsFillWithTheValue) {
+  constexpr std::size_t n = (3 * MiB) / sizeof(WorkItem) + 7;
+  WorkItem value;
+  value.state.store(3);
+  value.pad[6] = 9;
+  value.payload = 0x1122334455667788ULL;
+  auto items = make_big_array<WorkItem>(n, fill(value));
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(items[i].state.load(), 3) << i;
+    ASSERT_EQ(items[i].pad[6], 9) << i;
+    ASSERT_EQ(items[i].payload, 0x1122334455667788ULL) << i;
+  }
 }
 
 TEST(BigArray, AutomaticFallsBackAndSaysWhy) {

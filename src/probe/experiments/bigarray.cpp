@@ -44,9 +44,12 @@ static_assert(sizeof(WorkItem) == 16);
 }  // namespace
 }  // namespace memcost::probe
 
-// All-zero bytes are a valid WorkItem equal to WorkItem{}: big_array may skip the constructors.
+// All-zero bytes are a valid WorkItem equal to WorkItem{}, and a WorkItem's bytes
+// copied make an equal WorkItem: big_array may skip constructors and copy bytes.
 template <>
 struct memcost::zero_is_valid<memcost::probe::WorkItem> : std::true_type {};
+template <>
+struct memcost::bytes_copyable<memcost::probe::WorkItem> : std::true_type {};
 
 namespace memcost::probe {
 namespace {
