@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager, nullcontext
 from typing import Optional
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -13,20 +14,49 @@ from .probe import ProbeRun, run_probe
 PLAIN_PROGRESS_EVERY_S = 10.0
 
 
+# `memcost run` shares one display across its experiments: (progress, overall task).
+_suite: Optional[tuple[Progress, object]] = None
+
+COLUMNS = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[label]}"),
+           TimeElapsedColumn(), TimeRemainingColumn())
+
+
+@contextmanager
+def suite_progress(experiments: int):
+    """One progress display for a whole `memcost run` (an overall bar above each experiment's
+    own); yields the function that marks an experiment done. Without a terminal there is no
+    display: the run's plain lines say where it is."""
+    global _suite
+    if not console.is_terminal:
+        yield lambda name: None
+        return
+    with Progress(*COLUMNS, console=console) as progress:
+        overall = progress.add_task("memcost run", total=experiments, label="")
+        _suite = (progress, overall)
+        try:
+            yield lambda name: progress.update(overall, advance=1, label=f"{name} done")
+        finally:
+            _suite = None
+
+
 def run_with_progress(experiment: str, arguments: list[str], title: str, env: Optional[dict] = None,
                       global_arguments: Optional[list[str]] = None) -> ProbeRun:
-    """A rich progress bar on a terminal; a plain line every few seconds otherwise.
-    Warnings are collected in the run; the command prints them with its results."""
+    """A rich progress bar on a terminal (inside `memcost run`'s display when there is one);
+    a plain line every few seconds otherwise. Warnings are collected in the run; the command
+    prints them with its results."""
+    shared = _suite[0] if _suite else None
     if console.is_terminal:
-        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[label]}"), TimeElapsedColumn(), TimeRemainingColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
+        progress = shared or Progress(*COLUMNS, console=console, transient=True)
+        with (nullcontext() if shared else progress):
             task = progress.add_task(title, total=None, label="")
 
             def on_progress(done: int, total: int, label: str) -> None:
                 progress.update(task, completed=done, total=total, label=label)
-
-            return run_probe(experiment, arguments, global_arguments=global_arguments, on_progress=on_progress, env=env)
+            try:
+                return run_probe(experiment, arguments, global_arguments=global_arguments, on_progress=on_progress,
+                                 env=env)
+            finally:
+                progress.remove_task(task)
 
     started = time.monotonic()
     last_line = [0.0]

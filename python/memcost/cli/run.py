@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -11,6 +12,7 @@ from rich.table import Table
 from .. import exit_codes
 from ..console import console, fail
 from ..results import RunDirectory
+from ..runner import suite_progress
 from . import arguments, bigarray, costs, info, scaling
 from .base import Command
 from .report import write_report
@@ -89,11 +91,15 @@ class RunCommand(Command):
         directory = RunDirectory(args.results_dir)
         chosen = [e for e in SUITE if (args.only is None or e.name in args.only) and e.name not in args.skip]
         findings = []
+        started = time.monotonic()
         try:
-            for entry in chosen:
-                console.rule(f"[bold]{entry.name}")
-                document = entry.run(directory, args.full)
-                findings.append((entry.name, entry.headline(document) or "", document["path"]))
+            with suite_progress(len(chosen)) as experiment_done:
+                for number, entry in enumerate(chosen, start=1):
+                    console.rule(f"[bold]{entry.name}[/bold] ({number} of {len(chosen)}, "
+                                 f"{time.monotonic() - started:.0f} s into the run)")
+                    document = entry.run(directory, args.full)
+                    findings.append((entry.name, entry.headline(document) or "", document["path"]))
+                    experiment_done(entry.name)
         except KeyboardInterrupt:
             # Finished experiments keep their results, and get their report.
             if directory.path is not None and findings:
