@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 from . import exit_codes
 from .probe import ProbeFailed, run_probe
@@ -55,3 +57,16 @@ class PoolReservation:
     def __exit__(self, *exc_info) -> None:
         if self.before and self.after and self.after["total_pages"] != self.before["total_pages"]:
             set_pool(self.page_size_bytes, self.before["total_pages"])
+
+
+@contextmanager
+def reserved_for_run(size_bytes: Optional[int], page_size: str, params: dict) -> Iterator[None]:
+    """With a size, a PoolReservation around the run, its pool before and during noted in
+    `params`; without one, nothing."""
+    if not size_bytes:
+        yield
+        return
+    with PoolReservation(size_bytes, PAGE_SIZES[page_size]) as reservation:
+        params["hugepage_pool_before"] = reservation.before
+        params["hugepage_pool_during"] = reservation.after
+        yield

@@ -100,21 +100,18 @@ def classify(n: np.ndarray, ns: np.ndarray, max_count: Optional[int] = None) -> 
                               f"{growth_high:+.0%})")
     elif growth_low >= FLAT_GROWTH and result["exponent_ci"] is not None:
         k_low, k_high = result["exponent_ci"]
-        k = result["exponent_k"]
+        k_text = f"k = {result['exponent_k']:.2f}, 95 % interval {k_low:.2f} to {k_high:.2f}"
         if 0.7 <= k_low and k_high <= 1.3:
-            result.update(complexity="O(n²)", verdict=f"O(n²): each call costs more the more are outstanding "
-                                                     f"(k = {k:.2f}, 95 % interval {k_low:.2f} to {k_high:.2f})")
+            result.update(complexity="O(n²)", verdict=f"O(n²): each call costs more the more are outstanding ({k_text})")
         elif k_low > 1.3:
             result.update(complexity="worse than O(n²)",
-                          verdict=f"worse than O(n²): the cost per call grows faster than the count "
-                                  f"(k = {k:.2f}, 95 % interval {k_low:.2f} to {k_high:.2f})")
+                          verdict=f"worse than O(n²): the cost per call grows faster than the count ({k_text})")
         elif k_high < 0.6:
-            result.update(complexity="O(n log n)", verdict=f"O(n log n): the cost per call grows slowly with the count "
-                                                          f"(k = {k:.2f}, 95 % interval {k_low:.2f} to {k_high:.2f})")
+            result.update(complexity="O(n log n)",
+                          verdict=f"O(n log n): the cost per call grows slowly with the count ({k_text})")
         else:
             result.update(complexity="inconclusive",
-                          verdict=f"inconclusive: the cost grows but k = {k:.2f} (95 % interval {k_low:.2f} to "
-                                  f"{k_high:.2f}) fits no class; {RERUN_HINT}")
+                          verdict=f"inconclusive: the cost grows, but no class fits ({k_text}); {RERUN_HINT}")
     elif growth_high < SUBQUADRATIC_GROWTH:
         # The verdict rests on the growth interval; k of a rise this small would mislead.
         result.update(exponent_k=None, exponent_ci=None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
+from ..hugepool import PAGE_SIZES
 from ..units import parse_size, parse_size_list
 
 
@@ -22,24 +23,33 @@ def size_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(error)) from error
 
 
-def positive_int(text: str) -> int:
+def _whole_number(text: str, minimum: int, wording: str) -> int:
     try:
         value = int(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from error
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"'{text}' must be {wording}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1, "at least 1")
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from error
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"'{text}' must be 0 or more")
-    return value
+    return _whole_number(text, 0, "0 or more")
+
+
+def add_budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--budget", type=size, metavar="SIZE", help="memory budget (default 80%% of available memory)")
+
+
+def add_hugepage_reservation(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reserve-hugepages", type=size, metavar="SIZE",
+                        help="as root: grow the hugetlb pool by SIZE for this run, restored afterwards")
+    parser.add_argument("--hugepage-size", choices=sorted(PAGE_SIZES), default="2M",
+                        help="page size of the pool --reserve-hugepages grows (default 2M)")
 
 
 def choice_list(choices: list[str]) -> Callable[[str], list[str]]:

@@ -14,7 +14,7 @@ from rich.table import Table
 from .. import exit_codes, export
 from ..analysis import bigarray as analysis
 from ..console import console
-from ..hugepool import PAGE_SIZES, PoolReservation
+from ..hugepool import reserved_for_run
 from ..plots import bigarray as plots
 from ..results import RunDirectory, make_document
 from ..runner import run_with_progress
@@ -83,11 +83,28 @@ def _variants(options: BigarrayOptions) -> tuple[list[tuple[str, dict]], list[di
     return variants, notes
 
 
-def _measure(options: BigarrayOptions, directory: RunDirectory, title: str) -> dict:
-    run = run_with_progress("bigarray", options.probe_arguments(), title)
-    samples, warnings = list(run.samples), list(run.warnings)
+def measure(options: BigarrayOptions, directory: RunDirectory, title: str = "bigarray") -> dict:
     variants, notes = _variants(options)
-    warnings += notes
+    params = {"size": options.size, "inits": options.inits, "strategies": options.strategies, "reps": options.reps,
+              "allocators": [label for label, _ in variants], "budget": options.budget,
+              "reserve_hugepages": options.reserve_hugepages, "hugepage_size": options.hugepage_size}
+    with reserved_for_run(options.reserve_hugepages, options.hugepage_size, params):
+        run, samples = _run_all(options, variants, title)
+    warnings = list(run.warnings) + notes
+    summary = analysis.summarize(samples)
+    host = run.context.get("host", "")
+    figures = plots.strategies_chart(summary, host, directory.directory_for(host))
+    summary["figures"] = [path.name for path in figures]
+    warnings += summary_warnings(summary)
+    document = make_document("bigarray", run.context, params, samples, summary, warnings)
+    document["path"] = str(directory.write(document))
+    return document
+
+
+def _run_all(options: BigarrayOptions, variants: list[tuple[str, dict]], title: str):
+    """The main probe run, then the libc strategies again for each allocator variant."""
+    run = run_with_progress("bigarray", options.probe_arguments(), title)
+    samples = list(run.samples)
     for label, extra_env in variants:
         # Zero-init only: the allocator decides how memory arrives; the value pass is the same code.
         variant = BigarrayOptions(size=options.size, inits=["zero"], strategies=options.strategies, reps=options.reps,
@@ -95,25 +112,7 @@ def _measure(options: BigarrayOptions, directory: RunDirectory, title: str) -> d
         extra = run_with_progress("bigarray", variant.probe_arguments() + ["--libc-only", "--label", label],
                                   f"{title} ({label})", env={**os.environ, **extra_env})
         samples += extra.samples
-    summary = analysis.summarize(samples)
-    host = run.context.get("host", "")
-    figures = plots.strategies_chart(summary, host, directory.directory_for(host))
-    summary["figures"] = [path.name for path in figures]
-    params = {"size": options.size, "inits": options.inits, "strategies": options.strategies, "reps": options.reps,
-              "allocators": [label for label, _ in variants], "budget": options.budget,
-              "reserve_hugepages": options.reserve_hugepages, "hugepage_size": options.hugepage_size}
-    for warning in summary_warnings(summary):
-        warnings.append(warning)
-    document = make_document("bigarray", run.context, params, samples, summary, warnings)
-    document["path"] = str(directory.write(document))
-    return document
-
-
-def measure(options: BigarrayOptions, directory: RunDirectory, title: str = "bigarray") -> dict:
-    if options.reserve_hugepages:
-        with PoolReservation(options.reserve_hugepages, PAGE_SIZES[options.hugepage_size]):
-            return _measure(options, directory, title)
-    return _measure(options, directory, title)
+    return run, samples
 
 
 def summary_warnings(summary: dict) -> list[dict]:
@@ -174,11 +173,8 @@ class BigarrayCommand(Command):
                             help="repetitions per strategy (default 1: at 8 GiB each takes seconds)")
         parser.add_argument("--no-allocators", action="store_true", help="skip the runs under other allocators")
         parser.add_argument("--quick", action="store_true", help="1 GiB, as `memcost run` does")
-        parser.add_argument("--budget", type=arguments.size, metavar="SIZE",
-                            help="memory budget (default 80%% of available memory)")
-        parser.add_argument("--reserve-hugepages", type=arguments.size, metavar="SIZE",
-                            help="as root: grow the hugetlb pool by SIZE for this run, restored afterwards")
-        parser.add_argument("--hugepage-size", choices=sorted(PAGE_SIZES), default="2M")
+        arguments.add_budget(parser)
+        arguments.add_hugepage_reservation(parser)
         export.add_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -190,6 +186,5 @@ class BigarrayCommand(Command):
         options.budget, options.reserve_hugepages, options.hugepage_size = args.budget, args.reserve_hugepages, args.hugepage_size
         document = measure(options, RunDirectory(args.results_dir))
         render(document)
-        for path in export.export_requested(document, args):
-            console.print(f"Exported: {path}", markup=False)
+        export.export_requested(document, args)
         return exit_codes.OK

@@ -91,8 +91,7 @@ class CompareCommand(Command):
             figures += plots.scaling_curves(runs, names, out)
         result["figures"] = [str(path) for path in figures]
         render(result)
-        for path in export.export_requested(result, args):
-            console.print(f"Exported: {path}", markup=False)
+        export.export_requested(result, args)
         if figures:
             console.print(f"Plots: {out}", markup=False)
         return exit_codes.OK

@@ -11,7 +11,7 @@ from rich.table import Table
 from .. import exit_codes, export
 from ..analysis import costs as analysis
 from ..console import console
-from ..hugepool import PAGE_SIZES, PoolReservation
+from ..hugepool import reserved_for_run
 from ..plots import costs as plots
 from ..results import RunDirectory, make_document
 from ..runner import run_with_progress
@@ -64,9 +64,6 @@ class CostsOptions:
 
 def measure(options: CostsOptions, directory: RunDirectory, title: str = "costs") -> dict:
     """Run the probe, summarize, draw, and store the results document."""
-    reservation = None
-    if options.reserve_hugepages:
-        reservation = PoolReservation(options.reserve_hugepages, PAGE_SIZES[options.hugepage_size])
     params = {"sizes": options.sizes, "pages": options.pages, "routes": options.routes, "parts": options.parts,
               "reps": options.reps,
               "warmup": options.warmup, "frames": options.frames, "threads_size": options.threads_size,
@@ -74,12 +71,7 @@ def measure(options: CostsOptions, directory: RunDirectory, title: str = "costs"
               "idle_reps": options.idle_reps,
               "budget": options.budget, "reserve_hugepages": options.reserve_hugepages,
               "hugepage_size": options.hugepage_size}
-    if reservation:
-        with reservation:
-            run = run_with_progress("costs", options.probe_arguments(), title)
-        params["hugepage_pool_before"] = reservation.before
-        params["hugepage_pool_during"] = reservation.after
-    else:
+    with reserved_for_run(options.reserve_hugepages, options.hugepage_size, params):
         run = run_with_progress("costs", options.probe_arguments(), title)
     summary = analysis.summarize(run.samples)
     summary["headline"] = analysis.headline(summary)
@@ -193,12 +185,8 @@ class CostsCommand(Command):
         parser.add_argument("--idle-seconds", type=float, metavar="S",
                             help="how long memory stays free in the idle part (default 4)")
         parser.add_argument("--quick", action="store_true", help="two sizes and five repetitions, as `memcost run` does")
-        parser.add_argument("--budget", type=arguments.size, metavar="SIZE",
-                            help="memory budget (default 80%% of available memory)")
-        parser.add_argument("--reserve-hugepages", type=arguments.size, metavar="SIZE",
-                            help="as root: grow the hugetlb pool by SIZE for this run, restored afterwards")
-        parser.add_argument("--hugepage-size", choices=sorted(PAGE_SIZES), default="2M",
-                            help="page size of the pool --reserve-hugepages grows (default 2M)")
+        arguments.add_budget(parser)
+        arguments.add_hugepage_reservation(parser)
         export.add_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -211,6 +199,5 @@ class CostsCommand(Command):
         options.budget, options.reserve_hugepages, options.hugepage_size = args.budget, args.reserve_hugepages, args.hugepage_size
         document = measure(options, RunDirectory(args.results_dir))
         render(document)
-        for path in export.export_requested(document, args):
-            console.print(f"Exported: {path}", markup=False)
+        export.export_requested(document, args)
         return exit_codes.OK

@@ -152,8 +152,7 @@ class ScalingCommand(Command):
                             help="reserve, commit (default both)")
         parser.add_argument("--reps", type=arguments.positive_int, help="sweeps per case (default 2; --quick 1)")
         parser.add_argument("--quick", action="store_true", help="a short sweep, as `memcost run` does")
-        parser.add_argument("--budget", type=arguments.size, metavar="SIZE",
-                            help="memory budget (default 80%% of available memory)")
+        arguments.add_budget(parser)
         parser.add_argument("--csv", type=Path, metavar="FILE",
                             help="also write the raw sweep (count, case, alloc and free seconds) to FILE")
         export.add_arguments(parser)
@@ -168,8 +167,7 @@ class ScalingCommand(Command):
         if args.csv:
             write_csv(document, args.csv)
         render(document)
-        for path in export.export_requested(document, args):
-            console.print(f"Exported: {path}", markup=False)
+        export.export_requested(document, args)
         if args.csv:
             console.print(f"Raw sweep: {args.csv}", markup=False)
         return exit_codes.OK

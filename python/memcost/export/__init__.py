@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..console import console
 from . import csv_format, json_format, markdown_format
 
 FORMATS = {"json": json_format.write, "csv": csv_format.write, "markdown": markdown_format.write}
@@ -16,11 +17,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--export-markdown", type=Path, metavar="PATH", help="also write its tables as Markdown")
 
 
-def export_requested(data: dict, args) -> list[Path]:
-    written = []
+def export_requested(data: dict, args) -> None:
+    """Write each export the command's flags asked for, and say where."""
     for name, write in FORMATS.items():
         path = getattr(args, f"export_{name}", None)
         if path:
             write(data, path)
-            written.append(path)
-    return written
+            console.print(f"Exported: {path}", markup=False)
