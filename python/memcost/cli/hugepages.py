@@ -32,7 +32,7 @@ class HugepagesCommand(Command):
     `status` lists every pool; `reserve SIZE --size 2M|1G` grows a pool until
     SIZE of free pages is there; `release --size 2M|1G` sets a pool to 0 pages
     (pages in use stay until their owner frees them). A pool reserved here stays
-    until released; `memcost costs --reserve-hugepages SIZE` reserves for one run
+    until released; `--reserve-hugepages SIZE` on `memcost costs` or `bigarray` reserves for one run
     and restores the previous size itself.
     """
 
