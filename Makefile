@@ -6,7 +6,10 @@ BUILD := build/dev
 MINGW_BUILD := build/mingw
 SOURCES := $(shell find src include python CMakeLists.txt pyproject.toml -type f -not -name '*.pyc' 2>/dev/null)
 
-.PHONY: run test test-cpp test-asan test-python cross-windows clean setup
+# What `make test` needs is a superset of what `make run` needs: tools/debian-packages.txt says which.
+PREREQUISITES := $(if $(filter test test-%,$(MAKECMDGOALS)),test,run)
+
+.PHONY: run test test-cpp test-asan test-python cross-windows clean setup prerequisites
 
 run: setup
 	$(VENV)/bin/memcost run
@@ -15,30 +18,34 @@ test: setup test-cpp test-asan cross-windows test-python
 
 setup: $(VENV)/.installed
 
-$(VENV)/.deps:
+# Installs missing Debian packages (as root, or with sudo -n), or stops with the command to run.
+prerequisites:
+	@bash tools/prerequisites $(PREREQUISITES)
+
+$(VENV)/.deps: Makefile | prerequisites
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "scikit-build-core>=0.8" "rich>=13" "numpy>=1.24" "matplotlib>=3.7" "jinja2>=3.1" "scipy>=1.10" "prometheus_client>=0.16" "pytest>=7"
+	$(PIP) install -q "scikit-build-core>=0.8" "rich>=13" "numpy>=1.24" "matplotlib>=3.7" "jinja2>=3.1" "scipy>=1.10" "prometheus_client>=0.16" "pytest>=7" "hypothesis>=6"
 	touch $@
 
 # Reinstalled whenever a source changes; the wheel build directory keeps it incremental.
-$(VENV)/.installed: $(VENV)/.deps $(SOURCES)
+$(VENV)/.installed: $(VENV)/.deps $(SOURCES) | prerequisites
 	$(PIP) install -q --no-build-isolation --no-deps .
 	touch $@
 
-test-cpp:
+test-cpp: | prerequisites
 	cmake -S . -B $(BUILD) -G Ninja -DMEMCOST_BUILD_TESTS=ON
 	cmake --build $(BUILD)
 	cd $(BUILD) && ctest --output-on-failure
 
 # big_array and its C API under AddressSanitizer (with LeakSanitizer) and UBSan.
-test-asan:
+test-asan: | prerequisites
 	cmake -S . -B build/asan -G Ninja -DMEMCOST_BUILD_TESTS=ON -DMEMCOST_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build build/asan --target memcost_tests memcost_c_api_test
 	cd build/asan && ctest --output-on-failure -R "BigArray|CApi"
 
 # The Windows back end must compile: library and probe, cross-built with mingw-w64.
-cross-windows:
+cross-windows: | prerequisites
 	mkdir -p build/mingw-include
 	ln -sfn /usr/include/nlohmann build/mingw-include/nlohmann
 	ln -sfn /usr/include/CLI build/mingw-include/CLI
