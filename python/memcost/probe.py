@@ -14,18 +14,17 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import exit_codes
+from .errors import MemcostError
 
 PROBE_ENV = "MEMCOST_PROBE"
 
 
-class ProbeFailed(Exception):
+class ProbeFailed(MemcostError):
     """The probe ended with an error; `message` says what to do about it."""
 
     def __init__(self, exit_code: int, code: str, message: str):
-        super().__init__(message)
-        self.exit_code = exit_code
+        super().__init__(message, exit_code)
         self.code = code
-        self.message = message
 
 
 @dataclass
@@ -64,6 +63,7 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
     """Run one experiment in a fresh probe process and collect what it reports.
     `global_arguments` go before the experiment's name (e.g. --legacy-layout)."""
     command = [str(probe_path()), *(global_arguments or []), experiment, *(arguments or [])]
+    oom_kills_before = _oom_kills()
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    env=env)
@@ -109,9 +109,9 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
 
     if returncode < 0:
         name = signal.Signals(-returncode).name
-        hint = (" — probably the kernel's OOM killer: lower the sizes or the budget (--budget)"
-                if -returncode == signal.SIGKILL else "")
-        raise ProbeFailed(exit_codes.FAILURE, "probe_killed", f"memcost-probe {experiment} was killed by {name}{hint}")
+        oom = -returncode == signal.SIGKILL and oom_kills_before is not None and (_oom_kills() or 0) > oom_kills_before
+        hint = " by the kernel's OOM killer (its count moved): lower the sizes or the budget (--budget)" if oom else ""
+        raise ProbeFailed(exit_codes.FAILURE, "probe_killed", f"memcost-probe {experiment} was killed ({name}){hint}")
     if returncode != 0:
         if error:
             raise ProbeFailed(returncode, error.get("code", "failure"), error.get("message", "unknown error"))
@@ -120,6 +120,17 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
     if run is None:
         raise ProbeFailed(exit_codes.FAILURE, "protocol", f"memcost-probe {experiment} printed no context line")
     return run
+
+
+def _oom_kills() -> Optional[int]:
+    """The kernel's count of OOM kills (Linux 4.13+), or None where it is not kept."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def _parse_line(line: str) -> dict:

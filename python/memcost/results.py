@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
 from . import __version__
+from .errors import MemcostError
 
 SCHEMA_VERSION = 1
 DEFAULT_ROOT = Path("results")
 LATEST = "latest"
 
 
-class ResultsError(Exception):
+class ResultsError(MemcostError):
     """A results document or directory that cannot be used; the message says why."""
 
 
@@ -82,17 +84,44 @@ class RunDirectory:
 
 
 def load_document(path: Path) -> dict:
-    """A results document, checked for the fields every reader relies on."""
+    """A results document, checked for the fields every reader relies on and their types."""
+    path = Path(path)
     try:
-        document = json.loads(Path(path).read_text())
+        document = json.loads(path.read_bytes())
     except FileNotFoundError as error:
         raise ResultsError(f"{path}: no such results file") from error
+    except IsADirectoryError as error:
+        raise ResultsError(f"{path}: a folder, not a results file") from error
+    except OSError as error:
+        raise ResultsError(f"{path}: cannot be read ({error.strerror})") from error
+    except UnicodeDecodeError as error:
+        raise ResultsError(f"{path}: not a JSON document (not text)") from error
     except json.JSONDecodeError as error:
         raise ResultsError(f"{path}: not a JSON document ({error.msg} at line {error.lineno})") from error
+    if not isinstance(document, dict):
+        raise ResultsError(f"{path}: not a memcost results document (a JSON {type(document).__name__}, not an object)")
     missing = [key for key in ("schema_version", "experiment", "context", "samples", "summary") if key not in document]
     if missing:
         raise ResultsError(f"{path}: not a memcost results document (missing {', '.join(missing)})")
     if document["schema_version"] != SCHEMA_VERSION:
-        raise ResultsError(f"{path}: schema version {document['schema_version']}, but this memcost reads version "
+        raise ResultsError(f"{path}: schema version {document['schema_version']!r}, but this memcost reads version "
                            f"{SCHEMA_VERSION}: rerun the experiment with this version")
+    expected = {"experiment": str, "context": dict, "samples": list, "summary": dict, "warnings": list}
+    wrong = [key for key, kind in expected.items() if key in document and not isinstance(document[key], kind)]
+    if not wrong and any(not isinstance(sample, dict) or not isinstance(sample.get("case"), dict)
+                         or not isinstance(sample.get("metrics"), dict) for sample in document["samples"]):
+        wrong.append("samples")
+    if wrong:
+        raise ResultsError(f"{path}: not a memcost results document ({', '.join(dict.fromkeys(wrong))} of the wrong type)")
     return document
+
+
+@contextmanager
+def reading(what: str):
+    """Around code that reads deep into loaded documents: a document that passed load_document's
+    checks but still holds something unexpected ends in one line, not a traceback."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        raise ResultsError(f"{what} holds a results document this memcost cannot read "
+                           f"({type(error).__name__}: {error}); rerun the experiment with this version") from error

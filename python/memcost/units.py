@@ -11,18 +11,24 @@ _SIZE_UNITS = {
     "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
     "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
 }
-_SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_PATTERN = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*([a-zA-Z]*)\s*$")
+# Far beyond any machine's memory, and small enough to stay exact in every calculation.
+LARGEST_SIZE = 1 << 60
 
 
 def parse_size(text: str) -> int:
     """Bytes from "4096", "8M", "1.5GiB" (binary units: K = 1024). Zero is refused."""
     match = _SIZE_PATTERN.match(text)
     unit = match.group(2).lower() if match else ""
+    shown = text if len(text) <= 40 else text[:37] + "..."
     if not match or unit not in _SIZE_UNITS:
-        raise ValueError(f"'{text}' is not a size: write a number with an optional unit, e.g. 4096, 64K, 8M, 1G")
-    size = int(float(match.group(1)) * _SIZE_UNITS[unit])
+        raise ValueError(f"'{shown}' is not a size: write a number with an optional unit, e.g. 4096, 64K, 8M, 1G")
+    scaled = float(match.group(1)) * _SIZE_UNITS[unit]
+    if scaled > LARGEST_SIZE:
+        raise ValueError(f"'{shown}' is far larger than any machine's memory")
+    size = int(scaled)
     if size <= 0:
-        raise ValueError(f"'{text}' is not a usable size: it must be at least one byte")
+        raise ValueError(f"'{shown}' is not a usable size: it must be at least one byte")
     return size
 
 

@@ -110,6 +110,10 @@ void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes
 [[nodiscard]] bool legacy_layout_active();
 // Linux: set ADDR_COMPAT_LAYOUT for programs this process execs next.
 [[nodiscard]] Status request_legacy_layout_for_exec();
+// End this process (as by SIGTERM) when the process that started it dies, so a killed
+// front end never leaves a probe running. Linux: PR_SET_PDEATHSIG, and an immediate exit
+// when the parent is already gone. Windows: ok, nothing done (a job object would be the way).
+[[nodiscard]] Status exit_with_parent();
 // Replace this process with a fresh run of its own executable and `argv`.
 // Returns only on failure. Windows: not supported.
 [[nodiscard]] Status exec_self(char** argv);

@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -226,6 +228,14 @@ bool legacy_layout_active() {
 Status request_legacy_layout_for_exec() {
   int persona = personality(0xffffffff);
   if (persona == -1 || personality(static_cast<unsigned long>(persona) | ADDR_COMPAT_LAYOUT) == -1) return failed("personality");
+  return {};
+}
+
+Status exit_with_parent() {
+  const pid_t parent = getppid();
+  if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return failed("prctl(PR_SET_PDEATHSIG)");
+  // The parent may have died before the request took effect: then we were re-parented already.
+  if (getppid() != parent) raise(SIGTERM);
   return {};
 }
 

@@ -116,6 +116,8 @@ Status enable_large_page_privilege() {
 
 bool legacy_layout_active() { return false; }
 Status request_legacy_layout_for_exec() { return unsupported("personality(ADDR_COMPAT_LAYOUT)"); }
+Status exit_with_parent() { return {}; }
+
 Status exec_self(char**) { return unsupported("exec_self"); }
 
 std::size_t base_page_size() {

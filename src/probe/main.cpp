@@ -11,6 +11,8 @@
 using namespace memcost::probe;
 
 int main(int argc, char** argv) {
+  // Not fatal when unavailable: the probe only loses the guarantee, and says nothing on stdout.
+  (void)memcost::os::exit_with_parent();
   Emitter emitter;
   CLI::App app{"memcost-probe: measures one memory experiment and prints JSON lines"};
   app.set_version_flag("--version", std::string(MEMCOST_VERSION));

@@ -40,3 +40,10 @@ def interrupt(process: subprocess.Popen, after_s: float) -> str:
         if process.poll() is None:
             process.kill()
     return stderr
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_journal(tmp_path_factory):
+    """memcost's journal of machine changes, private to this test session."""
+    os.environ["MEMCOST_JOURNAL"] = str(tmp_path_factory.mktemp("journal") / "journal.json")
+    yield

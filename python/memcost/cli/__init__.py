@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
 from .. import __version__, exit_codes
-from ..probe import ProbeFailed
-from ..results import DEFAULT_ROOT, ResultsError
+from ..errors import MemcostError
+from ..results import DEFAULT_ROOT
 from ..console import fail
+from .. import entry, journal
+from . import arguments
 from .base import Command
 from .bigarray import BigarrayCommand
 from .compare import CompareCommand
@@ -27,6 +28,11 @@ COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingC
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # A prefix of a flag must never silently mean another flag (--threads for --threads-size).
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # one line and exit 2, as the probe does
         fail(f"{message} (see `{self.prog} --help`)")
         sys.exit(exit_codes.BAD_ARGUMENTS)
@@ -35,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memcost", description=__doc__ and "Measure the true operating-system cost of large memory allocations.")
     parser.add_argument("--version", action="version", version=f"memcost {__version__}")
-    parser.add_argument("--results-dir", type=Path, default=DEFAULT_ROOT, metavar="DIR",
+    parser.add_argument("--results-dir", type=arguments.output_folder, default=DEFAULT_ROOT, metavar="DIR",
                         help="where results are written (default: ./results)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
@@ -49,22 +55,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM takes the same clean path as Ctrl-C: pools and settings restored.
-    signal.signal(signal.SIGTERM, _interrupt)
+    """Parse, run, and turn every failure into one line and a documented exit code
+    (the entry point, memcost.entry, has already made SIGTERM and SIGINT clean)."""
     args = build_parser().parse_args(argv)
     try:
+        journal.restore_left_behind()
         return args.handler.run(args)
-    except ProbeFailed as error:
+    except MemcostError as error:
         fail(error.message)
         return error.exit_code
-    except ResultsError as error:
-        fail(str(error))
-        return exit_codes.FAILURE
     except KeyboardInterrupt:
         fail("interrupted; finished results were kept")
         return exit_codes.INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`memcost ... | head`): nothing is left to say to it.
+        sys.stderr.close()
+        return exit_codes.FAILURE
+    except OSError as error:
+        where = f"cannot use {error.filename}: " if error.filename else ""
+        fail(f"{where}{error.strerror or error}; check the path and its permissions")
+        return exit_codes.FAILURE
+    except Exception as error:  # a bug: still one line, and a way to report it
+        if entry.interrupted:
+            fail("interrupted; finished results were kept")
+            return exit_codes.INTERRUPTED
+        fail(f"internal error ({type(error).__name__}: {error}); please report it with the command you ran")
+        return exit_codes.FAILURE

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from pathlib import Path
 from typing import Callable
 
 from ..hugepool import PAGE_SIZES
@@ -23,14 +26,74 @@ def size_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(error)) from error
 
 
+# No count memcost takes (repetitions, threads, frames, processes shown) is sensibly above this.
+LARGEST_COUNT = 100_000_000
+
+
 def _whole_number(text: str, minimum: int, wording: str) -> int:
+    shown = text if len(text) <= 40 else text[:37] + "..."
     try:
         value = int(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from error
+        raise argparse.ArgumentTypeError(f"'{shown}' is not a whole number") from error
     if value < minimum:
-        raise argparse.ArgumentTypeError(f"'{text}' must be {wording}")
+        raise argparse.ArgumentTypeError(f"'{shown}' must be {wording}")
+    if value > LARGEST_COUNT:
+        raise argparse.ArgumentTypeError(f"'{shown}' is far too large (at most {LARGEST_COUNT:,})")
     return value
+
+
+def bounded_seconds(minimum: float, maximum: float, *, allow_minimum: bool = True) -> Callable[[str], float]:
+    """A finite number of seconds in [minimum, maximum] (or (minimum, maximum])."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from error
+        low_ok = value >= minimum if allow_minimum else value > minimum
+        if not math.isfinite(value) or not low_ok or value > maximum:
+            low = f"at least {minimum:g}" if allow_minimum else f"more than {minimum:g}"
+            raise argparse.ArgumentTypeError(f"'{text}' must be {low} and at most {maximum:g} seconds")
+        return value
+    return parse
+
+
+def _first_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_writable_below(path: Path, text: str) -> None:
+    """The deepest existing folder on the way to `path` must be a folder we may write in."""
+    existing = _first_existing(path.parent if not path.exists() else path)
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"'{text}': {existing} is a file, not a folder; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"'{text}': {existing} is not writable; choose another path")
+
+
+def output_file(text: str) -> Path:
+    """A file memcost will (re)write: a regular file or a new name, in a folder it can write in."""
+    path = Path(text).expanduser().absolute()
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: name a file")
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        raise argparse.ArgumentTypeError(f"'{text}' is {kind}; name a file to write")
+    _check_writable_below(path.parent, text)
+    return Path(text).expanduser()
+
+
+def output_folder(text: str) -> Path:
+    """A folder memcost will create (if needed) and write in."""
+    path = Path(text).expanduser().absolute()
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: name a folder")
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a folder; name a folder to write results in")
+    _check_writable_below(path, text)
+    return Path(text).expanduser()
 
 
 def positive_int(text: str) -> int:

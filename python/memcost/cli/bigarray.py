@@ -12,10 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import exit_codes, export
-from ..analysis import bigarray as analysis
 from ..console import console
 from ..hugepool import reserved_for_run
-from ..plots import bigarray as plots
 from ..results import RunDirectory, make_document
 from ..runner import run_with_progress
 from ..units import format_bytes
@@ -84,6 +82,8 @@ def _variants(options: BigarrayOptions) -> tuple[list[tuple[str, dict]], list[di
 
 
 def measure(options: BigarrayOptions, directory: RunDirectory, title: str = "bigarray") -> dict:
+    from ..analysis import bigarray as analysis  # numpy and matplotlib load only when measuring
+    from ..plots import bigarray as plots
     variants, notes = _variants(options)
     params = {"size": options.size, "inits": options.inits, "strategies": options.strategies, "reps": options.reps,
               "allocators": [label for label, _ in variants], "budget": options.budget,

@@ -10,12 +10,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import exit_codes, export
-from ..analysis.compare import compare
 from ..console import console
-from ..plots import compare as plots
 from ..report import load_run
-from ..results import ResultsError, load_document
+from ..results import ResultsError, load_document, reading
 from ..units import format_bytes
+from . import arguments
 from .base import Command
 
 
@@ -70,25 +69,30 @@ class CompareCommand(Command):
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("inputs", nargs="+", type=Path, metavar="RUN", help="run directories or results documents")
-        parser.add_argument("--out", type=Path, metavar="DIR", help="where the overlaid plots go")
+        parser.add_argument("--out", type=arguments.output_folder, metavar="DIR", help="where the overlaid plots go")
         export.add_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         if len(args.inputs) < 2:
-            raise ResultsError("compare needs at least two runs")
+            raise ResultsError("compare needs at least two runs: name two or more run folders or results files",
+                               exit_codes.BAD_ARGUMENTS)
+        from ..analysis.compare import compare  # scipy and matplotlib load only here
+        from ..plots import compare as plots
         runs = [load_input(path) for path in args.inputs]
         names = [path.resolve().name if path.is_dir() else path.stem for path in args.inputs]
         if len(set(names)) < len(names):
             names = [f"{i + 1}:{name}" for i, name in enumerate(names)]
-        result = compare(runs, names)
+        with reading("one of " + ", ".join(str(path) for path in args.inputs)):
+            result = compare(runs, names)
         if not result["experiments"]:
             raise ResultsError("these runs have no experiment in common: " + "; ".join(result["missing"]))
         out = args.out or args.results_dir / f"compare-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
         figures = []
-        if "costs" in result["experiments"]:
-            figures += plots.costs_bars(result["experiments"]["costs"], names, out)
-        if "scaling" in result["experiments"]:
-            figures += plots.scaling_curves(runs, names, out)
+        with reading("one of " + ", ".join(str(path) for path in args.inputs)):
+            if "costs" in result["experiments"]:
+                figures += plots.costs_bars(result["experiments"]["costs"], names, out)
+            if "scaling" in result["experiments"]:
+                figures += plots.scaling_curves(runs, names, out)
         result["figures"] = [str(path) for path in figures]
         render(result)
         export.export_requested(result, args)

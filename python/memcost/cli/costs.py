@@ -9,10 +9,8 @@ from typing import Optional
 from rich.table import Table
 
 from .. import exit_codes, export
-from ..analysis import costs as analysis
 from ..console import console
 from ..hugepool import reserved_for_run
-from ..plots import costs as plots
 from ..results import RunDirectory, make_document
 from ..runner import run_with_progress
 from ..units import format_bytes, short_size
@@ -64,6 +62,8 @@ class CostsOptions:
 
 def measure(options: CostsOptions, directory: RunDirectory, title: str = "costs") -> dict:
     """Run the probe, summarize, draw, and store the results document."""
+    from ..analysis import costs as analysis  # numpy, scipy and matplotlib load only when measuring
+    from ..plots import costs as plots
     params = {"sizes": options.sizes, "pages": options.pages, "routes": options.routes, "parts": options.parts,
               "reps": options.reps,
               "warmup": options.warmup, "frames": options.frames, "threads_size": options.threads_size,
@@ -182,7 +182,7 @@ class CostsCommand(Command):
         parser.add_argument("--order", choices=ORDERS, default="blocks",
                             help="blocks: each case's repetitions back to back (default); rounds: every case once "
                                  "per round")
-        parser.add_argument("--idle-seconds", type=float, metavar="S",
+        parser.add_argument("--idle-seconds", type=arguments.bounded_seconds(0.0, 600.0), metavar="S",
                             help="how long memory stays free in the idle part (default 4)")
         parser.add_argument("--quick", action="store_true", help="two sizes and five repetitions, as `memcost run` does")
         arguments.add_budget(parser)

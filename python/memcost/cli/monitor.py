@@ -19,7 +19,7 @@ from rich.table import Table
 from .. import exit_codes
 from ..console import console
 from ..monitor.sampler import CostModel, Sampler
-from ..results import ResultsError
+from ..errors import MemcostError
 from ..units import format_bytes
 from . import arguments
 from .base import Command
@@ -85,26 +85,25 @@ class MonitorCommand(Command):
     name = "monitor"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1)")
+        parser.add_argument("--interval", type=arguments.bounded_seconds(0.0, 3600.0, allow_minimum=False), default=1.0, metavar="S", help="seconds between samples (default 1)")
         parser.add_argument("--once", action="store_true", help="one sample over one interval, printed once")
         parser.add_argument("--json", action="store_true", help="one JSON record per interval on stdout")
-        parser.add_argument("--csv", type=Path, metavar="FILE", help="append one CSV line per interval to FILE")
+        parser.add_argument("--csv", type=arguments.output_file, metavar="FILE", help="append one CSV line per interval to FILE")
         parser.add_argument("--serve", type=serve_address, metavar="[HOST:]PORT",
                             help="expose the figures as Prometheus metrics (host 127.0.0.1 unless given)")
         parser.add_argument("--pid", type=arguments.positive_int, action="append", metavar="PID",
                             help="only these processes (repeatable)")
-        parser.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds")
+        parser.add_argument("--duration", type=arguments.bounded_seconds(0.0, 1e7, allow_minimum=False), metavar="S", help="stop after this many seconds")
         parser.add_argument("--top", type=arguments.positive_int, default=5, help="processes shown (default 5)")
         parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                             help="run COMMAND and monitor it until it exits")
 
     def run(self, args: argparse.Namespace) -> int:
         if not Path("/proc/vmstat").exists():
-            raise ResultsError("memcost monitor reads /proc/vmstat, which this system does not have (Linux only)")
-        if args.interval <= 0:
-            raise ResultsError("--interval must be more than 0 seconds")
+            raise MemcostError("memcost monitor reads /proc/vmstat, which this system does not have (Linux only)",
+                               exit_codes.UNSUPPORTED)
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        child: Optional[subprocess.Popen] = subprocess.Popen(command) if command else None
+        child: Optional[subprocess.Popen] = start_command(command) if command else None
         pids = list(args.pid or []) + ([child.pid] if child else [])
         sampler = Sampler(pids=pids or None, top=args.top, cost=CostModel.load(args.results_dir))
         exporter = None
@@ -174,6 +173,15 @@ class MonitorCommand(Command):
                               f"{total['major_faults']:,} major faults, {total['system_cpu_s']:.2f} s system CPU, "
                               f"{total['elapsed_s']:.1f} s", markup=False)
         return exit_code
+
+
+def start_command(command: list[str]) -> subprocess.Popen:
+    """The user's command, or one line saying why it cannot start."""
+    try:
+        return subprocess.Popen(command)
+    except OSError as error:
+        raise MemcostError(f"cannot run {command[0]!r}: {error.strerror}; check the command's name and path",
+                           exit_codes.FAILURE) from error
 
 
 def child_total(command: list[str], ended: tuple, started: float) -> dict:

@@ -8,14 +8,16 @@ from typing import Optional
 
 from .. import exit_codes
 from ..console import console
-from ..report import html, load_run, markdown
-from ..results import LATEST
+from ..report import load_run
+from ..results import LATEST, reading
 from .base import Command
 
 
 def write_report(directory: Path) -> tuple[Path, Path]:
+    from ..report import html, markdown  # matplotlib loads only when a report is drawn
     documents = load_run(directory)
-    return html.write(documents, directory), markdown.write(documents, directory)
+    with reading(str(directory)):
+        return html.write(documents, directory), markdown.write(documents, directory)
 
 
 class ReportCommand(Command):

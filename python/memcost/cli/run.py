@@ -11,6 +11,7 @@ from rich.table import Table
 
 from .. import exit_codes
 from ..console import console, fail
+from ..errors import MemcostError
 from ..results import RunDirectory
 from ..runner import suite_progress
 from . import arguments, bigarray, costs, info, scaling
@@ -90,15 +91,26 @@ class RunCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         directory = RunDirectory(args.results_dir)
         chosen = [e for e in SUITE if (args.only is None or e.name in args.only) and e.name not in args.skip]
+        if not chosen:
+            raise MemcostError("--only and --skip leave no experiment to run: "
+                               f"choose from {', '.join(e.name for e in SUITE)}", exit_codes.BAD_ARGUMENTS)
         findings = []
+        failures: list[tuple[str, MemcostError]] = []
         started = time.monotonic()
         try:
             with suite_progress(len(chosen)) as experiment_done:
                 for number, entry in enumerate(chosen, start=1):
                     console.rule(f"[bold]{entry.name}[/bold] ({number} of {len(chosen)}, "
                                  f"{time.monotonic() - started:.0f} s into the run)")
-                    document = entry.run(directory, args.full)
-                    findings.append((entry.name, entry.headline(document) or "", document["path"]))
+                    try:
+                        document = entry.run(directory, args.full)
+                    except MemcostError as error:
+                        # One experiment's failure must not cost the others their results.
+                        fail(f"{entry.name}: {error.message}")
+                        failures.append((entry.name, error))
+                        findings.append((entry.name, f"failed: {error.message}", "—"))
+                    else:
+                        findings.append((entry.name, entry.headline(document) or "", document["path"]))
                     experiment_done(entry.name)
         except KeyboardInterrupt:
             # Finished experiments keep their results, and get their report.
@@ -107,7 +119,6 @@ class RunCommand(Command):
                 fail(f"interrupted; the finished experiments' results and report are in {directory.path} ({page.name})")
                 return exit_codes.INTERRUPTED
             raise
-        page, summary = write_report(directory.path)
         table = Table(title="memcost run — summary", title_justify="left")
         table.add_column("experiment", style="bold")
         table.add_column("finding")
@@ -116,5 +127,12 @@ class RunCommand(Command):
             table.add_row(name, finding, path)
         console.rule()
         console.print(table)
-        console.print(f"Report: {page}   (Markdown: {summary.name})", markup=False)
+        if directory.path is not None:
+            page, summary = write_report(directory.path)
+            console.print(f"Report: {page}   (Markdown: {summary.name})", markup=False)
+        if failures:
+            names = ", ".join(name for name, _ in failures)
+            fail(f"{len(failures)} of {len(chosen)} experiments failed ({names}); the others' results are kept")
+            # The exit code of the first failure: 3 for a budget, 4 for unsupported, 1 otherwise.
+            return failures[0][1].exit_code
         return exit_codes.OK

@@ -12,9 +12,8 @@ from typing import Optional
 from rich.table import Table
 
 from .. import exit_codes, export
-from ..analysis import scaling as analysis
 from ..console import console
-from ..plots import scaling as plots
+from ..errors import MemcostError
 from ..probe import ProbeFailed
 from ..results import RunDirectory, make_document, write_atomically
 from ..runner import run_with_progress
@@ -71,6 +70,8 @@ def _runs(options: ScalingOptions) -> list[tuple[list[str], list[str]]]:
 
 
 def measure(options: ScalingOptions, directory: RunDirectory, title: str = "scaling") -> dict:
+    from ..analysis import scaling as analysis  # numpy, scipy and matplotlib load only when measuring
+    from ..plots import scaling as plots
     samples, warnings, context = [], [], None
     for global_flags, placements in _runs(options):
         try:
@@ -85,7 +86,13 @@ def measure(options: ScalingOptions, directory: RunDirectory, title: str = "scal
         samples += run.samples
         warnings += [w for w in run.warnings if w not in warnings]
         context = context or run.context
-    summary = analysis.summarize(samples)
+    # A case whose first block already failed measured nothing; its warning says why.
+    measured = [sample for sample in samples if sample["metrics"].get("counts")]
+    if not measured:
+        reason = warnings[0]["message"] if warnings else "the probe returned no sweep"
+        raise MemcostError(f"no case could allocate even one block ({reason}): use smaller --block-sizes",
+                           exit_codes.NOT_ENOUGH_MEMORY)
+    summary = analysis.summarize(measured)
     host = context.get("host", "")
     folder = directory.directory_for(host)
     figures = (plots.totals_grid(summary["cases"], host, folder) + plots.totals_together(summary["cases"], host, folder)
@@ -99,6 +106,7 @@ def measure(options: ScalingOptions, directory: RunDirectory, title: str = "scal
 
 
 def write_csv(document: dict, path: Path) -> None:
+    from ..analysis import scaling as analysis
     rows = analysis.csv_rows(document["samples"])
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=["count", *analysis.CASE_KEYS, "rep", "alloc_s", "free_s", "mappings"])
@@ -153,7 +161,7 @@ class ScalingCommand(Command):
         parser.add_argument("--reps", type=arguments.positive_int, help="sweeps per case (default 2; --quick 1)")
         parser.add_argument("--quick", action="store_true", help="a short sweep, as `memcost run` does")
         arguments.add_budget(parser)
-        parser.add_argument("--csv", type=Path, metavar="FILE",
+        parser.add_argument("--csv", type=arguments.output_file, metavar="FILE",
                             help="also write the raw sweep (count, case, alloc and free seconds) to FILE")
         export.add_arguments(parser)
 

@@ -3,8 +3,6 @@ function each, `write(data, path)`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..console import console
 from . import csv_format, json_format, markdown_format
 
@@ -12,9 +10,10 @@ FORMATS = {"json": json_format.write, "csv": csv_format.write, "markdown": markd
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--export-json", type=Path, metavar="PATH", help="also write the data as JSON")
-    parser.add_argument("--export-csv", type=Path, metavar="PATH", help="also write its rows as CSV")
-    parser.add_argument("--export-markdown", type=Path, metavar="PATH", help="also write its tables as Markdown")
+    from ..cli.arguments import output_file
+    parser.add_argument("--export-json", type=output_file, metavar="PATH", help="also write the data as JSON")
+    parser.add_argument("--export-csv", type=output_file, metavar="PATH", help="also write its rows as CSV")
+    parser.add_argument("--export-markdown", type=output_file, metavar="PATH", help="also write its tables as Markdown")
 
 
 def export_requested(data: dict, args) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import jinja2
 
-from .. import plots
 from ..results import write_atomically
 from . import interpret, tables
 
@@ -57,6 +56,7 @@ TITLES = {"info": "The machine", "costs": "What a large allocation costs (costs)
 
 
 def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
+    from .. import plots  # matplotlib loads only when a report is drawn
     result = []
     for name, document in documents.items():
         # Results copied without their figures (another machine, a test) get them redrawn.

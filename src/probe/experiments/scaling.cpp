@@ -212,6 +212,9 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     }
     // Committed blocks are touched once: one base page each is resident at the end.
     if (std::find(commits.begin(), commits.end(), "commit") != commits.end()) {
+      // The kernel accounts a committed block whole, touched or not.
+      std::size_t largest_block = *std::max_element(block_sizes.begin(), block_sizes.end());
+      require_within_budget(largest_block, budget, "--block-sizes " + human_size(largest_block) + " committed");
       require_within_budget(counts.back() * os::base_page_size(), budget, "--counts " + std::to_string(counts.back()) + " committed blocks");
     }
 

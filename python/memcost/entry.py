@@ -1,0 +1,28 @@
+"""The `memcost` command's entry point: light on purpose, so that Ctrl-C or SIGTERM at any
+moment, even while the heavy modules load, ends in one line and exit code 130."""
+
+import signal
+import sys
+
+
+# Set by Ctrl-C or SIGTERM. A library that catches the KeyboardInterrupt inside its own start-up
+# (numpy turns it into "ImportError: initialization failed") still ends as an interrupt.
+interrupted = False
+
+
+def _interrupt(signum, frame):
+    global interrupted
+    interrupted = True
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    # SIGTERM takes the same clean path as Ctrl-C: pools and settings restored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        from .cli import main as run_command
+        return run_command()
+    except KeyboardInterrupt:
+        sys.stderr.write("memcost: error: interrupted; finished results were kept\n")
+        return 130

@@ -1,0 +1,164 @@
+"""A property test of the whole command line: arguments generated from each command's own parser,
+valid and hostile, must end in a documented exit code with one line on stderr, never a traceback,
+a half-written results file or a changed machine. The probe is replaced by one that refuses every
+experiment (its own work is not the subject here; the real probe has its own tests)."""
+
+import argparse
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
+from memcost import exit_codes
+from memcost.cli import build_parser, main
+
+DOCUMENTED_EXIT_CODES = {exit_codes.OK, exit_codes.FAILURE, exit_codes.BAD_ARGUMENTS, exit_codes.NOT_ENOUGH_MEMORY,
+                         exit_codes.UNSUPPORTED, exit_codes.INTERRUPTED}
+DATA = Path(__file__).parent / "data"
+REAL_RUN = Path(__file__).resolve().parents[1] / "data" / "run_a"
+
+NUMBERS = ["0", "-1", "1", "3", "1.5", "1e99", "inf", "-inf", "nan", "9" * 400, "0x10", "", " ", "abc"]
+SIZES = ["8M", "64K", "4096", "0", "-8M", "1.5G", "100T", "9" * 400, "1e400", "8Q", "M", "", "nan"]
+LISTS = ["", ",", "bogus", "base", "base,thp", "os,,malloc", "info,costs", "8M,1G", "1,2,3"]
+
+
+def _paths(root: Path) -> list[str]:
+    return [str(root / "file"), str(root / "file" / "under"), "/dev/null", str(root / "folder"),
+            "/proc/no-such-dir/out", str(root / "new" / "deeper" / "out.json"), "", str(root / "costs.json")]
+
+
+def _documents(root: Path) -> list[str]:
+    """Inputs for report and compare: real runs, and every way a document can be wrong."""
+    corrupt = {
+        "five.json": "5", "binary.json": b"\xff\xfe\x00garbage", "empty.json": "", "list.json": "[]",
+        "wrong_types.json": json.dumps({"schema_version": 1, "experiment": "costs", "context": [], "samples": 3,
+                                        "summary": {}}),
+        "bad_samples.json": json.dumps({"schema_version": 1, "experiment": "costs", "context": {}, "samples": [4],
+                                        "summary": {}}),
+        "deep.json": json.dumps({"schema_version": 1, "experiment": "costs", "context": {},
+                                 "samples": [{"case": {}, "metrics": {}}], "summary": {"rows": 5}}),
+        "old.json": json.dumps({"schema_version": 0, "experiment": "costs", "context": {}, "samples": [], "summary": {}}),
+    }
+    paths = []
+    for name, content in corrupt.items():
+        path = root / "documents" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        paths.append(str(path))
+    (root / "documents" / "folder.json").mkdir(exist_ok=True)
+    return paths + [str(root / "documents" / "folder.json"), str(REAL_RUN), str(REAL_RUN / "costs.json"),
+                    str(root / "missing")]
+
+
+def _values_for(action: argparse.Action, root: Path) -> st.SearchStrategy:
+    """Hostile values, and valid ones often enough that most command lines get past the parser."""
+    kind = getattr(action.type, "__qualname__", "") or ""
+    if action.choices:
+        valid, hostile = sorted(action.choices), ["bogus", ""]
+    elif kind in ("output_file", "output_folder"):
+        valid, hostile = [str(root / "new" / "deeper" / "out.json"), str(root / "out.csv")], _paths(root)
+    elif kind in ("size", "size_list"):
+        valid, hostile = ["8M", "64K", "16M"], SIZES + LISTS
+    elif "choice_list" in kind:
+        valid, hostile = [str(sorted(action.type.__closure__[0].cell_contents)[0])], LISTS + NUMBERS
+    elif kind == "count_list":
+        valid, hostile = ["10,100"], LISTS + NUMBERS
+    elif kind == "serve_address":
+        valid, hostile = ["127.0.0.1:0"], ["0", "70000", "x:y", "127.0.0.1:", ":abc", "65536"]
+    else:
+        valid, hostile = ["1", "2"], NUMBERS + SIZES
+    return st.one_of(st.sampled_from(valid), st.sampled_from(valid), st.sampled_from(hostile))
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict:
+    """Every (sub)command path with its parser: ('costs',), ('hugepages', 'reserve'), ..."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = _commands(sub)
+                found.update({(name, *path): p for path, p in nested.items()} if nested else {(name,): sub})
+    return found
+
+
+@st.composite
+def command_lines(draw, root: Path):
+    parser = build_parser()
+    commands = _commands(parser)
+    path = draw(st.sampled_from(sorted(commands)))
+    sub = commands[path]
+    argv = []
+    if draw(st.integers(0, 3)) == 0:
+        argv += ["--results-dir", draw(st.sampled_from(_paths(root) + [str(root / "results")]))]
+    else:
+        argv += ["--results-dir", str(root / "results")]
+    argv += list(path)
+    options = [a for a in sub._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+    for action in draw(st.lists(st.sampled_from(options), max_size=3, unique_by=id)) if options else []:
+        flag = action.option_strings[-1]
+        if action.nargs == 0:
+            argv.append(flag)
+        else:
+            argv += [flag, draw(_values_for(action, root))]
+    positionals = [a for a in sub._actions if not a.option_strings and a.dest not in ("command", "action")]
+    for action in positionals:
+        if action.nargs == argparse.REMAINDER:
+            continue
+        count = draw(st.integers(0, 3) if action.nargs in ("+", "*") else st.integers(0, 1))
+        argv += draw(st.lists(st.sampled_from(_documents(root)), min_size=count, max_size=count))
+    if draw(st.integers(0, 4)) == 0:
+        argv.insert(draw(st.integers(0, len(argv))), draw(st.sampled_from(["--bogus", "--thre", "--", "-x"])))
+    if path == ("monitor",):
+        argv += ["--interval", "0.05", "--once"]  # the generated interval is still checked first
+    return argv
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    (root / "file").write_text("not a folder")
+    (root / "folder").mkdir()
+    context = json.loads((DATA / "context_kvm_2cpu.json").read_text())
+    probe = root / "refusing-probe"
+    probe.write_text("#!/bin/sh\n"
+                     f"echo '{json.dumps(context)}'\n"
+                     "echo '{\"type\":\"error\",\"code\":\"over_budget\",\"message\":\"the test probe refuses\"}'\n"
+                     "exit 3\n")
+    probe.chmod(0o755)
+    return root, probe
+
+
+def _hugetlb_pages() -> list:
+    return [p.read_text() for p in sorted(Path("/sys/kernel/mm/hugepages").glob("*/nr_hugepages"))]
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_command_line_ends_in_a_documented_exit_code(sandbox, monkeypatch, data):
+    root, probe = sandbox
+    monkeypatch.setenv("MEMCOST_PROBE", str(probe))
+    argv = data.draw(command_lines(root))
+    pools = _hugetlb_pages()
+    stderr, stdout = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
+        try:
+            code = main(argv)
+        except SystemExit as exit:  # argparse: --help, and bad arguments through our one-line error
+            code = exit.code if isinstance(exit.code, int) else 1
+    message = stderr.getvalue()
+    event(f"{argv[2] if len(argv) > 2 else '-'}: exit {code}")
+    assert code in DOCUMENTED_EXIT_CODES, (argv, code, message)
+    assert "Traceback" not in message and "internal error" not in message, (argv, message)
+    if code not in (exit_codes.OK,):
+        errors = [line for line in message.splitlines() if line.startswith("memcost: error:")]
+        assert errors, (argv, code, message)
+    for written in root.rglob("*.json"):
+        if "documents" in written.parts or written.is_dir():
+            continue
+        json.loads(written.read_text())  # no half-written results
+    assert not list(root.rglob("*.tmp")), argv
+    assert _hugetlb_pages() == pools
