@@ -184,3 +184,43 @@ def test_interrupted_run_keeps_finished_results_and_writes_a_report(tmp_path):
     assert not (run / "costs.json").exists()
     assert '<section id="info">' in (run / "report.html").read_text()
     assert "interrupted" in stderr
+
+
+def _same_settings_run(rng, rows: int, reps: int, drift: float, changed_row=None, change=1.0):
+    """One run's samples per row: a row's true value, times this run's drift (the between-run
+    noise seen on this machine), times within-run spread."""
+    values = {}
+    for row in range(rows):
+        true = 100.0 * (1 + row)
+        run_factor = rng.uniform(1 - drift, 1 + drift)
+        factor = change if row == changed_row else 1.0
+        values[row] = list(true * run_factor * factor * rng.lognormal(0, 0.05, size=reps))
+    return values
+
+
+def _flags(first: dict, other: dict) -> list[dict]:
+    from memcost.analysis.compare import holm_flags
+    results = [difference(first[row], other[row]) for row in first]
+    holm_flags(results)
+    return results
+
+
+def test_same_settings_runs_raise_at_most_one_false_alarm_in_twenty_comparisons():
+    import numpy as np
+    rng = np.random.default_rng(13)
+    flagged = 0
+    for _ in range(20):
+        first = _same_settings_run(rng, rows=12, reps=9, drift=0.05)
+        second = _same_settings_run(rng, rows=12, reps=9, drift=0.05)
+        flagged += sum(bool(result["significant"]) for result in _flags(first, second))
+    assert flagged <= 1
+
+
+def test_a_real_change_in_one_row_is_flagged_with_an_interval_around_it():
+    import numpy as np
+    rng = np.random.default_rng(7)
+    first = _same_settings_run(rng, rows=12, reps=9, drift=0.0)
+    second = _same_settings_run(rng, rows=12, reps=9, drift=0.0, changed_row=5, change=1.3)
+    results = _flags(first, second)
+    assert [i for i, result in enumerate(results) if result["significant"]] == [5]
+    assert results[5]["ratio_low"] < 1.3 < results[5]["ratio_high"]

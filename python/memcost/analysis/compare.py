@@ -1,7 +1,11 @@
 """Comparing runs: per experiment, the same measure from each run, its ratio to
-the first run, and whether the difference stands out from the runs' own spread
-(Mann–Whitney U on the raw samples, and a difference of medians larger than
-half the wider interquartile range)."""
+the first run with a bootstrap confidence interval, and whether the difference
+stands out from noise. A row is flagged only when (1) Mann–Whitney U on the raw
+samples says so after Holm's correction over all the rows of that comparison,
+so that a dozen rows do not buy a dozen chances of a false alarm, and (2) the
+whole 95 % interval of the ratio lies beyond the noise floor: runs of the same
+settings on one machine drift apart by more than their own within-run spread
+shows (NOISE_FLOOR)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,10 @@ from scipy import stats
 
 MB = 1 << 20
 ALPHA = 0.05
+# Two same-settings runs on a 2-vCPU KVM guest a minute apart differed by up to ≈ 1.15× in a row
+# (host state, memory the hypervisor took back): a ratio inside ±20 % is not called a difference.
+NOISE_FLOOR = 0.20
+BOOTSTRAP_RESAMPLES = 2000
 # Below 4 samples a side, a two-sided Mann–Whitney test cannot reach p < 0.05 at all.
 MIN_SAMPLES = 4
 
@@ -39,13 +47,14 @@ def _bigarray(sample: dict) -> Optional[tuple[tuple, float]]:
 
 def _scaling_values(sample: dict) -> tuple[tuple, list[float]]:
     case, m = sample["case"], sample["metrics"]
-    key = (case["block_size_bytes"], case["placement"], case["shape"], case["commit"])
+    # The sweep's length is part of the key: bin i covers other counts in a longer or shorter sweep.
+    key = (case["block_size_bytes"], case["placement"], case["shape"], case["commit"], m["reached"])
     return key, [total / m["bin_calls"] for total in m["alloc_bin_ns"]]
 
 
 MEASURES = {
     "costs": ("fault µs/MB", ("page", "route", "size_bytes")),
-    "scaling": ("ns per allocation call", ("block_size_bytes", "placement", "shape", "commit")),
+    "scaling": ("ns per allocation call", ("block_size_bytes", "placement", "shape", "commit", "count")),
     "bigarray": ("seconds", ("strategy", "init")),
 }
 
@@ -64,19 +73,57 @@ def samples_by_key(document: dict) -> dict[tuple, list[float]]:
     return values
 
 
+def ratio_interval(first: list[float], other: list[float], seed: int = 0) -> Optional[tuple[float, float]]:
+    """95 % percentile-bootstrap interval of median(other) / median(first), resampling each run's
+    raw samples (fixed seed: the same inputs always give the same interval)."""
+    a, b = np.asarray(first, dtype=float), np.asarray(other, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    medians_a = np.median(rng.choice(a, size=(BOOTSTRAP_RESAMPLES, len(a))), axis=1)
+    medians_b = np.median(rng.choice(b, size=(BOOTSTRAP_RESAMPLES, len(b))), axis=1)
+    valid = medians_a != 0
+    if not valid.any():
+        return None
+    ratios = medians_b[valid] / medians_a[valid]
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def difference(first: list[float], other: list[float]) -> dict:
-    """Whether `other` differs from `first` by more than their own spread."""
-    a, b = np.asarray(first), np.asarray(other)
+    """Ratio, its interval, the raw p-value of `other` against `first`, and `significant` as if
+    this were the only row (holm_flags decides again over all the rows of a comparison)."""
+    a, b = np.asarray(first, dtype=float), np.asarray(other, dtype=float)
     median_a, median_b = float(np.median(a)), float(np.median(b))
-    result = {"ratio": median_b / median_a if median_a else None, "p_value": None, "significant": None}
+    interval = ratio_interval(first, other)
+    result = {"ratio": median_b / median_a if median_a else None, "ratio_low": interval[0] if interval else None,
+              "ratio_high": interval[1] if interval else None, "p_value": None, "significant": None}
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
         result["note"] = f"too few samples to tell (need {MIN_SAMPLES} per run: rerun with --reps {MIN_SAMPLES})"
         return result
-    p_value = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    spread = max(np.subtract(*np.percentile(a, [75, 25])), np.subtract(*np.percentile(b, [75, 25])))
-    result["p_value"] = p_value
-    result["significant"] = bool(p_value < ALPHA and abs(median_b - median_a) > spread / 2)
+    result["p_value"] = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    holm_flags([result])  # alone, a family of one; compare_experiment decides again over all rows
     return result
+
+
+def beyond_noise_floor(result: dict, floor: float = NOISE_FLOOR) -> bool:
+    """The whole interval of the ratio lies outside [1 / (1 + floor), 1 + floor]."""
+    if result["ratio_low"] is None:
+        return False
+    return result["ratio_low"] > 1 + floor or result["ratio_high"] < 1 / (1 + floor)
+
+
+def holm_flags(results: list[dict], floor: float = NOISE_FLOOR) -> None:
+    """Set `significant` on each result of one comparison: Holm–Bonferroni over the rows' p-values
+    (family-wise error ≤ ALPHA), and beyond the noise floor. Rows that cannot be tested stay None."""
+    tested = sorted((r for r in results if r["p_value"] is not None), key=lambda r: r["p_value"])
+    rejecting, adjusted = True, 0.0
+    for rank, result in enumerate(tested):
+        # Holm: the k-th smallest p-value is held to ALPHA / (m - k); after the first that fails, none pass.
+        rejecting = rejecting and result["p_value"] < ALPHA / (len(tested) - rank)
+        adjusted = max(adjusted, min(1.0, result["p_value"] * (len(tested) - rank)))
+        result["p_adjusted"] = adjusted
+        result["significant"] = bool(rejecting and beyond_noise_floor(result, floor))
 
 
 def compare_experiment(name: str, documents: list[dict]) -> dict:
@@ -88,6 +135,8 @@ def compare_experiment(name: str, documents: list[dict]) -> dict:
         medians = [float(np.median(run[key])) for run in per_run]
         rows.append({**dict(zip(key_names, key)), "medians": medians, "samples": [len(run[key]) for run in per_run],
                      "versus_first": [difference(per_run[0][key], run[key]) for run in per_run[1:]]})
+    for column in range(len(per_run) - 1):
+        holm_flags([row["versus_first"][column] for row in rows])
     only_some = sorted({str(key) for run in per_run for key in run} - {str(key) for key in keys})
     return {"measure": measure, "key": list(key_names), "rows": rows, "not_in_every_run": only_some}
 

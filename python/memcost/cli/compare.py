@@ -31,10 +31,11 @@ def _key_text(row: dict, key: list[str]) -> list[str]:
 
 
 def render(result: dict) -> None:
+    from ..analysis.compare import ALPHA, NOISE_FLOOR
     names = result["runs"]
     for experiment, comparison in result["experiments"].items():
-        table = Table(title=f"{experiment}: {comparison['measure']} (median); ratio to {names[0]}; "
-                            "≠ marks a difference beyond the runs' own spread", title_justify="left")
+        table = Table(title=f"{experiment}: {comparison['measure']} (median); ratio to {names[0]} [95 % interval]; "
+                            "≠ marks a difference beyond noise", title_justify="left")
         for heading in comparison["key"]:
             table.add_column(heading)
         for name in names:
@@ -45,14 +46,16 @@ def render(result: dict) -> None:
             ratios = []
             for versus in row["versus_first"]:
                 mark = " ≠" if versus["significant"] else (" ?" if versus["significant"] is None else "")
-                ratios.append("n/a" if versus["ratio"] is None else f"{versus['ratio']:.2f}×{mark}")
+                interval = (f" [{versus['ratio_low']:.2f}–{versus['ratio_high']:.2f}]"
+                            if versus.get("ratio_low") is not None else "")
+                ratios.append("n/a" if versus["ratio"] is None else f"{versus['ratio']:.2f}×{interval}{mark}")
             table.add_row(*[escape(t) for t in _key_text(row, comparison["key"])],
                           *[f"{m:,.3g}" for m in row["medians"]], *ratios)
         console.print(table)
         differing = sum(1 for r in comparison["rows"] for v in r["versus_first"] if v["significant"])
-        console.print(f"  {differing} of {len(comparison['rows'])} rows differ beyond noise "
-                      "(Mann–Whitney p < 0.05 and a gap larger than half the wider interquartile range; "
-                      "? = too few samples to tell)", markup=False)
+        console.print(f"  {differing} of {len(comparison['rows'])} rows differ beyond noise (Mann–Whitney, Holm-corrected "
+                      f"over the rows, p < {ALPHA}, and the whole interval beyond ±{NOISE_FLOOR:.0%}, the drift between "
+                      "runs of the same settings; ? = too few samples to tell)", markup=False)
     for line in result["missing"]:
         console.print(f"  {line}", markup=False)
 
