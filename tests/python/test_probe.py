@@ -8,6 +8,7 @@ import pytest
 
 from conftest import run_probe
 from memcost import exit_codes
+from memcost import probe as probe_module
 from memcost.probe import ProbeFailed, run_probe as run_probe_api
 
 CONTEXT_KEYS = {"type", "schema_version", "tool_version", "host", "os", "cpu", "hypervisor", "memory", "pages",
@@ -56,8 +57,13 @@ def _fake_probe(tmp_path, monkeypatch, script: str):
 
 
 def test_a_killed_probe_is_reported_not_crashed_on(tmp_path, monkeypatch):
+    # Issue 10: the OOM killer is named only when the kernel's OOM count moved during the run.
     _fake_probe(tmp_path, monkeypatch, 'echo \'{"type":"context"}\'\nkill -9 $$\n')
-    with pytest.raises(ProbeFailed, match="killed by SIGKILL.*OOM"):
+    with pytest.raises(ProbeFailed, match=r"killed \(SIGKILL\)$"):
+        run_probe_api("costs")
+    counts = iter([7, 8])
+    monkeypatch.setattr(probe_module, "_oom_kills", lambda: next(counts))
+    with pytest.raises(ProbeFailed, match=r"killed \(SIGKILL\) by the kernel's OOM killer"):
         run_probe_api("costs")
 
 
