@@ -26,10 +26,12 @@ Experiment costs_experiment();
 Experiment scaling_experiment();
 Experiment bigarray_experiment();
 Experiment hugepages_experiment();
+Experiment trace_experiment();
 
 // Every experiment the probe knows, in the order `memcost-probe --help` lists them.
 inline std::vector<Experiment> all_experiments() {
-  return {info_experiment(), costs_experiment(), scaling_experiment(), bigarray_experiment(), hugepages_experiment()};
+  return {info_experiment(), costs_experiment(), scaling_experiment(), bigarray_experiment(), hugepages_experiment(),
+          trace_experiment()};
 }
 
 }  // namespace memcost::probe

@@ -1,0 +1,104 @@
+// Tracing a command's memory work: its mapping calls and page faults, each with the user call
+// stack, from the kernel's perf events. Linux only (trace_linux.cpp); trace_windows.cpp says so.
+//
+// Contract:
+// - run() starts `command` (PATH searched) stopped at the door, opens the events on it and on
+//   every thread and child it will make (inherit), lets it run, and returns when it has exited.
+//   Its stdin, stdout and stderr are the caller's; its exit status is returned unchanged.
+// - Page faults: the kernel's software page-fault event, every fault (sample_period 1) unless
+//   told otherwise. Faults taken in kernel mode on the command's behalf (read() into a fresh
+//   buffer) are included where the caller may see kernel samples.
+// - Mapping calls (mmap, munmap, mremap, brk, madvise): the syscalls tracepoints, entry and exit,
+//   so each call's duration is measured. They need tracefs and the right to read tracepoints
+//   (root or perf_event_paranoid -1); without them run() fails with a Status that says so.
+// - Call stacks: the user stack (stack_bytes from the stack pointer) and registers are copied
+//   into each sample and unwound with DWARF call-frame information by elfutils' libdwfl, as
+//   `perf --call-graph dwarf` does, so code without frame pointers unwinds; symbols, files and
+//   lines come from libdwfl too. Identical stacks are delivered once, with an id.
+// - Nothing is lost silently: records the kernel dropped (a full buffer) are counted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "os/os.hpp"
+
+namespace memcost::os::trace {
+
+// Why tracing could not start: what was tried, and the errno it got (0: none).
+struct Failure {
+  int error = 0;
+  std::string what;
+  [[nodiscard]] bool ok() const { return what.empty(); }
+  [[nodiscard]] std::string message() const;
+};
+
+struct Options {
+  std::vector<std::string> command;
+  std::uint64_t sample_period = 1;       // one fault sample per this many faults
+  std::uint32_t stack_bytes = 4096;      // user stack copied per sample
+  std::uint32_t buffer_pages = 8192;     // per CPU ring buffer, a power of two (32 MiB)
+  std::uint32_t max_frames = 48;
+  int command_stdout_fd = -1;            // the command's stdout (-1: this process's own)
+};
+
+struct Frame {
+  std::uint64_t address = 0;   // the instruction (a return address minus one above the first frame)
+  std::string function;        // demangled; empty when unknown
+  std::string file;            // source file where debug information has it
+  int line = 0;
+  std::string module;          // the mapped file
+};
+
+enum class CallKind { mmap, munmap, mremap, brk, madvise };
+[[nodiscard]] const char* call_name(CallKind kind);
+
+struct MappingCall {
+  CallKind kind = CallKind::mmap;
+  int pid = 0;
+  int tid = 0;
+  std::uint64_t enter_ns = 0;  // CLOCK_MONOTONIC
+  std::uint64_t exit_ns = 0;
+  std::uint64_t args[6] = {};  // the call's arguments, in the order of its C declaration
+  std::int64_t result = 0;     // the raw return value (-errno on failure)
+  std::uint32_t stack = 0;     // 0: no stack could be unwound
+};
+
+struct Fault {
+  int pid = 0;
+  int tid = 0;
+  std::uint64_t time_ns = 0;
+  std::uint64_t address = 0;
+  std::uint32_t stack = 0;
+  bool user_mode = true;  // taken by user code (false: inside a system call)
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void stack(std::uint32_t id, const std::vector<Frame>& frames) = 0;
+  virtual void call(const MappingCall& call) = 0;
+  virtual void fault(const Fault& fault) = 0;
+};
+
+struct Result {
+  bool started = false;
+  int exit_code = 0;          // as a shell reports it: 128 + signal when killed
+  int signal = 0;
+  std::uint64_t wall_ns = 0;
+  std::uint64_t user_ns = 0;  // the command and its waited-for children
+  std::uint64_t system_ns = 0;
+  std::uint64_t minor_faults = 0;  // the kernel's own count (rusage), to check the samples against
+  std::uint64_t major_faults = 0;
+  std::uint64_t lost_records = 0;
+  std::uint64_t unwind_failures = 0;
+  std::string mounted_tracefs;  // where tracefs was mounted for the run (and unmounted after)
+};
+
+// Whether this build can trace at all; the reason when not.
+[[nodiscard]] Failure supported();
+// Run and trace; a failure before the command started is in `failure`.
+[[nodiscard]] Result run(const Options& options, Sink& sink, Failure& failure);
+
+}  // namespace memcost::os::trace

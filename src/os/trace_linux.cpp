@@ -1,0 +1,756 @@
+// Tracing with perf events and unwinding with libdwfl (see trace.hpp for the contract).
+#include "os/trace.hpp"
+
+#include <cxxabi.h>
+#include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asm/perf_regs.h>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
+
+namespace memcost::os::trace {
+namespace {
+
+constexpr std::uint64_t kUserRegsMask = (1ULL << PERF_REG_X86_BP) | (1ULL << PERF_REG_X86_SP) | (1ULL << PERF_REG_X86_IP);
+constexpr std::uint64_t kFaultSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+                                           PERF_SAMPLE_ADDR | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+constexpr std::uint64_t kEnterSampleType =
+    PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+constexpr std::uint64_t kExitSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
+
+Failure failed(const std::string& call) { return Failure{errno, call}; }
+
+std::uint64_t monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(now.tv_nsec);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// ---- tracefs ---------------------------------------------------------------
+
+struct Tracefs {
+  std::string root;     // where events/ lives
+  std::string mounted;  // non-empty when this run mounted it
+};
+
+Failure find_tracefs(Tracefs& tracefs) {
+  for (const char* root : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
+    if (access((std::string(root) + "/events/syscalls").c_str(), F_OK) == 0) {
+      tracefs.root = root;
+      return {};
+    }
+  }
+  if (geteuid() != 0) {
+    return Failure{EACCES, "tracefs is not mounted and only root can mount it (mount -t tracefs nodev /sys/kernel/tracing)"};
+  }
+  if (mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) != 0) return failed("mount(tracefs on /sys/kernel/tracing)");
+  tracefs = {"/sys/kernel/tracing", "/sys/kernel/tracing"};
+  if (access("/sys/kernel/tracing/events/syscalls", F_OK) != 0) {
+    umount2("/sys/kernel/tracing", MNT_DETACH);
+    return Failure{ENOENT, "this kernel has no syscalls tracepoints (CONFIG_FTRACE_SYSCALLS)"};
+  }
+  return {};
+}
+
+struct TracepointFormat {
+  std::uint64_t id = 0;
+  std::vector<std::uint32_t> offsets;  // of the fields after __syscall_nr, in order
+};
+
+Failure read_tracepoint(const Tracefs& tracefs, const std::string& name, TracepointFormat& format) {
+  std::string base = tracefs.root + "/events/syscalls/" + name;
+  std::string id = read_text(base + "/id");
+  if (id.empty()) return Failure{errno ? errno : ENOENT, "read " + base + "/id"};
+  format.id = std::stoull(id);
+  std::istringstream lines(read_text(base + "/format"));
+  bool after_nr = false;
+  for (std::string line; std::getline(lines, line);) {
+    auto field = line.find("field:");
+    auto offset = line.find("offset:");
+    if (field == std::string::npos || offset == std::string::npos) continue;
+    if (line.find("__syscall_nr") != std::string::npos) {
+      after_nr = true;
+      continue;
+    }
+    if (after_nr) format.offsets.push_back(static_cast<std::uint32_t>(std::stoul(line.substr(offset + 7))));
+  }
+  return {};
+}
+
+// ---- perf events -----------------------------------------------------------
+
+enum class EventKind { fault, enter, exit };
+
+struct Event {
+  EventKind kind;
+  CallKind call = CallKind::mmap;
+  std::uint64_t sample_type = 0;
+  std::vector<std::uint32_t> offsets;  // raw field offsets (tracepoints)
+};
+
+struct RingBuffer {
+  int fd = -1;
+  void* base = nullptr;
+  std::size_t mapped_bytes = 0;
+  std::size_t data_bytes = 0;
+};
+
+int perf_event_open(perf_event_attr& attr, pid_t pid, int cpu) {
+  return static_cast<int>(syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+perf_event_attr base_attr(std::uint64_t sample_type, std::uint32_t stack_bytes) {
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.sample_type = sample_type;
+  attr.sample_period = 1;
+  attr.disabled = 1;
+  attr.inherit = 1;
+  attr.enable_on_exec = 1;
+  attr.sample_id_all = 1;
+  attr.exclude_hv = 1;
+  attr.use_clockid = 1;
+  attr.clockid = CLOCK_MONOTONIC;
+  if (sample_type & PERF_SAMPLE_REGS_USER) attr.sample_regs_user = kUserRegsMask;
+  if (sample_type & PERF_SAMPLE_STACK_USER) attr.sample_stack_user = stack_bytes;
+  return attr;
+}
+
+// ---- unwinding and symbols -------------------------------------------------
+
+struct UnwindInput {
+  pid_t tid = 0;
+  std::uint64_t bp = 0, sp = 0, ip = 0;
+  const std::uint8_t* stack = nullptr;
+  std::uint64_t stack_bytes = 0;
+  std::vector<std::uint64_t>* pcs = nullptr;
+  std::uint32_t max_frames = 0;
+};
+
+pid_t next_thread(Dwfl*, void* arg, void** thread_argp) {
+  if (*thread_argp != nullptr) return 0;
+  *thread_argp = arg;
+  return static_cast<UnwindInput*>(arg)->tid;
+}
+
+bool get_thread(Dwfl*, pid_t, void* arg, void** thread_argp) {
+  *thread_argp = arg;
+  return true;
+}
+
+bool memory_read(Dwfl*, Dwarf_Addr address, Dwarf_Word* result, void* arg) {
+  auto* input = static_cast<UnwindInput*>(arg);
+  if (address < input->sp || address + sizeof(Dwarf_Word) > input->sp + input->stack_bytes) return false;
+  std::memcpy(result, input->stack + (address - input->sp), sizeof(Dwarf_Word));
+  return true;
+}
+
+bool set_initial_registers(Dwfl_Thread* thread, void* arg) {
+  auto* input = static_cast<UnwindInput*>(arg);
+  // x86-64 DWARF numbering: 6 is rbp, 7 is rsp; the pc is set on its own.
+  Dwarf_Word frame_and_stack[2] = {input->bp, input->sp};
+  if (!dwfl_thread_state_registers(thread, 6, 2, frame_and_stack)) return false;
+  dwfl_thread_state_register_pc(thread, input->ip);
+  return true;
+}
+
+const Dwfl_Thread_Callbacks kThreadCallbacks = {next_thread, get_thread, memory_read, set_initial_registers, nullptr, nullptr};
+const Dwfl_Callbacks kDwflCallbacks = {nullptr, dwfl_standard_find_debuginfo, dwfl_offline_section_address, nullptr};
+
+int on_frame(Dwfl_Frame* frame, void* arg) {
+  auto* input = static_cast<UnwindInput*>(arg);
+  Dwarf_Addr pc = 0;
+  bool activation = false;
+  if (!dwfl_frame_pc(frame, &pc, &activation)) return DWARF_CB_ABORT;
+  // A return address points after the call: the call itself is one byte before.
+  input->pcs->push_back(activation ? pc : pc - 1);
+  return input->pcs->size() >= input->max_frames ? DWARF_CB_ABORT : DWARF_CB_OK;
+}
+
+std::string demangle(const char* name) {
+  if (name == nullptr) return {};
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> readable(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
+  return status == 0 && readable ? std::string(readable.get()) : std::string(name);
+}
+
+struct Mapping {
+  std::uint64_t start = 0, end = 0, offset = 0;
+  std::string path;
+};
+
+// One traced process image (a pid between two execs): its modules and unwinder.
+struct Process {
+  int pid = 0;
+  std::uint32_t generation = 0;
+  Dwfl* dwfl = nullptr;
+  bool attached = false;
+  std::vector<Mapping> pending;
+  std::set<std::pair<std::string, std::uint64_t>> reported;
+  std::vector<Mapping> mappings;  // every executable file mapping seen
+  UnwindInput input;
+  bool read_proc_maps = false;
+
+  ~Process() {
+    if (dwfl) dwfl_end(dwfl);
+  }
+};
+
+class Recorder {
+ public:
+  Recorder(const Options& options, Sink& sink) : options_(options), sink_(sink) {}
+
+  void add_mapping(int pid, Mapping mapping) {
+    Process& process = get(pid);
+    process.mappings.push_back(mapping);
+    process.pending.push_back(std::move(mapping));
+  }
+
+  void exec(int pid) { processes_.erase(pid); }
+
+  void fork(int parent, int child) {
+    if (parent == child || !processes_.count(parent)) return;
+    for (const Mapping& mapping : processes_[parent]->mappings) add_mapping(child, mapping);
+  }
+
+  // The id of the unwound, symbolized stack of one sample; 0 when nothing could be unwound.
+  std::uint32_t stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
+                      std::uint64_t stack_bytes) {
+    Process& process = get(pid);
+    std::string key;
+    key.reserve(48 + stack_bytes);
+    for (std::uint64_t value : {std::uint64_t(process.generation), std::uint64_t(pid), ip, sp, bp}) {
+      key.append(reinterpret_cast<const char*>(&value), sizeof(value));
+    }
+    key.append(reinterpret_cast<const char*>(stack), stack_bytes);
+    if (auto found = by_sample_.find(key); found != by_sample_.end()) return found->second;
+
+    std::vector<std::uint64_t> pcs;
+    if (prepare(process, ip)) {
+      process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames};
+      dwfl_getthread_frames(process.dwfl, tid, on_frame, &process.input);
+    }
+    if (pcs.empty()) {
+      ++unwind_failures_;
+      pcs.push_back(ip);
+    }
+    std::uint32_t id = stack_id(process, pcs);
+    by_sample_.emplace(std::move(key), id);
+    return id;
+  }
+
+  [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
+
+ private:
+  Process& get(int pid) {
+    auto& slot = processes_[pid];
+    if (!slot) {
+      slot = std::make_unique<Process>();
+      slot->pid = pid;
+      slot->generation = ++generations_;
+      slot->dwfl = dwfl_begin(&kDwflCallbacks);
+    }
+    return *slot;
+  }
+
+  void report_pending(Process& process) {
+    if (process.pending.empty() || process.dwfl == nullptr) return;
+    dwfl_report_begin_add(process.dwfl);
+    for (const Mapping& mapping : process.pending) {
+      auto base = mapping.start - mapping.offset;
+      if (!process.reported.insert({mapping.path, base}).second) continue;
+      dwfl_report_elf(process.dwfl, mapping.path.c_str(), mapping.path.c_str(), -1, base, false);
+    }
+    process.pending.clear();
+    dwfl_report_end(process.dwfl, nullptr, nullptr);
+    if (!process.attached && dwfl_attach_state(process.dwfl, nullptr, process.pid, &kThreadCallbacks, &process.input)) {
+      process.attached = true;
+    }
+  }
+
+  // Modules known, unwinder attached; the process's maps are read once if the events missed one.
+  bool prepare(Process& process, std::uint64_t ip) {
+    report_pending(process);
+    if ((!process.attached || dwfl_addrmodule(process.dwfl, ip) == nullptr) && !process.read_proc_maps) {
+      process.read_proc_maps = true;
+      std::istringstream maps(read_text("/proc/" + std::to_string(process.pid) + "/maps"));
+      for (std::string line; std::getline(maps, line);) {
+        std::uint64_t start = 0, end = 0, offset = 0;
+        char perms[8] = {};
+        char path[4096] = {};
+        if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %4095s", &start, &end, perms, &offset, path) == 5 &&
+            perms[2] == 'x' && path[0] == '/') {
+          process.pending.push_back({start, end, offset, path});
+        }
+      }
+      report_pending(process);
+    }
+    return process.attached;
+  }
+
+  std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs) {
+    std::string key(reinterpret_cast<const char*>(&process.generation), sizeof(process.generation));
+    key.append(reinterpret_cast<const char*>(pcs.data()), pcs.size() * sizeof(std::uint64_t));
+    auto [slot, added] = stacks_.emplace(std::move(key), static_cast<std::uint32_t>(stacks_.size() + 1));
+    if (added) {
+      std::vector<Frame> frames;
+      frames.reserve(pcs.size());
+      for (std::uint64_t pc : pcs) frames.push_back(symbolize(process, pc));
+      sink_.stack(slot->second, frames);
+    }
+    return slot->second;
+  }
+
+  Frame symbolize(Process& process, std::uint64_t pc) {
+    Frame frame;
+    frame.address = pc;
+    Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
+    if (module == nullptr) return frame;
+    const char* main_file = nullptr;
+    const char* name = dwfl_module_info(module, nullptr, nullptr, nullptr, nullptr, nullptr, &main_file, nullptr);
+    frame.module = main_file ? main_file : (name ? name : "");
+    frame.function = demangle(dwfl_module_addrname(module, pc));
+    if (Dwfl_Line* line = dwfl_module_getsrc(module, pc)) {
+      int number = 0;
+      if (const char* file = dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {
+        frame.file = file;
+        frame.line = number;
+      }
+    }
+    return frame;
+  }
+
+  const Options& options_;
+  Sink& sink_;
+  std::unordered_map<int, std::unique_ptr<Process>> processes_;
+  std::unordered_map<std::string, std::uint32_t> by_sample_;
+  std::unordered_map<std::string, std::uint32_t> stacks_;
+  std::uint32_t generations_ = 0;
+  std::uint64_t unwind_failures_ = 0;
+};
+
+// ---- reading records -------------------------------------------------------
+
+struct Reader {
+  const std::uint8_t* at;
+  const std::uint8_t* end;
+  template <typename T>
+  T take() {
+    T value{};
+    if (at + sizeof(T) <= end) std::memcpy(&value, at, sizeof(T));
+    at += sizeof(T);
+    return value;
+  }
+  void skip(std::size_t bytes) { at += bytes; }
+};
+
+struct PendingCall {
+  MappingCall call;
+  bool open = false;
+};
+
+class Session {
+ public:
+  Session(const Options& options, Sink& sink) : options_(options), sink_(sink), recorder_(options, sink) {}
+
+  std::unordered_map<std::uint64_t, Event> events;  // by perf id
+  std::vector<RingBuffer> buffers;
+  std::uint64_t lost = 0;
+
+  // Everything the buffers hold now, in time order across CPUs.
+  void drain() {
+    std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> records;
+    for (RingBuffer& buffer : buffers) {
+      auto* meta = static_cast<perf_event_mmap_page*>(buffer.base);
+      const auto* data = static_cast<const std::uint8_t*>(buffer.base) + page_size_;
+      std::uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+      std::uint64_t tail = meta->data_tail;
+      while (tail < head) {
+        perf_event_header header{};
+        copy_out(data, buffer.data_bytes, tail, &header, sizeof(header));
+        if (header.size < sizeof(header)) break;
+        std::vector<std::uint8_t> record(header.size);
+        copy_out(data, buffer.data_bytes, tail, record.data(), header.size);
+        tail += header.size;
+        records.emplace_back(record_time(record), std::move(record));
+      }
+      __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+    }
+    std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [time, record] : records) handle(record);
+  }
+
+  [[nodiscard]] std::uint64_t unwind_failures() const { return recorder_.unwind_failures(); }
+
+ private:
+  static void copy_out(const std::uint8_t* data, std::size_t size, std::uint64_t from, void* out, std::size_t bytes) {
+    std::size_t start = from % size;
+    std::size_t first = std::min(bytes, size - start);
+    std::memcpy(out, data + start, first);
+    std::memcpy(static_cast<std::uint8_t*>(out) + first, data, bytes - first);
+  }
+
+  const Event* event_of(const std::vector<std::uint8_t>& record) const {
+    const auto* header = reinterpret_cast<const perf_event_header*>(record.data());
+    std::uint64_t id = 0;
+    if (header->type == PERF_RECORD_SAMPLE) std::memcpy(&id, record.data() + sizeof(perf_event_header), sizeof(id));
+    else std::memcpy(&id, record.data() + record.size() - sizeof(id), sizeof(id));  // sample_id_all: the identifier is last
+    auto found = events.find(id);
+    return found == events.end() ? nullptr : &found->second;
+  }
+
+  // The time of a record: the sample's, or the sample_id trailer's.
+  std::uint64_t record_time(const std::vector<std::uint8_t>& record) const {
+    const Event* event = event_of(record);
+    if (event == nullptr) return 0;
+    const auto* header = reinterpret_cast<const perf_event_header*>(record.data());
+    if (header->type == PERF_RECORD_SAMPLE) {
+      std::size_t offset = sizeof(perf_event_header) + 8 + ((event->sample_type & PERF_SAMPLE_IP) ? 8 : 0) + 8;
+      std::uint64_t time = 0;
+      std::memcpy(&time, record.data() + offset, sizeof(time));
+      return time;
+    }
+    // Trailer: pid/tid, time, identifier (our sample types have no ID, STREAM_ID or CPU).
+    std::uint64_t time = 0;
+    std::memcpy(&time, record.data() + record.size() - 16, sizeof(time));
+    return time;
+  }
+
+  void handle(const std::vector<std::uint8_t>& record) {
+    const auto* header = reinterpret_cast<const perf_event_header*>(record.data());
+    Reader in{record.data() + sizeof(perf_event_header), record.data() + record.size()};
+    switch (header->type) {
+      case PERF_RECORD_SAMPLE:
+        if (const Event* event = event_of(record)) sample(*event, in, header->misc);
+        break;
+      case PERF_RECORD_MMAP2: {
+        auto pid = in.take<std::uint32_t>();
+        in.skip(4);
+        Mapping mapping;
+        mapping.start = in.take<std::uint64_t>();
+        mapping.end = mapping.start + in.take<std::uint64_t>();
+        mapping.offset = in.take<std::uint64_t>();
+        in.skip(4 + 4 + 8 + 8);  // maj, min, ino, ino_generation
+        auto prot = in.take<std::uint32_t>();
+        in.skip(4);
+        mapping.path = reinterpret_cast<const char*>(in.at);
+        if ((prot & PROT_EXEC) && !mapping.path.empty() && mapping.path[0] == '/') recorder_.add_mapping(static_cast<int>(pid), mapping);
+        break;
+      }
+      case PERF_RECORD_COMM:
+        if (header->misc & PERF_RECORD_MISC_COMM_EXEC) recorder_.exec(static_cast<int>(in.take<std::uint32_t>()));
+        break;
+      case PERF_RECORD_FORK: {
+        auto pid = in.take<std::uint32_t>();
+        auto ppid = in.take<std::uint32_t>();
+        recorder_.fork(static_cast<int>(ppid), static_cast<int>(pid));
+        break;
+      }
+      case PERF_RECORD_LOST:
+        in.skip(8);
+        lost += in.take<std::uint64_t>();
+        break;
+      case PERF_RECORD_LOST_SAMPLES:
+        lost += in.take<std::uint64_t>();
+        break;
+      default:
+        break;
+    }
+  }
+
+  void sample(const Event& event, Reader& in, std::uint16_t misc) {
+    in.skip(8);  // identifier
+    std::uint64_t ip = (event.sample_type & PERF_SAMPLE_IP) ? in.take<std::uint64_t>() : 0;
+    auto pid = static_cast<int>(in.take<std::uint32_t>());
+    auto tid = static_cast<int>(in.take<std::uint32_t>());
+    auto time = in.take<std::uint64_t>();
+    std::uint64_t address = (event.sample_type & PERF_SAMPLE_ADDR) ? in.take<std::uint64_t>() : 0;
+    std::uint64_t args[6] = {};
+    if (event.sample_type & PERF_SAMPLE_RAW) {
+      auto size = in.take<std::uint32_t>();
+      const std::uint8_t* raw = in.at;
+      for (std::size_t i = 0; i < event.offsets.size() && i < 6; ++i) {
+        if (event.offsets[i] + 8 <= size) std::memcpy(&args[i], raw + event.offsets[i], 8);
+      }
+      in.skip(size);
+    }
+    std::uint32_t stack = 0;
+    if (event.sample_type & PERF_SAMPLE_REGS_USER) {
+      auto abi = in.take<std::uint64_t>();
+      std::uint64_t bp = 0, sp = 0, user_ip = 0;
+      if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+        bp = in.take<std::uint64_t>();
+        sp = in.take<std::uint64_t>();
+        user_ip = in.take<std::uint64_t>();
+      }
+      auto size = in.take<std::uint64_t>();
+      const std::uint8_t* bytes = in.at;
+      in.skip(size);
+      std::uint64_t dynamic = size ? in.take<std::uint64_t>() : 0;
+      if (abi != PERF_SAMPLE_REGS_ABI_NONE) stack = recorder_.stack(pid, tid, bp, sp, user_ip, bytes, std::min(dynamic, size));
+    }
+    switch (event.kind) {
+      case EventKind::fault:
+        sink_.fault({pid, tid, time, address, stack, (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER});
+        (void)ip;
+        break;
+      case EventKind::enter: {
+        PendingCall& pending = pending_[tid];
+        pending.call = {};
+        pending.call.kind = event.call;
+        pending.call.pid = pid;
+        pending.call.tid = tid;
+        pending.call.enter_ns = time;
+        std::copy(std::begin(args), std::end(args), std::begin(pending.call.args));
+        pending.call.stack = stack;
+        pending.open = true;
+        break;
+      }
+      case EventKind::exit: {
+        auto found = pending_.find(tid);
+        if (found == pending_.end() || !found->second.open || found->second.call.kind != event.call) break;
+        found->second.open = false;
+        found->second.call.exit_ns = time;
+        found->second.call.result = static_cast<std::int64_t>(args[0]);
+        sink_.call(found->second.call);
+        break;
+      }
+    }
+  }
+
+  const Options& options_;
+  Sink& sink_;
+  Recorder recorder_;
+  std::unordered_map<int, PendingCall> pending_;
+  std::size_t page_size_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+};
+
+volatile sig_atomic_t g_stop_requested = 0;
+void on_terminate(int) { g_stop_requested = 1; }
+
+struct Descriptors {
+  std::vector<int> fds;
+  std::vector<RingBuffer>* buffers = nullptr;
+  ~Descriptors() {
+    if (buffers) {
+      for (RingBuffer& buffer : *buffers) munmap(buffer.base, buffer.mapped_bytes);
+    }
+    for (int fd : fds) close(fd);
+  }
+};
+
+}  // namespace
+
+const char* call_name(CallKind kind) {
+  switch (kind) {
+    case CallKind::mmap: return "mmap";
+    case CallKind::munmap: return "munmap";
+    case CallKind::mremap: return "mremap";
+    case CallKind::brk: return "brk";
+    case CallKind::madvise: return "madvise";
+  }
+  return "?";
+}
+
+std::string Failure::message() const {
+  return error ? what + ": " + std::strerror(error) + " (errno " + std::to_string(error) + ")" : what;
+}
+
+Failure supported() { return {}; }
+
+Result run(const Options& options, Sink& sink, Failure& status) {
+  Result result;
+  Tracefs tracefs;
+  status = find_tracefs(tracefs);
+  if (!status.ok()) return result;
+  result.mounted_tracefs = tracefs.mounted;
+  struct Unmount {
+    std::string path;
+    ~Unmount() {
+      if (!path.empty()) umount2(path.c_str(), MNT_DETACH);
+    }
+  } unmount{tracefs.mounted};
+
+  const std::pair<CallKind, const char*> calls[] = {{CallKind::mmap, "mmap"}, {CallKind::munmap, "munmap"},
+                                                    {CallKind::mremap, "mremap"}, {CallKind::brk, "brk"},
+                                                    {CallKind::madvise, "madvise"}};
+  std::vector<std::pair<Event, TracepointFormat>> tracepoints;
+  for (const auto& [kind, name] : calls) {
+    for (bool enter : {true, false}) {
+      TracepointFormat format;
+      status = read_tracepoint(tracefs, std::string(enter ? "sys_enter_" : "sys_exit_") + name, format);
+      if (!status.ok()) return result;
+      Event event{enter ? EventKind::enter : EventKind::exit, kind, enter ? kEnterSampleType : kExitSampleType, format.offsets};
+      tracepoints.emplace_back(event, format);
+    }
+  }
+
+  // The command waits at the door until the events are on it.
+  int go[2], exec_error[2];
+  if (pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_error, O_CLOEXEC) != 0) {
+    status = failed("pipe2");
+    return result;
+  }
+  pid_t child = fork();
+  if (child < 0) {
+    status = failed("fork");
+    return result;
+  }
+  if (child == 0) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGQUIT, SIG_DFL);
+    if (options.command_stdout_fd >= 0 && dup2(options.command_stdout_fd, STDOUT_FILENO) < 0) _exit(126);
+    char byte = 0;
+    if (read(go[0], &byte, 1) != 1) _exit(126);
+    std::vector<char*> argv;
+    for (const std::string& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    int error = errno;
+    (void)!write(exec_error[1], &error, sizeof(error));
+    _exit(127);
+  }
+  close(go[0]);
+  close(exec_error[1]);
+  auto abandon = [&](Failure why) {
+    status = std::move(why);
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    close(go[1]);
+    close(exec_error[0]);
+    return result;
+  };
+
+  Session session(options, sink);
+  Descriptors descriptors;
+  descriptors.buffers = &session.buffers;
+  const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  for (int cpu = 0; cpu < cpus; ++cpu) {
+    perf_event_attr attr = base_attr(kFaultSampleType, options.stack_bytes);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+    attr.sample_period = options.sample_period;
+    attr.mmap = 1;
+    attr.mmap2 = 1;
+    attr.comm = 1;
+    attr.comm_exec = 1;
+    attr.task = 1;
+    attr.watermark = 1;
+    attr.wakeup_watermark = static_cast<std::uint32_t>(options.buffer_pages * page / 4);
+    int fault_fd = perf_event_open(attr, child, cpu);
+    if (fault_fd < 0) {
+      if (errno == ENODEV) continue;  // an offline CPU
+      int error = errno;
+      return abandon(Failure{error, "perf_event_open(page faults)"});
+    }
+    descriptors.fds.push_back(fault_fd);
+    RingBuffer buffer;
+    buffer.fd = fault_fd;
+    buffer.data_bytes = options.buffer_pages * page;
+    buffer.mapped_bytes = buffer.data_bytes + page;
+    buffer.base = mmap(nullptr, buffer.mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fault_fd, 0);
+    if (buffer.base == MAP_FAILED) return abandon(failed("mmap(perf ring buffer)"));
+    session.buffers.push_back(buffer);
+    std::uint64_t id = 0;
+    ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
+    session.events[id] = Event{EventKind::fault, CallKind::mmap, kFaultSampleType, {}};
+    for (const auto& [event, format] : tracepoints) {
+      perf_event_attr tp = base_attr(event.sample_type, options.stack_bytes);
+      tp.type = PERF_TYPE_TRACEPOINT;
+      tp.config = format.id;
+      int fd = perf_event_open(tp, child, cpu);
+      if (fd < 0) {
+        int error = errno;
+        return abandon(Failure{error, "perf_event_open(syscalls tracepoint)"});
+      }
+      descriptors.fds.push_back(fd);
+      if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, fault_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+      ioctl(fd, PERF_EVENT_IOC_ID, &id);
+      session.events[id] = event;
+    }
+  }
+
+  // Ctrl-C belongs to the command; this process records until the command is gone.
+  struct sigaction ignore {}, terminate {}, old_int {}, old_term {};
+  ignore.sa_handler = SIG_IGN;
+  terminate.sa_handler = on_terminate;
+  sigaction(SIGINT, &ignore, &old_int);
+  sigaction(SIGTERM, &terminate, &old_term);
+
+  const std::uint64_t started = monotonic_ns();
+  (void)!write(go[1], "x", 1);
+  close(go[1]);
+  int exec_errno = 0;
+  if (read(exec_error[0], &exec_errno, sizeof(exec_errno)) == static_cast<ssize_t>(sizeof(exec_errno))) {
+    close(exec_error[0]);
+    waitpid(child, nullptr, 0);
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    errno = exec_errno;
+    status = Failure{exec_errno, "cannot run " + options.command[0]};
+    return result;
+  }
+  close(exec_error[0]);
+  result.started = true;
+
+  std::vector<pollfd> polls;
+  for (const RingBuffer& buffer : session.buffers) polls.push_back({buffer.fd, POLLIN, 0});
+  int wait_status = 0;
+  rusage usage{};
+  bool forwarded = false;
+  while (true) {
+    poll(polls.data(), polls.size(), 10);
+    session.drain();
+    if (g_stop_requested && !forwarded) {
+      kill(child, SIGTERM);
+      forwarded = true;
+    }
+    pid_t done = wait4(child, &wait_status, WNOHANG, &usage);
+    if (done == child) break;
+  }
+  result.wall_ns = monotonic_ns() - started;
+  session.drain();
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  result.exit_code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+  result.signal = WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0;
+  result.user_ns = static_cast<std::uint64_t>(usage.ru_utime.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(usage.ru_utime.tv_usec) * 1000ULL;
+  result.system_ns = static_cast<std::uint64_t>(usage.ru_stime.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(usage.ru_stime.tv_usec) * 1000ULL;
+  result.minor_faults = static_cast<std::uint64_t>(usage.ru_minflt);
+  result.major_faults = static_cast<std::uint64_t>(usage.ru_majflt);
+  result.lost_records = session.lost;
+  result.unwind_failures = session.unwind_failures();
+  return result;
+}
+
+}  // namespace memcost::os::trace

@@ -1,0 +1,26 @@
+// Tracing a command's memory work is Linux-only for now (perf events and libdwfl); see trace.hpp.
+#include "os/trace.hpp"
+
+namespace memcost::os::trace {
+
+const char* call_name(CallKind kind) {
+  switch (kind) {
+    case CallKind::mmap: return "mmap";
+    case CallKind::munmap: return "munmap";
+    case CallKind::mremap: return "mremap";
+    case CallKind::brk: return "brk";
+    case CallKind::madvise: return "madvise";
+  }
+  return "?";
+}
+
+std::string Failure::message() const { return what; }
+
+Failure supported() { return Failure{0, "memcost trace needs Linux perf events; a Windows tracer (ETW) is not built yet"}; }
+
+Result run(const Options&, Sink&, Failure& status) {
+  status = supported();
+  return {};
+}
+
+}  // namespace memcost::os::trace
