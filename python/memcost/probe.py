@@ -59,14 +59,16 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
               global_arguments: list[str] | None = None,
               on_progress: Optional[ProgressCallback] = None,
               on_warning: Optional[WarningCallback] = None,
-              env: Optional[dict] = None) -> ProbeRun:
+              env: Optional[dict] = None,
+              pass_fds: tuple = ()) -> ProbeRun:
     """Run one experiment in a fresh probe process and collect what it reports.
-    `global_arguments` go before the experiment's name (e.g. --legacy-layout)."""
+    `global_arguments` go before the experiment's name (e.g. --legacy-layout); `pass_fds` are
+    descriptors the probe inherits (trace gives the command the user's stdout this way)."""
     command = [str(probe_path()), *(global_arguments or []), experiment, *(arguments or [])]
     oom_kills_before = _oom_kills()
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=env)
+                                   env=env, pass_fds=pass_fds)
     except OSError as error:
         raise ProbeFailed(exit_codes.FAILURE, "probe_missing", f"cannot start {command[0]}: {error.strerror}") from error
 

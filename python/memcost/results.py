@@ -36,12 +36,12 @@ def make_document(experiment: str, context: dict, params: dict, samples: list,
     }
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(handle, "w") as out:
+        with os.fdopen(handle, "wb" if isinstance(text, bytes) else "w") as out:
             out.write(text)
         # mkstemp makes the file private; results are ordinary files.
         umask = os.umask(0)

@@ -384,27 +384,43 @@ class Session {
   std::vector<RingBuffer> buffers;
   std::uint64_t lost = 0;
 
-  // Everything the buffers hold now, in time order across CPUs.
+  // Everything the buffers hold now. The records that describe the address space (mappings,
+  // forks, execs) go first, from every CPU's buffer, so that a sample finds the modules it needs
+  // whichever CPU recorded them; then the samples, read in place (copied only where a record
+  // wraps around the end of its buffer), giving space back to the kernel as they go.
   void drain() {
-    std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> records;
-    for (RingBuffer& buffer : buffers) {
-      auto* meta = static_cast<perf_event_mmap_page*>(buffer.base);
-      const auto* data = static_cast<const std::uint8_t*>(buffer.base) + page_size_;
-      std::uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
-      std::uint64_t tail = meta->data_tail;
-      while (tail < head) {
-        perf_event_header header{};
-        copy_out(data, buffer.data_bytes, tail, &header, sizeof(header));
-        if (header.size < sizeof(header)) break;
-        std::vector<std::uint8_t> record(header.size);
-        copy_out(data, buffer.data_bytes, tail, record.data(), header.size);
-        tail += header.size;
-        records.emplace_back(record_time(record), std::move(record));
-      }
-      __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans(buffers.size());
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      auto* meta = static_cast<perf_event_mmap_page*>(buffers[i].base);
+      spans[i] = {meta->data_tail, __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE)};
     }
-    std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [time, record] : records) handle(record);
+    for (bool samples : {false, true}) {
+      for (std::size_t i = 0; i < buffers.size(); ++i) {
+        RingBuffer& buffer = buffers[i];
+        auto* meta = static_cast<perf_event_mmap_page*>(buffer.base);
+        const auto* data = static_cast<const std::uint8_t*>(buffer.base) + page_size_;
+        std::uint64_t at = spans[i].first;
+        std::size_t handled = 0;
+        while (at < spans[i].second) {
+          perf_event_header header{};
+          copy_out(data, buffer.data_bytes, at, &header, sizeof(header));
+          if (header.size < sizeof(header)) break;
+          if ((header.type == PERF_RECORD_SAMPLE) == samples) {
+            const std::size_t start = at % buffer.data_bytes;
+            if (start + header.size <= buffer.data_bytes) {
+              handle(data + start, header.size);
+            } else {
+              wrapped_.resize(header.size);
+              copy_out(data, buffer.data_bytes, at, wrapped_.data(), header.size);
+              handle(wrapped_.data(), header.size);
+            }
+          }
+          at += header.size;
+          if (samples && ++handled % 256 == 0) __atomic_store_n(&meta->data_tail, at, __ATOMIC_RELEASE);
+        }
+        if (samples) __atomic_store_n(&meta->data_tail, at, __ATOMIC_RELEASE);
+      }
+    }
   }
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return recorder_.unwind_failures(); }
@@ -417,38 +433,21 @@ class Session {
     std::memcpy(static_cast<std::uint8_t*>(out) + first, data, bytes - first);
   }
 
-  const Event* event_of(const std::vector<std::uint8_t>& record) const {
-    const auto* header = reinterpret_cast<const perf_event_header*>(record.data());
+  const Event* event_of(const std::uint8_t* record, std::size_t size) const {
+    const auto* header = reinterpret_cast<const perf_event_header*>(record);
     std::uint64_t id = 0;
-    if (header->type == PERF_RECORD_SAMPLE) std::memcpy(&id, record.data() + sizeof(perf_event_header), sizeof(id));
-    else std::memcpy(&id, record.data() + record.size() - sizeof(id), sizeof(id));  // sample_id_all: the identifier is last
+    if (header->type == PERF_RECORD_SAMPLE) std::memcpy(&id, record + sizeof(perf_event_header), sizeof(id));
+    else std::memcpy(&id, record + size - sizeof(id), sizeof(id));  // sample_id_all: the identifier is last
     auto found = events.find(id);
     return found == events.end() ? nullptr : &found->second;
   }
 
-  // The time of a record: the sample's, or the sample_id trailer's.
-  std::uint64_t record_time(const std::vector<std::uint8_t>& record) const {
-    const Event* event = event_of(record);
-    if (event == nullptr) return 0;
-    const auto* header = reinterpret_cast<const perf_event_header*>(record.data());
-    if (header->type == PERF_RECORD_SAMPLE) {
-      std::size_t offset = sizeof(perf_event_header) + 8 + ((event->sample_type & PERF_SAMPLE_IP) ? 8 : 0) + 8;
-      std::uint64_t time = 0;
-      std::memcpy(&time, record.data() + offset, sizeof(time));
-      return time;
-    }
-    // Trailer: pid/tid, time, identifier (our sample types have no ID, STREAM_ID or CPU).
-    std::uint64_t time = 0;
-    std::memcpy(&time, record.data() + record.size() - 16, sizeof(time));
-    return time;
-  }
-
-  void handle(const std::vector<std::uint8_t>& record) {
-    const auto* header = reinterpret_cast<const perf_event_header*>(record.data());
-    Reader in{record.data() + sizeof(perf_event_header), record.data() + record.size()};
+  void handle(const std::uint8_t* record, std::size_t size) {
+    const auto* header = reinterpret_cast<const perf_event_header*>(record);
+    Reader in{record + sizeof(perf_event_header), record + size};
     switch (header->type) {
       case PERF_RECORD_SAMPLE:
-        if (const Event* event = event_of(record)) sample(*event, in, header->misc);
+        if (const Event* event = event_of(record, size)) sample(*event, in, header->misc);
         break;
       case PERF_RECORD_MMAP2: {
         auto pid = in.take<std::uint32_t>();
@@ -522,20 +521,36 @@ class Session {
         (void)ip;
         break;
       case EventKind::enter: {
-        PendingCall& pending = pending_[tid];
-        pending.call = {};
-        pending.call.kind = event.call;
-        pending.call.pid = pid;
-        pending.call.tid = tid;
-        pending.call.enter_ns = time;
-        std::copy(std::begin(args), std::end(args), std::begin(pending.call.args));
-        pending.call.stack = stack;
-        pending.open = true;
+        MappingCall call;
+        call.kind = event.call;
+        call.pid = pid;
+        call.tid = tid;
+        call.enter_ns = time;
+        std::copy(std::begin(args), std::end(args), std::begin(call.args));
+        call.stack = stack;
+        // The exit may have been read first, from another CPU's buffer.
+        auto early = early_exits_.find(tid);
+        if (early != early_exits_.end() && early->second.kind == event.call && early->second.exit_ns >= time) {
+          call.exit_ns = early->second.exit_ns;
+          call.result = early->second.result;
+          early_exits_.erase(early);
+          sink_.call(call);
+        } else {
+          pending_[tid] = {call, true};
+        }
         break;
       }
       case EventKind::exit: {
         auto found = pending_.find(tid);
-        if (found == pending_.end() || !found->second.open || found->second.call.kind != event.call) break;
+        if (found == pending_.end() || !found->second.open || found->second.call.kind != event.call ||
+            found->second.call.enter_ns > time) {
+          MappingCall early;
+          early.kind = event.call;
+          early.exit_ns = time;
+          early.result = static_cast<std::int64_t>(args[0]);
+          early_exits_[tid] = early;
+          break;
+        }
         found->second.open = false;
         found->second.call.exit_ns = time;
         found->second.call.result = static_cast<std::int64_t>(args[0]);
@@ -549,6 +564,8 @@ class Session {
   Sink& sink_;
   Recorder recorder_;
   std::unordered_map<int, PendingCall> pending_;
+  std::unordered_map<int, MappingCall> early_exits_;
+  std::vector<std::uint8_t> wrapped_;
   std::size_t page_size_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 };
 

@@ -22,9 +22,10 @@ from .monitor import MonitorCommand
 from .report import ReportCommand
 from .run import RunCommand
 from .scaling import ScalingCommand
+from .trace import TraceCommand
 
 COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, BigarrayCommand,
-                                 ReportCommand, CompareCommand, MonitorCommand, HugepagesCommand]
+                                 ReportCommand, CompareCommand, MonitorCommand, HugepagesCommand, TraceCommand]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -19,7 +19,11 @@
 namespace memcost::probe {
 namespace {
 
-constexpr std::size_t kFaultBatch = 4096;
+// Faults are kept and written after the command ends (in lines of kFaultLine): writing while it
+// runs would let a slow reader of stdout stall the probe until the kernel's ring buffer overflows.
+// Past kFaultsKept they are written at once, so memory stays bounded (about 48 bytes a fault).
+constexpr std::size_t kFaultLine = 65536;
+constexpr std::size_t kFaultsKept = std::size_t{4} << 20;
 
 struct Settings {
   std::vector<std::string> command;
@@ -59,13 +63,17 @@ class JsonSink : public os::trace::Sink {
     stack_.push_back(fault.stack);
     user_.push_back(fault.user_mode);
     ++faults_;
-    if (time_.size() >= kFaultBatch) flush();
+    if (time_.size() >= kFaultsKept) flush();
   }
 
   void flush() {
-    if (time_.empty()) return;
-    emitter_.sample({{"record", "faults"}}, {{"pid", pid_}, {"tid", tid_}, {"time_ns", time_}, {"address", address_},
-                                             {"stack", stack_}, {"user_mode", user_}});
+    for (std::size_t from = 0; from < time_.size(); from += kFaultLine) {
+      const std::size_t to = std::min(time_.size(), from + kFaultLine);
+      auto part = [from, to](const auto& column) { return json(std::vector(column.begin() + from, column.begin() + to)); };
+      emitter_.sample({{"record", "faults"}}, {{"pid", part(pid_)}, {"tid", part(tid_)}, {"time_ns", part(time_)},
+                                               {"address", part(address_)}, {"stack", part(stack_)},
+                                               {"user_mode", part(user_)}});
+    }
     pid_.clear();
     tid_.clear();
     time_.clear();

@@ -2,11 +2,13 @@
    Built in the test with -O2 -g and no frame pointers, as distribution binaries are.
    A: map, write and free 8 MiB per frame, 50 frames (or reuse one buffer with "reuse").
    B: a 256 MiB array allocated in one function and written in another.
-   C: a malloc'd 64 MiB block, used so the compiler keeps it. */
+   C: a malloc'd 64 MiB block, used so the compiler keeps it.
+   Arguments: [reuse|fresh] [exit code]. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 
 #define MIB (1024UL * 1024UL)
 
@@ -54,6 +56,7 @@ __attribute__((noinline)) static void site_c_malloc(void) {
 }
 
 int main(int argc, char **argv) {
+  prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0); /* base pages whatever the system's THP setting: known fault counts */
   int reuse = argc > 1 && strcmp(argv[1], "reuse") == 0;
   site_a_frames(50, reuse);
   unsigned char *array = site_b_allocate(256 * MIB);

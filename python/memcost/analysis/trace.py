@@ -1,0 +1,450 @@
+"""`trace` summary: what a command's big allocations cost the OS, per allocation site (the stack
+that created the memory) and per touching site (the stack that faulted it in), with advice.
+
+From the probe's raw records: each page fault is charged to the mapping that contained its
+address at that moment (and so to the stack that made the mapping) and to the stack that touched
+it. Fault time is estimated from this machine's measured cost per MB (a `memcost costs` result or
+a short calibration); munmap, mremap and madvise time is measured from the calls' entry and exit.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+MB = 1 << 20
+PAGE = 4096
+HUGE = 2 << 20
+# Leading frames in these modules are the allocator, not the program's allocation site.
+SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc", "libmimalloc",
+                  "libpthread")
+MAP_ANONYMOUS = 0x20
+MADV_FREEING = {4: "MADV_DONTNEED", 8: "MADV_FREE", 9: "MADV_REMOVE"}
+MADV_HUGEPAGE = 14
+# Advice is given only where it saves at least this much, and this share of the run.
+ADVICE_MIN_MS = 1.0
+ADVICE_MIN_SHARE = 0.01
+OUTSIDE = "(outside traced mappings: program text, stacks, memory mapped before the trace)"
+
+
+@dataclass
+class CostModel:
+    """This machine's measured first-touch cost, from a `memcost costs` result."""
+    base_us_per_mb: float
+    thp_us_per_mb: Optional[float]
+    source: str
+    threads: Optional[int] = None       # first touch with this many threads ...
+    threads_speedup: Optional[float] = None  # ... was this much faster than with one
+    # costs' reuse part: making, writing and freeing a buffer per frame vs writing one kept buffer.
+    reuse_saving_us_per_mb: Optional[float] = None
+
+    def fault_us(self, kind: str) -> float:
+        if kind == "thp" and self.thp_us_per_mb is not None:
+            return self.thp_us_per_mb * HUGE / MB
+        return self.base_us_per_mb * PAGE / MB
+
+    @classmethod
+    def from_costs_summary(cls, summary: dict, source: str) -> Optional["CostModel"]:
+        def largest(page: str) -> Optional[float]:
+            rows = [r for r in summary.get("rows", []) if r["page"] == page and r["route"] == "os"
+                    and r.get("fault_us_per_mb") is not None]
+            return max(rows, key=lambda r: r["size_bytes"])["fault_us_per_mb"] if rows else None
+        base = largest("base")
+        if base is None or base <= 0:
+            return None
+        model = cls(base_us_per_mb=base, thp_us_per_mb=largest("thp"), source=source)
+        reuse = (summary.get("reuse") or {}).get("routes", {}).get("os")
+        if reuse and summary["reuse"].get("frame_bytes"):
+            model.reuse_saving_us_per_mb = ((reuse["reallocate_us_per_frame"] - reuse["reuse_us_per_frame"])
+                                            / (summary["reuse"]["frame_bytes"] / MB))
+        threads = [t for t in summary.get("threads", []) if t.get("speedup")]
+        if threads:
+            top = max(threads, key=lambda t: t["threads"])
+            model.threads, model.threads_speedup = top["threads"], top["speedup"]
+        return model
+
+
+@dataclass
+class Mapping:
+    pid: int
+    start: int
+    length: int
+    stack: int
+    call: str
+    made_ns: int
+    anonymous: bool
+    huge_advised: bool = False
+    freed_ns: Optional[int] = None
+    freed_bytes: int = 0
+    free_ns: int = 0         # measured time of the calls that freed it
+    map_ns: int = 0          # measured time of the call that made it
+    faults: int = 0
+    fault_regions: set = field(default_factory=set)  # 2 MB regions its faults touched
+    fault_threads: set = field(default_factory=set)
+
+    @property
+    def kind(self) -> str:
+        """Inferred from the faults: about one per 2 MB region is THP, more is base pages."""
+        if self.faults >= 4 and self.faults <= 1.5 * len(self.fault_regions):
+            return "thp"
+        return "base"
+
+
+@dataclass
+class Trace:
+    stacks: dict
+    calls: list
+    fault_time: np.ndarray
+    fault_pid: np.ndarray
+    fault_tid: np.ndarray
+    fault_address: np.ndarray
+    fault_stack: np.ndarray
+    run: dict
+
+
+def read(samples: list) -> Trace:
+    stacks, calls, columns = {}, [], defaultdict(list)
+    run: dict = {}
+    for sample in samples:
+        record, metrics = sample["case"]["record"], sample["metrics"]
+        if record == "stack":
+            stacks[metrics["stack"]] = metrics["frames"]
+        elif record == "call":
+            calls.append({"call": sample["case"]["call"], **metrics})
+        elif record == "faults":
+            for name in ("time_ns", "pid", "tid", "address", "stack"):
+                columns[name].extend(metrics[name])
+        elif record == "run":
+            run = metrics
+    order = np.argsort(np.asarray(columns["time_ns"], dtype=np.uint64), kind="stable")
+
+    def column(name: str) -> np.ndarray:
+        return np.asarray(columns[name], dtype=np.uint64 if name in ("time_ns", "address") else np.int64)[order]
+    calls.sort(key=lambda c: c["exit_ns"])
+    return Trace(stacks, calls, column("time_ns"), column("pid"), column("tid"), column("address"), column("stack"), run)
+
+
+def user_frame(frames: list) -> Optional[dict]:
+    """The first frame of the program itself, past the allocator and libc."""
+    for frame in frames:
+        module = os.path.basename(frame.get("module") or "")
+        if not module.startswith(SYSTEM_MODULES):
+            return frame
+    return frames[0] if frames else None
+
+
+def frame_name(frame: Optional[dict]) -> str:
+    if frame is None:
+        return "(no stack)"
+    function = frame.get("function") or f"{os.path.basename(frame.get('module') or '?')}+{frame['address']:#x}"
+    if frame.get("file"):
+        return f"{function} ({os.path.basename(frame['file'])}:{frame['line']})"
+    return function
+
+
+def site_of(stacks: dict, stack_id: int) -> str:
+    return frame_name(user_frame(stacks.get(stack_id, [])))
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class _Space:
+    """The live mappings of one process: disjoint pieces (start, end, mapping index), sorted."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.pieces: list[tuple[int, int, int]] = []
+        self.brk_base: Optional[int] = None
+        self.brk_end: Optional[int] = None
+
+    def add(self, start: int, end: int, index: int) -> None:
+        self.remove(start, end)
+        at = bisect.bisect_left(self.starts, start)
+        self.starts.insert(at, start)
+        self.pieces.insert(at, (start, end, index))
+
+    def remove(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Cut [start, end) out; returns (mapping index, bytes removed) per piece touched."""
+        removed = []
+        at = max(bisect.bisect_right(self.starts, start) - 1, 0)
+        kept = []
+        while at < len(self.pieces) and self.pieces[at][0] < end:
+            piece_start, piece_end, index = self.pieces[at]
+            if piece_end <= start:
+                at += 1
+                continue
+            overlap = min(end, piece_end) - max(start, piece_start)
+            removed.append((index, overlap))
+            del self.pieces[at]
+            del self.starts[at]
+            if piece_start < start:
+                kept.append((piece_start, start, index))
+            if piece_end > end:
+                kept.append((end, piece_end, index))
+        for piece in kept:
+            where = bisect.bisect_left(self.starts, piece[0])
+            self.starts.insert(where, piece[0])
+            self.pieces.insert(where, piece)
+        return removed
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.asarray([p[0] for p in self.pieces], dtype=np.uint64),
+                np.asarray([p[1] for p in self.pieces], dtype=np.uint64),
+                np.asarray([p[2] for p in self.pieces], dtype=np.int64))
+
+
+def attribute(trace: Trace) -> tuple[list[Mapping], np.ndarray]:
+    """Replay the mapping calls in time order; each fault goes to the mapping live at its address
+    at its moment. Returns the mappings and, per fault, its mapping's index (-1: none)."""
+    mappings: list[Mapping] = []
+    spaces: dict[int, _Space] = defaultdict(_Space)
+    owner = np.full(len(trace.fault_time), -1, dtype=np.int64)
+    done = 0
+
+    def charge_faults(until_ns: int) -> None:
+        nonlocal done
+        end = int(np.searchsorted(trace.fault_time, np.uint64(until_ns), side="left"))
+        if end <= done:
+            return
+        window = slice(done, end)
+        for pid in np.unique(trace.fault_pid[window]):
+            space = spaces.get(int(pid))
+            if space is None or not space.pieces:
+                continue
+            starts, ends, indexes = space.arrays()
+            selected = np.nonzero(trace.fault_pid[window] == pid)[0] + done
+            addresses = trace.fault_address[selected]
+            slot = np.searchsorted(starts, addresses, side="right") - 1
+            valid = slot >= 0
+            valid[valid] &= addresses[valid] < ends[slot[valid]]
+            owner[selected[valid]] = indexes[slot[valid]]
+        done = end
+
+    def free(space: _Space, start: int, length: int, call: dict, whole: bool) -> None:
+        removed = space.remove(start, start + length) if whole else _overlaps(space, start, start + length)
+        total = sum(size for _, size in removed) or 1
+        for index, size in removed:
+            mapping = mappings[index]
+            mapping.freed_bytes += size
+            mapping.free_ns += (call["exit_ns"] - call["enter_ns"]) * size // total
+            if whole and not any(p[2] == index for p in space.pieces):
+                mapping.freed_ns = call["exit_ns"]
+
+    for call in trace.calls:
+        charge_faults(call["exit_ns"])
+        result = _signed(call["result"])
+        if -4096 < result < 0:
+            continue  # the call failed: nothing changed
+        args, space = call["args"], spaces[call["pid"]]
+        kind = call["call"]
+        if kind == "mmap":
+            index = len(mappings)
+            mappings.append(Mapping(call["pid"], result, args[1], call["stack"], "mmap", call["exit_ns"],
+                                    bool(args[3] & MAP_ANONYMOUS), map_ns=call["exit_ns"] - call["enter_ns"]))
+            space.add(result, result + args[1], index)
+        elif kind == "munmap":
+            free(space, args[0], args[1], call, whole=True)
+        elif kind == "mremap":
+            moved = space.remove(args[0], args[0] + args[1])
+            index = moved[0][0] if moved else None
+            if index is None:
+                continue
+            mapping = mappings[index]
+            mapping.length += max(args[2] - args[1], 0)
+            mapping.free_ns += call["exit_ns"] - call["enter_ns"]
+            space.add(result, result + args[2], index)
+        elif kind == "brk":
+            if space.brk_end is None:
+                space.brk_base = space.brk_end = result
+            elif result > space.brk_end:
+                index = len(mappings)
+                mappings.append(Mapping(call["pid"], space.brk_end, result - space.brk_end, call["stack"], "brk",
+                                        call["exit_ns"], True, map_ns=call["exit_ns"] - call["enter_ns"]))
+                space.add(space.brk_end, result, index)
+                space.brk_end = result
+            elif result < space.brk_end:
+                free(space, result, space.brk_end - result, call, whole=True)
+                space.brk_end = result
+        elif kind == "madvise":
+            if args[2] in MADV_FREEING:
+                free(space, args[0], args[1], call, whole=False)
+            elif args[2] == MADV_HUGEPAGE:
+                for index, _ in _overlaps(space, args[0], args[0] + args[1]):
+                    mappings[index].huge_advised = True
+    charge_faults(np.iinfo(np.uint64).max)
+
+    charged = owner >= 0
+    indexes, regions, threads = owner[charged], trace.fault_address[charged] // np.uint64(HUGE), trace.fault_tid[charged]
+    for index, faults in zip(*np.unique(indexes, return_counts=True)):
+        mappings[index].faults = int(faults)
+    for index, region in set(zip(indexes.tolist(), regions.tolist())):
+        mappings[index].fault_regions.add(region)
+    for index, thread in set(zip(indexes.tolist(), threads.tolist())):
+        mappings[index].fault_threads.add(thread)
+    return mappings, owner
+
+
+def _overlaps(space: _Space, start: int, end: int) -> list[tuple[int, int]]:
+    return [(index, min(end, piece_end) - max(start, piece_start))
+            for piece_start, piece_end, index in space.pieces if piece_start < end and piece_end > start]
+
+
+def _ms(ns: float) -> float:
+    return ns / 1e6
+
+
+def summarize(samples: list, cost: CostModel, thp_available: bool) -> dict:
+    trace = read(samples)
+    mappings, owner = attribute(trace)
+    run = trace.run
+    wall_ms = _ms(run.get("wall_ns", 0)) or 1e-9
+    cpu_ms = _ms(run.get("user_ns", 0) + run.get("system_ns", 0)) or 1e-9
+    period = run.get("sample_period", 1)
+
+    by_site: dict[str, list[Mapping]] = defaultdict(list)
+    for mapping in mappings:
+        by_site[site_of(trace.stacks, mapping.stack)].append(mapping)
+    rows = []
+    for site, group in by_site.items():
+        faults = sum(m.faults for m in group) * period
+        if not faults and not any(m.freed_bytes for m in group) and sum(m.length for m in group) < MB:
+            continue
+        fault_ms = sum(m.faults * period * cost.fault_us(m.kind) for m in group) / 1e3
+        free_ms = _ms(sum(m.free_ns for m in group))
+        map_ms = _ms(sum(m.map_ns for m in group))
+        sizes = Counter(m.length for m in group if m.freed_ns is not None)
+        churn_size, churn = sizes.most_common(1)[0] if sizes else (0, 0)
+        kinds = Counter(m.kind for m in group if m.faults)
+        row = {
+            "site": site, "stack": group[0].stack, "call": group[0].call, "mappings": len(group),
+            "freed": sum(1 for m in group if m.freed_ns is not None), "bytes": sum(m.length for m in group),
+            "largest_bytes": max(m.length for m in group), "faults": faults,
+            "faults_base": sum(m.faults for m in group if m.kind == "base") * period,
+            "faults_thp": sum(m.faults for m in group if m.kind == "thp") * period,
+            "kind": kinds.most_common(1)[0][0] if kinds else "-",
+            "fault_ms": fault_ms, "free_ms": free_ms, "map_ms": map_ms,
+            "churn": churn, "churn_bytes": churn_size,
+            "wall_share": (fault_ms + free_ms + map_ms) / wall_ms, "cpu_share": (fault_ms + free_ms + map_ms) / cpu_ms,
+            "single_thread_largest": max((m for m in group), key=lambda m: m.length).fault_threads.__len__() <= 1,
+        }
+        row["advice"] = advise(row, group, cost, thp_available, wall_ms, period)
+        rows.append(row)
+    rows.sort(key=lambda r: r["fault_ms"] + r["free_ms"] + r["map_ms"], reverse=True)
+
+    touching = _touching_sites(trace, mappings, owner, cost, period)
+    sampled = int(len(trace.fault_time)) * period
+    attributed = int(np.count_nonzero(owner >= 0)) * period
+    totals = {
+        "wall_ms": wall_ms, "user_ms": _ms(run.get("user_ns", 0)), "system_ms": _ms(run.get("system_ns", 0)),
+        "elsewhere_ms": _ms(run["elsewhere_ns"]) if run.get("elsewhere_ns") is not None else None,
+        "elsewhere_method": run.get("elsewhere_method"),
+        "tracer_cpu_ms": _ms(run.get("tracer_user_ns", 0) + run.get("tracer_system_ns", 0)),
+        "faults": sampled, "faults_attributed": attributed, "kernel_faults": run.get("rusage_minor_faults", 0)
+        + run.get("rusage_major_faults", 0), "lost_records": run.get("lost_records", 0),
+        "sample_period": period, "exit_code": run.get("exit_code"),
+        "fault_ms": sum(r["fault_ms"] for r in rows), "free_ms": sum(r["free_ms"] for r in rows),
+        "map_ms": sum(r["map_ms"] for r in rows),
+        "cost_source": cost.source, "base_fault_us_per_mb": cost.base_us_per_mb, "thp_fault_us_per_mb": cost.thp_us_per_mb,
+    }
+    return {"rows": rows, "touching": touching, "totals": totals, "headline": headline(rows, totals)}
+
+
+def _touching_sites(trace: Trace, mappings: list[Mapping], owner: np.ndarray, cost: CostModel, period: int) -> list[dict]:
+    counts: dict[str, Counter] = defaultdict(Counter)
+    fault_ms: dict[str, float] = defaultdict(float)
+    stack_of: dict[str, int] = {}
+    pairs = Counter(zip(trace.fault_stack.tolist(), owner.tolist()))  # far fewer than faults
+    for (stack_id, index), faults in pairs.items():
+        site = site_of(trace.stacks, stack_id)
+        stack_of.setdefault(site, stack_id)
+        allocated = site_of(trace.stacks, mappings[index].stack) if index >= 0 else OUTSIDE
+        counts[site][allocated] += faults * period
+        kind = mappings[index].kind if index >= 0 else "base"
+        fault_ms[site] += faults * period * cost.fault_us(kind) / 1e3
+    rows = [{"site": site, "stack": stack_of[site], "faults": sum(c.values()), "fault_ms": fault_ms[site],
+             "allocation_site": c.most_common(1)[0][0]} for site, c in counts.items()]
+    rows.sort(key=lambda r: r["faults"], reverse=True)
+    return rows
+
+
+def advise(row: dict, group: list[Mapping], cost: CostModel, thp_available: bool, wall_ms: float, period: int) -> list[dict]:
+    """Only advice this run's figures support, each with its what-if saving."""
+    advice = []
+
+    def worth(saving_ms: float) -> bool:
+        return saving_ms >= max(ADVICE_MIN_MS, ADVICE_MIN_SHARE * wall_ms)
+
+    churning = [m for m in group if m.freed_ns is not None and m.length == row["churn_bytes"]]
+    if row["churn"] >= 3:
+        n = len(churning)
+        if cost.reuse_saving_us_per_mb is not None:
+            # Measured here for exactly this pattern: a fresh buffer per frame vs one kept buffer.
+            saving = (n - 1) * row["churn_bytes"] / MB * cost.reuse_saving_us_per_mb / 1e3
+            how = "from this machine's measured cost of reallocating instead of reusing, per MB"
+        else:
+            spent = sum(m.faults * period * cost.fault_us(m.kind) / 1e3 + (m.free_ns + m.map_ns) / 1e6 for m in churning)
+            saving = spent * (n - 1) / n
+            how = "its faults, estimated, and frees, measured, paid once instead of every time"
+        if worth(saving):
+            advice.append({"kind": "reuse", "saving_ms": saving,
+                           "text": f"reuse this {_size(row['churn_bytes'])} buffer instead of making and freeing it {n} "
+                                   f"times: saves ≈ {saving:,.1f} ms ({how})"})
+    base_faults = row["faults_base"]
+    if thp_available and cost.thp_us_per_mb is not None and row["largest_bytes"] >= 4 * MB and base_faults >= 512:
+        huge_faults = base_faults / 512
+        saving = base_faults * cost.fault_us("base") / 1e3 - huge_faults * cost.fault_us("thp") / 1e3
+        if worth(saving):
+            advice.append({"kind": "huge_pages", "saving_ms": saving,
+                           "text": f"ask for huge pages here (madvise MADV_HUGEPAGE, or memcost::make_big_array): "
+                                   f"{base_faults:,} faults become ≈ {huge_faults:,.0f}, saves ≈ {saving:,.1f} ms"})
+    largest = max(group, key=lambda m: m.length)
+    if (cost.threads_speedup and cost.threads_speedup > 1.2 and largest.length >= 64 * MB
+            and len(largest.fault_threads) == 1 and largest.faults):
+        spent = largest.faults * period * cost.fault_us(largest.kind) / 1e3
+        saving = spent * (1 - 1 / cost.threads_speedup)
+        if worth(saving):
+            advice.append({"kind": "parallel", "saving_ms": saving,
+                           "text": f"fault the {_size(largest.length)} block in with {cost.threads} threads (measured "
+                                   f"{cost.threads_speedup:.1f}× faster here, e.g. make_big_array's parallel "
+                                   f"prefault): saves ≈ {saving:,.1f} ms"})
+    return advice
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", MB), ("KiB", 1 << 10)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{size} B"
+
+
+def headline(rows: list[dict], totals: dict) -> str:
+    cost = totals["fault_ms"] + totals["free_ms"] + totals["map_ms"]
+    top = rows[0]["site"] if rows else "no site"
+    return (f"{totals['faults']:,} page faults ≈ {totals['fault_ms']:,.1f} ms (estimated) and {totals['free_ms']:,.1f} ms "
+            f"of freeing (measured): {cost / totals['wall_ms']:.0%} of the run's {totals['wall_ms']:,.0f} ms; "
+            f"most at {top}")
+
+
+def folded(trace_samples: list) -> list[str]:
+    """Folded stacks (flamegraph.pl, speedscope): allocation stack, root first, then the touching
+    site; the value is the number of faults."""
+    trace = read(trace_samples)
+    mappings, owner = attribute(trace)
+    counts: Counter = Counter()
+    period = trace.run.get("sample_period", 1)
+
+    def names(stack_id: int) -> list[str]:
+        return [frame_name(frame).replace(";", ",").replace(" ", "_") for frame in reversed(trace.stacks.get(stack_id, []))]
+    for (stack_id, index), faults in Counter(zip(trace.fault_stack.tolist(), owner.tolist())).items():
+        allocation = names(mappings[index].stack) if index >= 0 else ["[outside_traced_mappings]"]
+        touch = frame_name(user_frame(trace.stacks.get(stack_id, []))).replace(";", ",").replace(" ", "_")
+        counts[";".join(allocation + [f"[touched_by]_{touch}"])] += faults * period
+    return [f"{stack} {count}" for stack, count in counts.most_common()]

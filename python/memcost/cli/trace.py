@@ -1,0 +1,225 @@
+"""`memcost trace -- COMMAND`: what a real program's big allocations cost the OS, per line of code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from rich.markup import escape
+from rich.table import Table
+
+from .. import exit_codes, export, journal
+from ..console import console, warn
+from ..errors import MemcostError
+from ..results import RunDirectory, make_document
+from ..units import format_bytes
+from . import arguments
+from .base import Command, print_closing
+
+TRACEFS = "/sys/kernel/tracing"
+
+
+def _tracefs_mounted() -> bool:
+    return any(os.path.exists(f"{root}/events/syscalls") for root in (TRACEFS, "/sys/kernel/debug/tracing"))
+
+
+def _unmount_tracefs(undo: dict) -> str:
+    if os.path.exists(f"{undo['path']}/events"):
+        subprocess.run(["umount", undo["path"]], check=True, capture_output=True)
+    return f"tracefs at {undo['path']} unmounted"
+
+
+journal.register("tracefs_mount", _unmount_tracefs)
+
+
+def cost_model(results_root: Path, calibrate: bool, notes: list):
+    """This machine's fault cost: the newest `memcost costs` result for this host, else a short
+    calibration run now (said so in the output)."""
+    from ..analysis import trace as analysis
+    host = socket.gethostname()
+    if not calibrate:
+        candidates = sorted(Path(results_root).glob("*/costs.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for path in candidates:
+            try:
+                document = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(document, dict) and document.get("context", {}).get("host") == host:
+                model = analysis.CostModel.from_costs_summary(document.get("summary", {}), f"memcost costs result {path}")
+                if model:
+                    return model
+    from ..analysis import costs as costs_analysis
+    from ..runner import run_with_progress
+    run = run_with_progress("costs", ["--pages", "base,thp", "--routes", "os", "--parts", "rows,threads,reuse", "--sizes",
+                                      "64M", "--reps", "5", "--warmup", "1", "--threads-size", "64M", "--frames", "50"],
+                            "calibrating fault cost")
+    model = analysis.CostModel.from_costs_summary(costs_analysis.summarize(run.samples),
+                                                  "a calibration run of memcost costs just now (64 MiB, 5 repetitions)")
+    if model is None:
+        raise MemcostError("the calibration run measured no fault cost; run `memcost costs --quick` and try again")
+    notes.append("no `memcost costs` result for this host was found: fault time comes from a calibration run "
+                       "(run `memcost costs` once to keep one)")
+    return model
+
+
+def record(command: list[str], args: argparse.Namespace):
+    """Run the probe around the command; Ctrl-C goes to the command (as from the terminal), and
+    what was recorded until it exited is kept."""
+    from ..probe import run_probe
+    probe_arguments = ["--sample-period", str(args.sample_period), "--stack-bytes", str(args.stack_bytes)]
+    stdout_copy = os.dup(sys.stdout.fileno())
+    sys.stdout.flush()
+    entry = None
+    if os.geteuid() == 0 and not _tracefs_mounted():
+        entry = journal.record("tracefs_mount", f"tracefs at {TRACEFS}", path=TRACEFS)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return run_probe("trace", [*probe_arguments, "--command-stdout-fd", str(stdout_copy), "--", *command],
+                         pass_fds=(stdout_copy,))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        os.close(stdout_copy)
+        if entry is not None:
+            if os.path.exists(f"{TRACEFS}/events"):  # the probe did not get to unmount it
+                _unmount_tracefs({"path": TRACEFS})
+            journal.forget(entry)
+
+
+def untraced_wall_s(command: list[str]) -> float:
+    started = time.monotonic()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic() - started
+
+
+def render(document: dict, top: int) -> None:
+    summary, totals = document["summary"], document["summary"]["totals"]
+    table = Table(title="Allocation sites — where the memory was made", title_justify="left")
+    for heading in ("site", "call", "made", "freed", "bytes", "faults", "pages", "fault ms (est.)", "free ms", "churn",
+                    "% wall", "% CPU"):
+        table.add_column(heading, justify="left" if heading in ("site", "call", "pages") else "right")
+    for row in summary["rows"][:top]:
+        table.add_row(escape(row["site"]), row["call"], f"{row['mappings']:,}", f"{row['freed']:,}",
+                      format_bytes(row["bytes"]), f"{row['faults']:,}", row["kind"], f"{row['fault_ms']:,.1f}",
+                      f"{row['free_ms']:,.1f}", f"{row['churn']}× {format_bytes(row['churn_bytes'])}" if row["churn"] > 1 else "-",
+                      f"{row['wall_share']:.1%}", f"{row['cpu_share']:.1%}")
+    console.print(table)
+    table = Table(title="Touching sites — where the pages were faulted in", title_justify="left")
+    for heading in ("site", "faults", "fault ms (est.)", "memory allocated at"):
+        table.add_column(heading, justify="right" if heading in ("faults", "fault ms (est.)") else "left")
+    for row in summary["touching"][:top]:
+        table.add_row(escape(row["site"]), f"{row['faults']:,}", f"{row['fault_ms']:,.1f}", escape(row["allocation_site"]))
+    console.print(table)
+    advice = [(row["site"], item) for row in summary["rows"] for item in row["advice"]]
+    if advice:
+        console.print("[bold]Advice[/bold] (what-if figures from this machine's measured costs)")
+        for site, item in sorted(advice, key=lambda pair: pair[1]["saving_ms"], reverse=True):
+            console.print(f" • {site}: {item['text']}", markup=False)
+    else:
+        console.print("No advice: no site's allocations cost enough to be worth changing.")
+    console.print(
+        f"Totals: {totals['faults']:,} page faults sampled ({totals['faults_attributed']:,} in traced mappings; the kernel "
+        f"counted {totals['kernel_faults']:,} for the command), fault time ≈ {totals['fault_ms']:,.1f} ms, "
+        f"free {totals['free_ms']:,.1f} ms, map {totals['map_ms']:,.1f} ms; the command ran {totals['wall_ms']:,.0f} ms "
+        f"(user {totals['user_ms']:,.0f} ms, system {totals['system_ms']:,.0f} ms"
+        + (f", {totals['elsewhere_ms']:,.1f} ms charged elsewhere, memcost's own front end included"
+           if totals.get("elsewhere_ms") is not None else "")
+        + f"); tracing cost {totals['tracer_cpu_ms']:,.0f} ms of CPU.", markup=False)
+    if totals.get("untraced_wall_ms"):
+        console.print(f"Overhead: traced {totals['wall_ms']:,.0f} ms vs untraced {totals['untraced_wall_ms']:,.0f} ms "
+                      f"({totals['wall_ms'] / totals['untraced_wall_ms']:.2f}×)", markup=False)
+    console.print(
+        f"How: faults from the perf page-fault event (every {totals['sample_period']} fault"
+        f"{'s' if totals['sample_period'] > 1 else ''}), charged to the mapping live at their address; fault time "
+        f"estimated at {totals['base_fault_us_per_mb']:,.0f} µs/MB on base pages"
+        + (f" and {totals['thp_fault_us_per_mb']:,.0f} on THP" if totals.get("thp_fault_us_per_mb") else "")
+        + f" from {totals['cost_source']}; map, free and madvise time measured from syscall tracepoints.", markup=False)
+
+
+class TraceCommand(Command):
+    """Run a command and show what its big allocations cost the OS, per line of code (Linux, root).
+
+    Every mapping call (mmap, munmap, mremap, brk, madvise) with its call stack and measured
+    duration, and every page fault with the stack that touched the page, from the kernel's perf
+    events; stacks are unwound with DWARF call-frame information (no frame pointers needed) and
+    symbolized with elfutils. Faults are charged to the allocation site whose mapping held the
+    address. Fault time is estimated from this machine's `memcost costs` result (or a short
+    calibration run). Exports: folded stacks and pprof. The command's output and exit code pass
+    through; Ctrl-C stops the command and keeps what was recorded. See docs/trace.md.
+    """
+
+    name = "trace"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--sample-period", type=arguments.positive_int, default=1, metavar="N",
+                            help="record one fault in N (default 1: every fault, exact counts)")
+        parser.add_argument("--stack-bytes", type=arguments.positive_int, default=4096, metavar="BYTES",
+                            help="user stack copied per sample for unwinding (default 4096; deeper stacks are cut)")
+        parser.add_argument("--top", type=arguments.positive_int, default=10, help="sites shown (default 10)")
+        parser.add_argument("--calibrate", action="store_true",
+                            help="measure the fault cost now instead of using the newest `memcost costs` result")
+        parser.add_argument("--overhead", action="store_true",
+                            help="run the command a second time, untraced, and report the tracing overhead")
+        parser.add_argument("--export-folded", type=arguments.output_file, metavar="PATH",
+                            help="folded stacks of faults by allocation site (flamegraph.pl, speedscope)")
+        parser.add_argument("--export-pprof", type=arguments.output_file, metavar="PATH",
+                            help="gzipped pprof profile (go tool pprof, Pyroscope, Parca)")
+        export.add_arguments(parser)
+        parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                            help="the command to run and trace")
+
+    def run(self, args: argparse.Namespace) -> int:
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not command:
+            raise MemcostError("name the command to trace after --, e.g. `memcost trace -- sort big.txt`",
+                               exit_codes.BAD_ARGUMENTS)
+        if not Path("/proc/self/maps").exists():
+            raise MemcostError("memcost trace needs Linux perf events (this is not Linux)", exit_codes.UNSUPPORTED)
+        if os.geteuid() != 0:
+            paranoid = Path("/proc/sys/kernel/perf_event_paranoid")
+            level = int(paranoid.read_text()) if paranoid.exists() else 2
+            if level > -1:
+                raise MemcostError(f"memcost trace reads kernel tracepoints, which needs root here "
+                                   f"(kernel.perf_event_paranoid is {level}): run it with sudo, or as root "
+                                   "`sysctl kernel.perf_event_paranoid=-1` and mount tracefs", exit_codes.UNSUPPORTED)
+        notes: list[str] = []
+        from ..analysis import trace as analysis
+        cost = cost_model(args.results_dir, args.calibrate, notes)
+        run = record(command, args)
+        thp = run.context.get("pages", {}).get("thp", {})
+        summary = analysis.summarize(run.samples, cost, bool(thp.get("present")) and thp.get("enabled") != "never")
+        if args.overhead:
+            summary["totals"]["untraced_wall_ms"] = untraced_wall_s(command) * 1e3
+        warnings = list(run.warnings) + [{"code": "calibrated", "message": note} for note in notes]
+        totals = summary["totals"]
+        if totals["sample_period"] == 1 and totals["kernel_faults"] and \
+                abs(totals["faults"] - totals["kernel_faults"]) > 0.02 * totals["kernel_faults"] + 100:
+            warnings.append({"code": "fault_count_mismatch",
+                             "message": f"{totals['faults']:,} faults were sampled but the kernel counted "
+                                        f"{totals['kernel_faults']:,}: some were lost or happened in children that "
+                                        "outlived the command; per-site counts are a lower bound"})
+        params = {"command": command, "sample_period": args.sample_period, "stack_bytes": args.stack_bytes}
+        document = make_document("trace", run.context, params, run.samples, summary, warnings)
+        document["path"] = str(RunDirectory(args.results_dir).write(document))
+        render(document, args.top)
+        print_closing(document)
+        if args.export_folded:
+            from ..export import folded
+            folded.write(document, args.export_folded)
+            console.print(f"Exported: {args.export_folded}", markup=False)
+        if args.export_pprof:
+            from ..export import pprof
+            pprof.write(document, args.export_pprof)
+            console.print(f"Exported: {args.export_pprof}", markup=False)
+        export.export_requested(document, args)
+        exit_code = totals["exit_code"]
+        if exit_code:
+            warn(f"{command[0]} exited with {exit_code}; memcost passes it on")
+        return int(exit_code or 0)

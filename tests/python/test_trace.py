@@ -1,0 +1,173 @@
+"""memcost trace on a test program with known sites (tests/python/data/trace_sites.c), built
+here with -O2 and no frame pointers, as distribution binaries are."""
+
+import gzip
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memcost import exit_codes
+from memcost.results import load_document
+
+from conftest import run_memcost
+
+DATA = Path(__file__).parent / "data"
+GOLDEN_COSTS = Path(__file__).resolve().parents[1] / "data" / "run_a" / "costs.json"
+MIB = 1 << 20
+
+
+def _may_trace() -> bool:
+    paranoid = Path("/proc/sys/kernel/perf_event_paranoid")
+    return os.geteuid() == 0 or (paranoid.exists() and int(paranoid.read_text()) <= -1)
+
+
+needs_tracing = pytest.mark.skipif(not _may_trace(), reason="tracing needs root or perf_event_paranoid -1")
+
+
+@pytest.fixture(scope="module")
+def sites_program(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("trace_program")
+    program = folder / "trace_sites"
+    subprocess.run(["cc", "-O2", "-g", "-fomit-frame-pointer", "-o", str(program), str(DATA / "trace_sites.c")], check=True)
+    return program
+
+
+@pytest.fixture(scope="module")
+def results_root(tmp_path_factory) -> Path:
+    """A results folder holding a costs result for this host (the recorded one, renamed), so the
+    fault cost model is fixed and no calibration runs."""
+    root = tmp_path_factory.mktemp("trace_results")
+    document = json.loads(GOLDEN_COSTS.read_text())
+    document["context"]["host"] = socket.gethostname()
+    (root / "20260101T000000Z-golden").mkdir()
+    (root / "20260101T000000Z-golden" / "costs.json").write_text(json.dumps(document))
+    return root
+
+
+@pytest.fixture(scope="module")
+def traced(sites_program, results_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("trace_exports")
+    result = run_memcost("--results-dir", str(results_root), "trace", "--export-pprof", str(out / "faults.pb.gz"),
+                         "--export-folded", str(out / "faults.folded"), "--", str(sites_program), "fresh", "3")
+    document = load_document(results_root / "latest" / "trace.json") if (results_root / "latest").exists() else None
+    return result, document, out
+
+
+def _row(document, function):
+    rows = [r for r in document["summary"]["rows"] if r["site"].startswith(function)]
+    assert len(rows) == 1, [r["site"] for r in document["summary"]["rows"]]
+    return rows[0]
+
+
+@needs_tracing
+def test_faults_are_charged_exactly_to_the_allocation_sites(traced):
+    result, document, _ = traced
+    assert document is not None, result.stderr
+    a, b = _row(document, "site_a_frames"), _row(document, "site_b_allocate")
+    assert a["faults"] == pytest.approx(50 * 2048, rel=0.02)
+    assert b["faults"] == pytest.approx(65536, rel=0.02)
+    assert (a["mappings"], a["freed"], a["churn"], a["churn_bytes"]) == (50, 50, 50, 8 * MIB)
+    assert "trace_sites.c:" in a["site"] and "trace_sites.c:" in b["site"]
+
+
+@needs_tracing
+def test_the_touching_site_is_the_writer_not_memset_or_the_allocator(traced):
+    _, document, _ = traced
+    touching = {row["site"].split(" ")[0].split(".")[0]: row for row in document["summary"]["touching"]}
+    assert touching["site_b_writer"]["faults"] == pytest.approx(65536, rel=0.02)
+    assert touching["site_b_writer"]["allocation_site"].startswith("site_b_allocate")
+    assert touching["frame_work"]["allocation_site"].startswith("site_a_frames")  # memset in libc is skipped
+
+
+@needs_tracing
+def test_reuse_advice_for_the_churning_site_only(traced):
+    _, document, _ = traced
+    a, b = _row(document, "site_a_frames"), _row(document, "site_b_allocate")
+    assert [item["kind"] for item in a["advice"]].count("reuse") == 1
+    assert "reuse" not in [item["kind"] for item in b["advice"]]
+    reuse = next(item for item in a["advice"] if item["kind"] == "reuse")
+    assert reuse["saving_ms"] > 0 and "8 MiB" in reuse["text"]
+
+
+@needs_tracing
+def test_unmap_time_is_measured_and_the_exit_code_passes_through(traced):
+    result, document, _ = traced
+    assert result.returncode == 3, result.stderr
+    assert "done" in result.stdout  # the command's own output reaches the user
+    assert _row(document, "site_a_frames")["free_ms"] > 0
+    calls = [s for s in document["samples"] if s["case"]["record"] == "call" and s["case"]["call"] == "munmap"]
+    assert calls and all(s["metrics"]["exit_ns"] >= s["metrics"]["enter_ns"] for s in calls)
+    assert document["summary"]["totals"]["lost_records"] == 0
+
+
+@needs_tracing
+def test_pprof_export_reads_back_with_the_same_totals(traced):
+    _, document, out = traced
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        pytest.skip("Go is not installed: `go tool pprof` cannot read the export back")
+    raw = subprocess.run([go, "tool", "pprof", "-raw", str(out / "faults.pb.gz")], capture_output=True, text=True,
+                         timeout=300)
+    assert raw.returncode == 0, raw.stderr
+    assert "faults/count fault_time/nanoseconds freed/bytes" in raw.stdout
+    values = [tuple(int(v) for v in match) for match in re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+):", raw.stdout, re.M)]
+    assert sum(v[0] for v in values) == document["summary"]["totals"]["faults"]
+    freed = sum(v[2] for v in values)
+    assert freed >= 50 * 8 * MIB + 256 * MIB
+    assert gzip.decompress((out / "faults.pb.gz").read_bytes())  # gzipped, as pprof expects
+
+
+@needs_tracing
+def test_folded_stacks_put_the_allocation_stack_root_first(traced):
+    _, document, out = traced
+    lines = (out / "faults.folded").read_text().splitlines()
+    total = sum(int(line.rsplit(" ", 1)[1]) for line in lines)
+    assert total == document["summary"]["totals"]["faults"]
+    site_a = [line for line in lines if "site_a_frames" in line]
+    assert site_a and all(line.index("main") < line.index("site_a_frames") for line in site_a)
+
+
+def _paranoid() -> int:
+    return int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+
+
+@pytest.mark.skipif(_paranoid() <= -1, reason="perf_event_paranoid -1 lets everyone trace")
+def test_without_privilege_the_command_says_what_to_do(monkeypatch, capsys):
+    from memcost.cli import main
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["trace", "--", "true"]) == exit_codes.UNSUPPORTED
+    error = capsys.readouterr().err
+    assert "perf_event_paranoid" in error and "sudo" in error
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or _paranoid() <= -1,
+                    reason="needs root to drop to an unprivileged user, and perf_event_paranoid above -1")
+def test_without_privilege_the_probe_says_what_to_do(tmp_path):
+    from memcost.probe import probe_path
+    probe = tmp_path / "memcost-probe"
+    shutil.copy(probe_path(), probe)
+    tmp_path.chmod(0o755)
+    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(probe), "trace", "--",
+                             "/bin/true"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == exit_codes.UNSUPPORTED, result.stderr
+    error = json.loads(result.stdout.strip().splitlines()[-1])
+    assert error["type"] == "error" and error["code"] == "not_permitted"
+    assert "perf_event_paranoid" in error["message"]
+
+
+def test_no_command_and_unknown_flags_exit_2():
+    assert run_memcost("trace").returncode == exit_codes.BAD_ARGUMENTS
+    assert run_memcost("trace", "--bogus", "--", "true").returncode == exit_codes.BAD_ARGUMENTS
+
+
+@needs_tracing
+def test_a_command_that_does_not_exist_is_one_clear_line(results_root):
+    result = run_memcost("--results-dir", str(results_root), "trace", "--", "/no/such/program")
+    assert result.returncode == exit_codes.FAILURE
+    assert "cannot run /no/such/program" in result.stderr and "Traceback" not in result.stderr
