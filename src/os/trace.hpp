@@ -15,7 +15,8 @@
 //   into each sample and unwound with DWARF call-frame information by elfutils' libdwfl, as
 //   `perf --call-graph dwarf` does, so code without frame pointers unwinds; symbols, files and
 //   lines come from libdwfl too. Identical stacks are delivered once, with an id.
-// - Nothing is lost silently: records the kernel dropped (a full buffer) are counted.
+// - Nothing is lost silently: when a buffer is a quarter full the command is held (SIGSTOP, then
+//   SIGCONT) while the tracer catches up; records the kernel still dropped are counted.
 #pragma once
 
 #include <cstdint>
@@ -92,6 +93,8 @@ struct Result {
   std::uint64_t minor_faults = 0;  // the kernel's own count (rusage), to check the samples against
   std::uint64_t major_faults = 0;
   std::uint64_t lost_records = 0;
+  std::uint64_t pauses = 0;     // times the command was held (SIGSTOP) while the tracer caught up
+  std::uint64_t paused_ns = 0;  // included in wall_ns
   std::uint64_t unwind_failures = 0;
   std::string mounted_tracefs;  // where tracefs was mounted for the run (and unmounted after)
 };

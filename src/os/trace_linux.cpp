@@ -371,11 +371,6 @@ struct Reader {
   void skip(std::size_t bytes) { at += bytes; }
 };
 
-struct PendingCall {
-  MappingCall call;
-  bool open = false;
-};
-
 class Session {
  public:
   Session(const Options& options, Sink& sink) : options_(options), sink_(sink), recorder_(options, sink) {}
@@ -388,7 +383,9 @@ class Session {
   // forks, execs) go first, from every CPU's buffer, so that a sample finds the modules it needs
   // whichever CPU recorded them; then the samples, read in place (copied only where a record
   // wraps around the end of its buffer), giving space back to the kernel as they go.
-  void drain() {
+  void drain(bool final = false) {
+    // Records of events older than this are all in the buffers by now, whichever CPU wrote them.
+    const std::uint64_t settled = final ? UINT64_MAX : monotonic_ns() - 20'000'000ULL;
     std::vector<std::pair<std::uint64_t, std::uint64_t>> spans(buffers.size());
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       auto* meta = static_cast<perf_event_mmap_page*>(buffers[i].base);
@@ -421,9 +418,21 @@ class Session {
         if (samples) __atomic_store_n(&meta->data_tail, at, __ATOMIC_RELEASE);
       }
     }
+    pair_calls(settled);
   }
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return recorder_.unwind_failures(); }
+
+  // How full the fullest buffer is, 0 to 1.
+  [[nodiscard]] double fullest() const {
+    double fullest = 0;
+    for (const RingBuffer& buffer : buffers) {
+      const auto* meta = static_cast<const perf_event_mmap_page*>(buffer.base);
+      const std::uint64_t used = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE) - meta->data_tail;
+      fullest = std::max(fullest, static_cast<double>(used) / static_cast<double>(buffer.data_bytes));
+    }
+    return fullest;
+  }
 
  private:
   static void copy_out(const std::uint8_t* data, std::size_t size, std::uint64_t from, void* out, std::size_t bytes) {
@@ -520,51 +529,58 @@ class Session {
         sink_.fault({pid, tid, time, address, stack, (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER});
         (void)ip;
         break;
-      case EventKind::enter: {
-        MappingCall call;
-        call.kind = event.call;
-        call.pid = pid;
-        call.tid = tid;
-        call.enter_ns = time;
-        std::copy(std::begin(args), std::end(args), std::begin(call.args));
-        call.stack = stack;
-        // The exit may have been read first, from another CPU's buffer.
-        auto early = early_exits_.find(tid);
-        if (early != early_exits_.end() && early->second.kind == event.call && early->second.exit_ns >= time) {
-          call.exit_ns = early->second.exit_ns;
-          call.result = early->second.result;
-          early_exits_.erase(early);
-          sink_.call(call);
-        } else {
-          pending_[tid] = {call, true};
-        }
-        break;
-      }
+      case EventKind::enter:
       case EventKind::exit: {
-        auto found = pending_.find(tid);
-        if (found == pending_.end() || !found->second.open || found->second.call.kind != event.call ||
-            found->second.call.enter_ns > time) {
-          MappingCall early;
-          early.kind = event.call;
-          early.exit_ns = time;
-          early.result = static_cast<std::int64_t>(args[0]);
-          early_exits_[tid] = early;
-          break;
-        }
-        found->second.open = false;
-        found->second.call.exit_ns = time;
-        found->second.call.result = static_cast<std::int64_t>(args[0]);
-        sink_.call(found->second.call);
+        SyscallEvent record{time, pid, tid, event.call, event.kind == EventKind::enter, stack, {}};
+        std::copy(std::begin(args), std::end(args), std::begin(record.args));
+        syscalls_.push_back(record);
         break;
       }
     }
   }
 
+  // A thread's calls alternate enter, exit; its records can sit in different CPUs' buffers, so
+  // they are paired in time order, once every record up to `settled` has been read.
+  void pair_calls(std::uint64_t settled) {
+    std::stable_sort(syscalls_.begin(), syscalls_.end(), [](const auto& a, const auto& b) { return a.time < b.time; });
+    std::size_t done = 0;
+    for (; done < syscalls_.size() && syscalls_[done].time <= settled; ++done) {
+      const SyscallEvent& record = syscalls_[done];
+      if (record.enter) {
+        MappingCall call;
+        call.kind = record.call;
+        call.pid = record.pid;
+        call.tid = record.tid;
+        call.enter_ns = record.time;
+        std::copy(std::begin(record.args), std::end(record.args), std::begin(call.args));
+        call.stack = record.stack;
+        open_[record.tid] = call;
+        continue;
+      }
+      auto open = open_.find(record.tid);
+      if (open == open_.end() || open->second.kind != record.call) continue;  // its entry came before tracing
+      open->second.exit_ns = record.time;
+      open->second.result = static_cast<std::int64_t>(record.args[0]);
+      sink_.call(open->second);
+      open_.erase(open);
+    }
+    syscalls_.erase(syscalls_.begin(), syscalls_.begin() + static_cast<std::ptrdiff_t>(done));
+  }
+
+  struct SyscallEvent {
+    std::uint64_t time;
+    int pid, tid;
+    CallKind call;
+    bool enter;
+    std::uint32_t stack;
+    std::uint64_t args[6];
+  };
+
   const Options& options_;
   Sink& sink_;
   Recorder recorder_;
-  std::unordered_map<int, PendingCall> pending_;
-  std::unordered_map<int, MappingCall> early_exits_;
+  std::vector<SyscallEvent> syscalls_;
+  std::unordered_map<int, MappingCall> open_;
   std::vector<std::uint8_t> wrapped_;
   std::size_t page_size_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 };
@@ -723,6 +739,9 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   sigaction(SIGINT, &ignore, &old_int);
   sigaction(SIGTERM, &terminate, &old_term);
 
+  // The tracer must keep up with the kernel, or records are lost: ahead of ordinary processes
+  // where allowed (root). Only this process's own priority, never the command's.
+  (void)setpriority(PRIO_PROCESS, 0, -10);
   const std::uint64_t started = monotonic_ns();
   (void)!write(go[1], "x", 1);
   close(go[1]);
@@ -746,7 +765,19 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   bool forwarded = false;
   while (true) {
     poll(polls.data(), polls.size(), 10);
+    // Behind the kernel (a buffer a quarter full): hold the command still while catching up, rather
+    // than lose records. Only the command's own process is held; it is told nothing.
+    const bool behind = session.fullest() > 0.25;
+    std::uint64_t paused_at = 0;
+    if (behind && kill(child, SIGSTOP) == 0) {
+      paused_at = monotonic_ns();
+      ++result.pauses;
+    }
     session.drain();
+    if (paused_at) {
+      kill(child, SIGCONT);
+      result.paused_ns += monotonic_ns() - paused_at;
+    }
     if (g_stop_requested && !forwarded) {
       kill(child, SIGTERM);
       forwarded = true;
@@ -755,7 +786,7 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     if (done == child) break;
   }
   result.wall_ns = monotonic_ns() - started;
-  session.drain();
+  session.drain(true);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
 

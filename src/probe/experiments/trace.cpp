@@ -154,6 +154,7 @@ Experiment trace_experiment() {
                    {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
                    {"sampled_faults", sink.faults()}, {"calls", sink.calls()}, {"sample_period", settings->sample_period},
                    {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
+                   {"pauses", result.pauses}, {"paused_ns", result.paused_ns},
                    {"tracer_user_ns", interval.process_user_ns}, {"tracer_system_ns", interval.process_system_ns},
                    {"elsewhere_ns", elsewhere ? json(*elsewhere) : json(nullptr)},
                    {"elsewhere_method", interval.elsewhere_method()},
