@@ -215,6 +215,8 @@ struct Process {
   std::vector<Mapping> pending;
   std::set<std::pair<std::string, std::uint64_t>> reported;
   std::vector<Mapping> mappings;  // every executable file mapping seen
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> code;  // their ranges, sorted
+  std::size_t code_known = static_cast<std::size_t>(-1);
   UnwindInput input;
   bool read_proc_maps = false;
 
@@ -244,12 +246,24 @@ class Recorder {
   std::uint32_t stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
                       std::uint64_t stack_bytes) {
     Process& process = get(pid);
+    // Memo key: the instruction pointer and every word on the stack that points into code. The
+    // return addresses that decide the unwound stack are among them; locals and saved data,
+    // which change from sample to sample, are not, so a loop's samples unwind once.
     std::string key;
-    key.reserve(48 + stack_bytes);
-    for (std::uint64_t value : {std::uint64_t(process.generation), std::uint64_t(pid), ip, sp, bp}) {
+    key.reserve(256);
+    for (std::uint64_t value : {std::uint64_t(process.generation), ip}) {
       key.append(reinterpret_cast<const char*>(&value), sizeof(value));
     }
-    key.append(reinterpret_cast<const char*>(stack), stack_bytes);
+    code_ranges(process);
+    for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, stack + offset, sizeof(word));
+      auto above = std::upper_bound(process.code.begin(), process.code.end(), std::make_pair(word, UINT64_MAX));
+      if (above != process.code.begin() && word < std::prev(above)->second) {
+        key.append(reinterpret_cast<const char*>(&offset), 2);
+        key.append(reinterpret_cast<const char*>(&word), sizeof(word));
+      }
+    }
     if (auto found = by_sample_.find(key); found != by_sample_.end()) return found->second;
 
     std::vector<std::uint64_t> pcs;
@@ -280,6 +294,15 @@ class Recorder {
     return *slot;
   }
 
+  // The process's executable ranges, sorted, for telling code addresses on a stack apart.
+  static void code_ranges(Process& process) {
+    if (process.code_known == process.mappings.size()) return;
+    process.code.clear();
+    for (const Mapping& mapping : process.mappings) process.code.emplace_back(mapping.start, mapping.end);
+    std::sort(process.code.begin(), process.code.end());
+    process.code_known = process.mappings.size();
+  }
+
   void report_pending(Process& process) {
     if (process.pending.empty() || process.dwfl == nullptr) return;
     dwfl_report_begin_add(process.dwfl);
@@ -308,6 +331,7 @@ class Recorder {
         if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %4095s", &start, &end, perms, &offset, path) == 5 &&
             perms[2] == 'x' && path[0] == '/') {
           process.pending.push_back({start, end, offset, path});
+          process.mappings.push_back({start, end, offset, path});
         }
       }
       report_pending(process);
@@ -322,7 +346,12 @@ class Recorder {
     if (added) {
       std::vector<Frame> frames;
       frames.reserve(pcs.size());
-      for (std::uint64_t pc : pcs) frames.push_back(symbolize(process, pc));
+      for (std::uint64_t pc : pcs) {
+        // Stacks share most of their frames, and line lookups in large debug information are slow.
+        auto [frame, fresh] = frames_.try_emplace({process.generation, pc});
+        if (fresh) frame->second = symbolize(process, pc);
+        frames.push_back(frame->second);
+      }
       sink_.stack(slot->second, frames);
     }
     return slot->second;
@@ -352,6 +381,7 @@ class Recorder {
   std::unordered_map<int, std::unique_ptr<Process>> processes_;
   std::unordered_map<std::string, std::uint32_t> by_sample_;
   std::unordered_map<std::string, std::uint32_t> stacks_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, Frame> frames_;
   std::uint32_t generations_ = 0;
   std::uint64_t unwind_failures_ = 0;
 };

@@ -171,3 +171,25 @@ def test_a_command_that_does_not_exist_is_one_clear_line(results_root):
     result = run_memcost("--results-dir", str(results_root), "trace", "--", "/no/such/program")
     assert result.returncode == exit_codes.FAILURE
     assert "cannot run /no/such/program" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_tracing
+def test_ctrl_c_stops_the_command_and_keeps_what_was_recorded(results_root, tmp_path):
+    import signal
+    import sys
+    import time
+    root = tmp_path / "results"
+    shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
+    # A terminal sends Ctrl-C to the whole foreground process group: memcost, the probe, the command.
+    process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(root), "trace", "--",
+                                "python3", "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                                "b = bytearray(64 << 20); time.sleep(60)"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(3)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert "Traceback" not in stderr
+    assert process.returncode == 128 + signal.SIGINT  # the command's end, passed on
+    document = load_document(root / "latest" / "trace.json")
+    assert document["summary"]["totals"]["exit_code"] == process.returncode
+    assert document["summary"]["totals"]["faults"] >= (64 << 20) // 4096
