@@ -50,6 +50,7 @@ struct Frame {
   std::string file;            // source file where debug information has it
   int line = 0;
   std::string module;          // the mapped file
+  std::uint64_t module_offset = 0;  // address minus where the module was loaded (stable across runs)
 };
 
 enum class CallKind { mmap, munmap, mremap, brk, madvise };

@@ -363,8 +363,10 @@ class Recorder {
     Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
     if (module == nullptr) return frame;
     const char* main_file = nullptr;
-    const char* name = dwfl_module_info(module, nullptr, nullptr, nullptr, nullptr, nullptr, &main_file, nullptr);
+    Dwarf_Addr low = 0;
+    const char* name = dwfl_module_info(module, nullptr, &low, nullptr, nullptr, nullptr, &main_file, nullptr);
     frame.module = main_file ? main_file : (name ? name : "");
+    frame.module_offset = pc - low;
     frame.function = demangle(dwfl_module_addrname(module, pc));
     if (Dwfl_Line* line = dwfl_module_getsrc(module, pc)) {
       int number = 0;

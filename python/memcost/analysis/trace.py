@@ -26,6 +26,7 @@ SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libj
 MAP_ANONYMOUS = 0x20
 MADV_FREEING = {4: "MADV_DONTNEED", 8: "MADV_FREE", 9: "MADV_REMOVE"}
 MADV_HUGEPAGE = 14
+MADV_NOHUGEPAGE = 15
 # Advice is given only where it saves at least this much, and this share of the run.
 ADVICE_MIN_MS = 1.0
 ADVICE_MIN_SHARE = 0.01
@@ -79,20 +80,28 @@ class Mapping:
     made_ns: int
     anonymous: bool
     huge_advised: bool = False
+    huge_refused: bool = False
     freed_ns: Optional[int] = None
     freed_bytes: int = 0
     free_ns: int = 0         # measured time of the calls that freed it
     map_ns: int = 0          # measured time of the call that made it
-    faults: int = 0
-    fault_regions: set = field(default_factory=set)  # 2 MB regions its faults touched
+    # Faults by page kind, inferred: a 2 MB region of a mapping of 2 MB or more that took exactly one
+    # fault was mapped whole, by a huge page; regions with more faults took base pages.
+    faults_base: int = 0
+    faults_thp: int = 0
     fault_threads: set = field(default_factory=set)
 
     @property
+    def faults(self) -> int:
+        return self.faults_base + self.faults_thp
+
+    @property
     def kind(self) -> str:
-        """Inferred from the faults: about one per 2 MB region is THP, more is base pages."""
-        if self.faults >= 4 and self.faults <= 1.5 * len(self.fault_regions):
-            return "thp"
-        return "base"
+        """The page kind that backs most of the bytes it faulted in."""
+        return "thp" if self.faults_thp * HUGE > self.faults_base * PAGE else "base"
+
+    def fault_us(self, cost: "CostModel") -> float:
+        return self.faults_base * cost.fault_us("base") + self.faults_thp * cost.fault_us("thp")
 
 
 @dataclass
@@ -141,7 +150,8 @@ def user_frame(frames: list) -> Optional[dict]:
 def frame_name(frame: Optional[dict]) -> str:
     if frame is None:
         return "(no stack)"
-    function = frame.get("function") or f"{os.path.basename(frame.get('module') or '?')}+{frame['address']:#x}"
+    function = frame.get("function") or (f"{os.path.basename(frame['module'])}+{frame.get('module_offset', 0):#x}"
+                                         if frame.get("module") else f"{frame['address']:#x}")
     if frame.get("file"):
         return f"{function} ({os.path.basename(frame['file'])}:{frame['line']})"
     return function
@@ -200,9 +210,11 @@ class _Space:
                 np.asarray([p[2] for p in self.pieces], dtype=np.int64))
 
 
-def attribute(trace: Trace) -> tuple[list[Mapping], np.ndarray]:
+def attribute(trace: Trace, thp_mode: str = "madvise") -> tuple[list[Mapping], np.ndarray]:
     """Replay the mapping calls in time order; each fault goes to the mapping live at its address
-    at its moment. Returns the mappings and, per fault, its mapping's index (-1: none)."""
+    at its moment. Returns the mappings and, per fault, its mapping's index (-1: none).
+    `thp_mode` is the machine's THP setting: only where huge pages could back a mapping (always,
+    or madvise and the program asked) is a 2 MB region with a single fault taken as a huge page."""
     mappings: list[Mapping] = []
     spaces: dict[int, _Space] = defaultdict(_Space)
     owner = np.full(len(trace.fault_time), -1, dtype=np.int64)
@@ -275,17 +287,23 @@ def attribute(trace: Trace) -> tuple[list[Mapping], np.ndarray]:
         elif kind == "madvise":
             if args[2] in MADV_FREEING:
                 free(space, args[0], args[1], call, whole=False)
-            elif args[2] == MADV_HUGEPAGE:
+            elif args[2] in (MADV_HUGEPAGE, MADV_NOHUGEPAGE):
                 for index, _ in _overlaps(space, args[0], args[0] + args[1]):
-                    mappings[index].huge_advised = True
+                    if args[2] == MADV_HUGEPAGE:
+                        mappings[index].huge_advised = True
+                    else:
+                        mappings[index].huge_refused = True
     charge_faults(np.iinfo(np.uint64).max)
 
     charged = owner >= 0
     indexes, regions, threads = owner[charged], trace.fault_address[charged] // np.uint64(HUGE), trace.fault_tid[charged]
-    for index, faults in zip(*np.unique(indexes, return_counts=True)):
-        mappings[index].faults = int(faults)
-    for index, region in set(zip(indexes.tolist(), regions.tolist())):
-        mappings[index].fault_regions.add(region)
+    for (index, _), faults in Counter(zip(indexes.tolist(), regions.tolist())).items():
+        mapping = mappings[index]
+        huge_possible = thp_mode == "always" or (thp_mode == "madvise" and mapping.huge_advised)
+        if faults == 1 and mapping.length >= HUGE and huge_possible and not mapping.huge_refused:
+            mapping.faults_thp += 1
+        else:
+            mapping.faults_base += faults
     for index, thread in set(zip(indexes.tolist(), threads.tolist())):
         mappings[index].fault_threads.add(thread)
     return mappings, owner
@@ -300,9 +318,11 @@ def _ms(ns: float) -> float:
     return ns / 1e6
 
 
-def summarize(samples: list, cost: CostModel, thp_available: bool) -> dict:
+def summarize(samples: list, cost: CostModel, thp_mode: str) -> dict:
+    """`thp_mode`: the machine's THP setting (always, madvise, never; "absent" without THP)."""
     trace = read(samples)
-    mappings, owner = attribute(trace)
+    mappings, owner = attribute(trace, thp_mode)
+    thp_available = thp_mode in ("always", "madvise")
     run = trace.run
     wall_ms = _ms(run.get("wall_ns", 0)) or 1e-9
     cpu_ms = _ms(run.get("user_ns", 0) + run.get("system_ns", 0)) or 1e-9
@@ -316,24 +336,23 @@ def summarize(samples: list, cost: CostModel, thp_available: bool) -> dict:
         faults = sum(m.faults for m in group) * period
         if not faults and not any(m.freed_bytes for m in group) and sum(m.length for m in group) < MB:
             continue
-        fault_ms = sum(m.faults * period * cost.fault_us(m.kind) for m in group) / 1e3
+        fault_ms = sum(m.fault_us(cost) for m in group) * period / 1e3
         free_ms = _ms(sum(m.free_ns for m in group))
         map_ms = _ms(sum(m.map_ns for m in group))
         sizes = Counter(m.length for m in group if m.freed_ns is not None)
         churn_size, churn = sizes.most_common(1)[0] if sizes else (0, 0)
-        kinds = Counter(m.kind for m in group if m.faults)
         row = {
             "site": site, "stack": group[0].stack, "call": group[0].call, "mappings": len(group),
             "freed": sum(1 for m in group if m.freed_ns is not None), "bytes": sum(m.length for m in group),
             "largest_bytes": max(m.length for m in group), "faults": faults,
-            "faults_base": sum(m.faults for m in group if m.kind == "base") * period,
-            "faults_thp": sum(m.faults for m in group if m.kind == "thp") * period,
-            "kind": kinds.most_common(1)[0][0] if kinds else "-",
+            "faults_base": sum(m.faults_base for m in group) * period,
+            "faults_thp": sum(m.faults_thp for m in group) * period,
+            "huge_advised": any(m.huge_advised for m in group),
             "fault_ms": fault_ms, "free_ms": free_ms, "map_ms": map_ms,
             "churn": churn, "churn_bytes": churn_size,
             "wall_share": (fault_ms + free_ms + map_ms) / wall_ms, "cpu_share": (fault_ms + free_ms + map_ms) / cpu_ms,
-            "single_thread_largest": max((m for m in group), key=lambda m: m.length).fault_threads.__len__() <= 1,
         }
+        row["kind"] = "-" if not faults else ("thp" if row["faults_thp"] * HUGE > row["faults_base"] * PAGE else "base")
         row["advice"] = advise(row, group, cost, thp_available, wall_ms, period)
         rows.append(row)
     rows.sort(key=lambda r: r["fault_ms"] + r["free_ms"] + r["map_ms"], reverse=True)
@@ -348,7 +367,7 @@ def summarize(samples: list, cost: CostModel, thp_available: bool) -> dict:
         "tracer_cpu_ms": _ms(run.get("tracer_user_ns", 0) + run.get("tracer_system_ns", 0)),
         "faults": sampled, "faults_attributed": attributed, "kernel_faults": run.get("rusage_minor_faults", 0)
         + run.get("rusage_major_faults", 0), "lost_records": run.get("lost_records", 0),
-        "sample_period": period, "exit_code": run.get("exit_code"),
+        "sample_period": period, "exit_code": run.get("exit_code"), "thp_mode": thp_mode,
         "fault_ms": sum(r["fault_ms"] for r in rows), "free_ms": sum(r["free_ms"] for r in rows),
         "map_ms": sum(r["map_ms"] for r in rows),
         "cost_source": cost.source, "base_fault_us_per_mb": cost.base_us_per_mb, "thp_fault_us_per_mb": cost.thp_us_per_mb,
@@ -366,8 +385,9 @@ def _touching_sites(trace: Trace, mappings: list[Mapping], owner: np.ndarray, co
         stack_of.setdefault(site, stack_id)
         allocated = site_of(trace.stacks, mappings[index].stack) if index >= 0 else OUTSIDE
         counts[site][allocated] += faults * period
-        kind = mappings[index].kind if index >= 0 else "base"
-        fault_ms[site] += faults * period * cost.fault_us(kind) / 1e3
+        mapping = mappings[index] if index >= 0 else None
+        per_fault = mapping.fault_us(cost) / mapping.faults if mapping is not None and mapping.faults else cost.fault_us("base")
+        fault_ms[site] += faults * period * per_fault / 1e3
     rows = [{"site": site, "stack": stack_of[site], "faults": sum(c.values()), "fault_ms": fault_ms[site],
              "allocation_site": c.most_common(1)[0][0]} for site, c in counts.items()]
     rows.sort(key=lambda r: r["faults"], reverse=True)
@@ -384,14 +404,21 @@ def advise(row: dict, group: list[Mapping], cost: CostModel, thp_available: bool
     churning = [m for m in group if m.freed_ns is not None and m.length == row["churn_bytes"]]
     if row["churn"] >= 3:
         n = len(churning)
+        base_faults = sum(m.faults_base for m in churning) * period
+        thp_faults = sum(m.faults_thp for m in churning) * period
+        free_ms = sum(m.free_ns for m in churning) / 1e6
+        map_ms = sum(m.map_ns for m in churning) / 1e6
         if cost.reuse_saving_us_per_mb is not None:
-            # Measured here for exactly this pattern: a fresh buffer per frame vs one kept buffer.
-            saving = (n - 1) * row["churn_bytes"] / MB * cost.reuse_saving_us_per_mb / 1e3
-            how = "from this machine's measured cost of reallocating instead of reusing, per MB"
+            # Base pages: measured here for exactly this pattern (a fresh buffer per frame, written
+            # and freed, against one kept buffer), per MB; it includes their share of the frees.
+            base_share = base_faults * PAGE / max(base_faults * PAGE + thp_faults * HUGE, 1)
+            spent = (base_faults * PAGE / MB * cost.reuse_saving_us_per_mb / 1e3 + thp_faults * cost.fault_us("thp") / 1e3
+                     + free_ms * (1 - base_share) + map_ms)
+            how = "base-page faults and frees from this machine's measured cost of reallocating instead of reusing"
         else:
-            spent = sum(m.faults * period * cost.fault_us(m.kind) / 1e3 + (m.free_ns + m.map_ns) / 1e6 for m in churning)
-            saving = spent * (n - 1) / n
-            how = "its faults, estimated, and frees, measured, paid once instead of every time"
+            spent = (base_faults * cost.fault_us("base") + thp_faults * cost.fault_us("thp")) / 1e3 + free_ms + map_ms
+            how = "its faults, estimated, and its frees, measured, paid once instead of every time"
+        saving = spent * (n - 1) / n
         if worth(saving):
             advice.append({"kind": "reuse", "saving_ms": saving,
                            "text": f"reuse this {_size(row['churn_bytes'])} buffer instead of making and freeing it {n} "
@@ -400,14 +427,17 @@ def advise(row: dict, group: list[Mapping], cost: CostModel, thp_available: bool
     if thp_available and cost.thp_us_per_mb is not None and row["largest_bytes"] >= 4 * MB and base_faults >= 512:
         huge_faults = base_faults / 512
         saving = base_faults * cost.fault_us("base") / 1e3 - huge_faults * cost.fault_us("thp") / 1e3
+        # Already advised huge: what is left on base pages are the ends of mappings not aligned to 2 MB.
+        how = ("align these mappings to 2 MB (memcost::make_big_array does): their unaligned ends fault on base pages"
+               if row["huge_advised"] else "ask for huge pages here (madvise MADV_HUGEPAGE, or memcost::make_big_array)")
         if worth(saving):
             advice.append({"kind": "huge_pages", "saving_ms": saving,
-                           "text": f"ask for huge pages here (madvise MADV_HUGEPAGE, or memcost::make_big_array): "
-                                   f"{base_faults:,} faults become ≈ {huge_faults:,.0f}, saves ≈ {saving:,.1f} ms"})
+                           "text": f"{how}: {base_faults:,} base-page faults become ≈ {huge_faults:,.0f}, "
+                                   f"saves ≈ {saving:,.1f} ms"})
     largest = max(group, key=lambda m: m.length)
     if (cost.threads_speedup and cost.threads_speedup > 1.2 and largest.length >= 64 * MB
             and len(largest.fault_threads) == 1 and largest.faults):
-        spent = largest.faults * period * cost.fault_us(largest.kind) / 1e3
+        spent = largest.fault_us(cost) * period / 1e3
         saving = spent * (1 - 1 / cost.threads_speedup)
         if worth(saving):
             advice.append({"kind": "parallel", "saving_ms": saving,
@@ -437,7 +467,7 @@ def folded(trace_samples: list) -> list[str]:
     """Folded stacks (flamegraph.pl, speedscope): allocation stack, root first, then the touching
     site; the value is the number of faults."""
     trace = read(trace_samples)
-    mappings, owner = attribute(trace)
+    mappings, owner = attribute(trace)  # counts only: page kinds do not matter here
     counts: Counter = Counter()
     period = trace.run.get("sample_period", 1)
 

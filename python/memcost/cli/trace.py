@@ -194,7 +194,7 @@ class TraceCommand(Command):
         cost = cost_model(args.results_dir, args.calibrate, notes)
         run = record(command, args)
         thp = run.context.get("pages", {}).get("thp", {})
-        summary = analysis.summarize(run.samples, cost, bool(thp.get("present")) and thp.get("enabled") != "never")
+        summary = analysis.summarize(run.samples, cost, thp.get("enabled", "never") if thp.get("present") else "absent")
         if args.overhead:
             summary["totals"]["untraced_wall_ms"] = untraced_wall_s(command) * 1e3
         warnings = list(run.warnings) + [{"code": "calibrated", "message": note} for note in notes]

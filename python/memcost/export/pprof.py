@@ -81,11 +81,11 @@ class _Strings:
 def build(document: dict) -> bytes:
     """The serialized (not yet gzipped) profile of a trace results document."""
     trace = analysis.read(document["samples"])
-    mappings, owner = analysis.attribute(trace)
+    mappings, owner = analysis.attribute(trace, document["summary"]["totals"]["thp_mode"])
     totals = document["summary"]["totals"]
     period = trace.run.get("sample_period", 1)
-    base_ns = totals["base_fault_us_per_mb"] * analysis.PAGE / analysis.MB * 1e3
-    thp_ns = (totals["thp_fault_us_per_mb"] or totals["base_fault_us_per_mb"]) * analysis.HUGE / analysis.MB * 1e3
+    cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
+    base_ns = cost.fault_us("base") * 1e3
 
     values: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
     for (stack_id, index), faults in Counter(zip(trace.fault_stack.tolist(), owner.tolist())).items():
@@ -93,8 +93,9 @@ def build(document: dict) -> bytes:
         touch = analysis.site_of(trace.stacks, stack_id)
         entry = values[(allocation, touch)]
         entry[0] += faults * period
-        kind = mappings[index].kind if index >= 0 else "base"
-        entry[1] += int(faults * period * (thp_ns if kind == "thp" else base_ns))
+        mapping = mappings[index] if index >= 0 else None
+        per_fault_ns = (mapping.fault_us(cost) * 1e3 / mapping.faults) if mapping is not None and mapping.faults else base_ns
+        entry[1] += int(faults * period * per_fault_ns)
     for mapping in mappings:
         if mapping.freed_bytes:
             values[(mapping.stack, "")][2] += mapping.freed_bytes

@@ -41,7 +41,7 @@ class JsonSink : public os::trace::Sink {
     json list = json::array();
     for (const auto& frame : frames) {
       list.push_back({{"address", frame.address}, {"function", frame.function}, {"file", frame.file},
-                      {"line", frame.line}, {"module", frame.module}});
+                      {"line", frame.line}, {"module", frame.module}, {"module_offset", frame.module_offset}});
     }
     emitter_.sample({{"record", "stack"}}, {{"stack", id}, {"frames", std::move(list)}});
   }
