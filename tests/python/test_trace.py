@@ -193,3 +193,13 @@ def test_ctrl_c_stops_the_command_and_keeps_what_was_recorded(results_root, tmp_
     document = load_document(root / "latest" / "trace.json")
     assert document["summary"]["totals"]["exit_code"] == process.returncode
     assert document["summary"]["totals"]["faults"] >= (64 << 20) // 4096
+
+
+@needs_tracing
+def test_the_report_has_a_trace_section_with_a_flame_graph(traced, results_root):
+    result = run_memcost("report", str(results_root / "latest"))
+    assert result.returncode == 0, result.stderr
+    page = (results_root / "latest" / "report.html").read_text()
+    assert "What a program&#39;s allocations cost (trace)" in page or "What a program's allocations cost (trace)" in page
+    assert "<svg" in page and "site_a_frames" in page
+    assert "site_a_frames" in (results_root / "latest" / "summary.md").read_text()

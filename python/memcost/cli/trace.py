@@ -195,6 +195,7 @@ class TraceCommand(Command):
         run = record(command, args)
         thp = run.context.get("pages", {}).get("thp", {})
         summary = analysis.summarize(run.samples, cost, thp.get("enabled", "never") if thp.get("present") else "absent")
+        summary["totals"]["command"] = command
         if args.overhead:
             summary["totals"]["untraced_wall_ms"] = untraced_wall_s(command) * 1e3
         warnings = list(run.warnings) + [{"code": "calibrated", "message": note} for note in notes]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..results import ResultsError, load_document
 
-EXPERIMENT_ORDER = ["info", "costs", "scaling", "bigarray"]
+EXPERIMENT_ORDER = ["info", "costs", "scaling", "bigarray", "trace"]
 
 
 def load_run(directory: Path) -> dict[str, dict]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import jinja2
 
 from ..results import write_atomically
-from . import interpret, tables
+from . import flamegraph, interpret, tables
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en">
@@ -36,6 +36,7 @@ TEMPLATE = """<!DOCTYPE html>
 <h2>{{ section.title }}</h2>
 {% if section.interpretation %}<div class="interpretation">{% for sentence in section.interpretation %}<p>{{ sentence }}</p>{% endfor %}</div>{% endif %}
 {% for image in section.images %}<img src="data:image/png;base64,{{ image.data }}" alt="{{ image.name }}">{% endfor %}
+{% for drawing in section.drawings %}<div class="drawing">{{ drawing | safe }}</div>{% endfor %}
 {% for caption, headings, rows in section.tables %}
 <table><caption>{{ caption }}</caption>
 <tr>{% for heading in headings %}<th>{{ heading }}</th>{% endfor %}</tr>
@@ -52,7 +53,8 @@ TEMPLATE = """<!DOCTYPE html>
 
 TITLES = {"info": "The machine", "costs": "What a large allocation costs (costs)",
           "scaling": "Allocation cost against outstanding allocations (scaling)",
-          "bigarray": "Allocating and initializing a big array (bigarray)"}
+          "bigarray": "Allocating and initializing a big array (bigarray)",
+          "trace": "What a program's allocations cost (trace)"}
 
 
 def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
@@ -71,11 +73,25 @@ def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
             "name": name, "title": TITLES.get(name, name),
             "interpretation": interpret.interpret(document),
             "images": images,
+            # Drawn here, from our own data and escaped text: safe to inline.
+            "drawings": [flamegraph_of(document)] if name == "trace" else [],
             "tables": tables.info(document) if name == "info" else tables.tables_for(document),
             "notes": document["summary"].get("notes", []) if name == "info" else [],
             "warnings": [w["message"] for w in document.get("warnings", [])],
         })
     return result
+
+
+def flamegraph_of(document: dict) -> str:
+    """Estimated fault time by allocation stack (each site's stack, root first)."""
+    from ..analysis.trace import frame_name
+    stacks = {}
+    for sample in document["samples"]:
+        if sample["case"].get("record") == "stack":
+            stacks[sample["metrics"]["stack"]] = sample["metrics"]["frames"]
+    flames = [([frame_name(frame) for frame in reversed(stacks.get(row["stack"], []))], row["fault_ms"])
+              for row in document["summary"]["rows"]]
+    return flamegraph.svg(flames, "Estimated fault time by allocation stack (ms); hover for figures", "ms")
 
 
 def write(documents: dict[str, dict], directory: Path) -> Path:

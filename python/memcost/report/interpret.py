@@ -68,7 +68,15 @@ def bigarray(summary: dict) -> list[str]:
     return sentences
 
 
-INTERPRETERS = {"costs": costs, "scaling": scaling, "bigarray": bigarray}
+def trace(summary: dict) -> list[str]:
+    sentences = [f"{' '.join(summary['totals'].get('command', []))}: {summary['headline']}."
+                 if summary["totals"].get("command") else summary["headline"] + "."]
+    for row in summary["rows"]:
+        sentences += [f"At {row['site']}: {item['text']}." for item in row["advice"]]
+    return sentences
+
+
+INTERPRETERS = {"costs": costs, "scaling": scaling, "bigarray": bigarray, "trace": trace}
 
 
 def interpret(document: dict) -> list[str]:
