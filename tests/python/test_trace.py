@@ -183,7 +183,7 @@ def test_ctrl_c_stops_the_command_and_keeps_what_was_recorded(results_root, tmp_
     # A terminal sends Ctrl-C to the whole foreground process group: memcost, the probe, the command.
     process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(root), "trace", "--",
                                 "python3", "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                                "b = bytearray(64 << 20); time.sleep(60)"],
+                                "b = b\"x\" * (64 << 20); time.sleep(60)"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     time.sleep(3)
     os.killpg(process.pid, signal.SIGINT)
