@@ -23,6 +23,8 @@ HUGE = 2 << 20
 # Leading frames in these modules are the allocator, not the program's allocation site.
 SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc", "libmimalloc",
                   "libpthread")
+# ... and frames of these functions, for allocators linked into the program (Go's runtime).
+SYSTEM_FUNCTIONS = ("runtime.",)
 MAP_ANONYMOUS = 0x20
 MADV_FREEING = {4: "MADV_DONTNEED", 8: "MADV_FREE", 9: "MADV_REMOVE"}
 MADV_HUGEPAGE = 14
@@ -142,7 +144,8 @@ def user_frame(frames: list) -> Optional[dict]:
     """The first frame of the program itself, past the allocator and libc."""
     for frame in frames:
         module = os.path.basename(frame.get("module") or "")
-        if not module.startswith(SYSTEM_MODULES):
+        # A frame in no module is not code (an unwinder that ran off the stack): never a site.
+        if module and not module.startswith(SYSTEM_MODULES) and not (frame.get("function") or "").startswith(SYSTEM_FUNCTIONS):
             return frame
     return frames[0] if frames else None
 
