@@ -114,6 +114,8 @@ void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes
 // front end never leaves a probe running. Linux: PR_SET_PDEATHSIG, and an immediate exit
 // when the parent is already gone. Windows: ok, nothing done (a job object would be the way).
 [[nodiscard]] Status exit_with_parent();
+// The folder this process's executable is in ("" when it cannot be told).
+[[nodiscard]] std::string executable_directory();
 // Replace this process with a fresh run of its own executable and `argv`.
 // Returns only on failure. Windows: not supported.
 [[nodiscard]] Status exec_self(char** argv);

@@ -239,6 +239,14 @@ Status exit_with_parent() {
   return {};
 }
 
+std::string executable_directory() {
+  char path[4096];
+  ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length <= 0) return {};
+  std::string file(path, static_cast<std::size_t>(length));
+  return file.substr(0, file.find_last_of('/'));
+}
+
 Status exec_self(char** argv) {
   execv("/proc/self/exe", argv);
   return failed("execv(/proc/self/exe)");

@@ -118,6 +118,14 @@ bool legacy_layout_active() { return false; }
 Status request_legacy_layout_for_exec() { return unsupported("personality(ADDR_COMPAT_LAYOUT)"); }
 Status exit_with_parent() { return {}; }
 
+std::string executable_directory() {
+  char path[MAX_PATH];
+  DWORD length = GetModuleFileNameA(nullptr, path, MAX_PATH);
+  if (length == 0 || length >= MAX_PATH) return {};
+  std::string file(path, length);
+  return file.substr(0, file.find_last_of("\\/"));
+}
+
 Status exec_self(char**) { return unsupported("exec_self"); }
 
 std::size_t base_page_size() {

@@ -10,7 +10,10 @@
 //   buffer) are included where the caller may see kernel samples.
 // - Mapping calls (mmap, munmap, mremap, brk, madvise): the syscalls tracepoints, entry and exit,
 //   so each call's duration is measured. They need tracefs and the right to read tracepoints
-//   (root or perf_event_paranoid -1); without them run() fails with a Status that says so.
+//   (root or perf_event_paranoid -1). Without them, a dynamically linked command gets the
+//   preload library (`preload_library`, LD_PRELOAD) instead, which reports mmap, munmap, mremap
+//   and madvise and the big malloc, calloc, realloc and free calls, timed in user space; and
+//   faults are then sampled in user mode only.
 // - Call stacks: the user stack (stack_bytes from the stack pointer) and registers are copied
 //   into each sample and unwound with DWARF call-frame information by elfutils' libdwfl, as
 //   `perf --call-graph dwarf` does, so code without frame pointers unwinds; symbols, files and
@@ -42,6 +45,8 @@ struct Options {
   std::uint32_t buffer_pages = 8192;     // per CPU ring buffer, a power of two (32 MiB)
   std::uint32_t max_frames = 48;
   int command_stdout_fd = -1;            // the command's stdout (-1: this process's own)
+  std::string preload_library;           // used when tracepoints cannot be read; empty: none
+  std::uint64_t preload_min_bytes = 64 * 1024;  // smaller allocations are not reported by it
 };
 
 struct Frame {
@@ -53,8 +58,12 @@ struct Frame {
   std::uint64_t module_offset = 0;  // address minus where the module was loaded (stable across runs)
 };
 
-enum class CallKind { mmap, munmap, mremap, brk, madvise };
-[[nodiscard]] const char* call_name(CallKind kind);
+// The numbers are the preload library's record kinds (trace_preload_linux.c).
+enum class CallKind { mmap = 0, munmap = 1, mremap = 2, brk = 3, madvise = 4, malloc = 5, free = 6, realloc = 7 };
+[[nodiscard]] inline const char* call_name(CallKind kind) {
+  static constexpr const char* names[] = {"mmap", "munmap", "mremap", "brk", "madvise", "malloc", "free", "realloc"};
+  return names[static_cast<int>(kind)];
+}
 
 struct MappingCall {
   CallKind kind = CallKind::mmap;
@@ -94,10 +103,14 @@ struct Result {
   std::uint64_t minor_faults = 0;  // the kernel's own count (rusage), to check the samples against
   std::uint64_t major_faults = 0;
   std::uint64_t lost_records = 0;
+  std::uint64_t buffer_bytes = 0;  // per CPU, as granted
+  std::uint32_t stack_bytes = 0;   // copied per sample, as used (less than asked without privilege)
   std::uint64_t pauses = 0;     // times the command was held (SIGSTOP) while the tracer caught up
   std::uint64_t paused_ns = 0;  // included in wall_ns
   std::uint64_t unwind_failures = 0;
   std::string mounted_tracefs;  // where tracefs was mounted for the run (and unmounted after)
+  std::string call_source;      // how mapping calls were seen
+  std::string fault_source;     // how faults were seen
 };
 
 // Whether this build can trace at all; the reason when not.

@@ -20,6 +20,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -266,6 +267,7 @@ class Recorder {
     }
     if (auto found = by_sample_.find(key); found != by_sample_.end()) return found->second;
 
+    if (before_slow_work) before_slow_work();  // the first unwind through a module loads its CFI
     std::vector<std::uint64_t> pcs;
     if (prepare(process, ip)) {
       process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames};
@@ -281,6 +283,21 @@ class Recorder {
   }
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
+
+  // Called before work that may take milliseconds (loading a module's debug information,
+  // symbolizing a new stack), so that the caller can hold the command meanwhile.
+  std::function<void()> before_slow_work;
+
+  // The stack of return addresses someone else collected (the preload library's backtrace()).
+  std::uint32_t stack_of_returns(int pid, const std::vector<std::uint64_t>& returns) {
+    Process& process = get(pid);
+    if (returns.empty()) return 0;
+    prepare(process, returns.front());
+    std::vector<std::uint64_t> pcs;
+    pcs.reserve(returns.size());
+    for (std::uint64_t address : returns) pcs.push_back(address - 1);  // the call, not the return
+    return stack_id(process, pcs);
+  }
 
  private:
   Process& get(int pid) {
@@ -305,6 +322,7 @@ class Recorder {
 
   void report_pending(Process& process) {
     if (process.pending.empty() || process.dwfl == nullptr) return;
+    if (before_slow_work) before_slow_work();
     dwfl_report_begin_add(process.dwfl);
     for (const Mapping& mapping : process.pending) {
       auto base = mapping.start - mapping.offset;
@@ -344,6 +362,7 @@ class Recorder {
     key.append(reinterpret_cast<const char*>(pcs.data()), pcs.size() * sizeof(std::uint64_t));
     auto [slot, added] = stacks_.emplace(std::move(key), static_cast<std::uint32_t>(stacks_.size() + 1));
     if (added) {
+      if (before_slow_work) before_slow_work();
       std::vector<Frame> frames;
       frames.reserve(pcs.size());
       for (std::uint64_t pc : pcs) {
@@ -415,7 +434,9 @@ class Session {
   // forks, execs) go first, from every CPU's buffer, so that a sample finds the modules it needs
   // whichever CPU recorded them; then the samples, read in place (copied only where a record
   // wraps around the end of its buffer), giving space back to the kernel as they go.
-  void drain(bool final = false) {
+  // `behind` is called when a buffer is a quarter full while draining, so the caller can hold
+  // the command until this drain ends.
+  void drain(bool final = false, const std::function<void()>& behind = {}) {
     // Records of events older than this are all in the buffers by now, whichever CPU wrote them.
     const std::uint64_t settled = final ? UINT64_MAX : monotonic_ns() - 20'000'000ULL;
     std::vector<std::pair<std::uint64_t, std::uint64_t>> spans(buffers.size());
@@ -445,7 +466,10 @@ class Session {
             }
           }
           at += header.size;
-          if (samples && ++handled % 256 == 0) __atomic_store_n(&meta->data_tail, at, __ATOMIC_RELEASE);
+          if (samples && ++handled % 256 == 0) {
+            __atomic_store_n(&meta->data_tail, at, __ATOMIC_RELEASE);
+            if (behind && fullest() > 0.25) behind();
+          }
         }
         if (samples) __atomic_store_n(&meta->data_tail, at, __ATOMIC_RELEASE);
       }
@@ -454,6 +478,7 @@ class Session {
   }
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return recorder_.unwind_failures(); }
+  Recorder& recorder() { return recorder_; }
 
   // How full the fullest buffer is, 0 to 1.
   [[nodiscard]] double fullest() const {
@@ -631,18 +656,85 @@ struct Descriptors {
   }
 };
 
-}  // namespace
-
-const char* call_name(CallKind kind) {
-  switch (kind) {
-    case CallKind::mmap: return "mmap";
-    case CallKind::munmap: return "munmap";
-    case CallKind::mremap: return "mremap";
-    case CallKind::brk: return "brk";
-    case CallKind::madvise: return "madvise";
+// The syscall tracepoints, or why they cannot be used here.
+Failure kernel_calls(Tracefs& tracefs, std::vector<std::pair<Event, TracepointFormat>>& tracepoints) {
+  if (Failure why = find_tracefs(tracefs); !why.ok()) return why;
+  const std::pair<CallKind, const char*> calls[] = {{CallKind::mmap, "mmap"}, {CallKind::munmap, "munmap"},
+                                                    {CallKind::mremap, "mremap"}, {CallKind::brk, "brk"},
+                                                    {CallKind::madvise, "madvise"}};
+  for (const auto& [kind, name] : calls) {
+    for (bool enter : {true, false}) {
+      TracepointFormat format;
+      if (Failure why = read_tracepoint(tracefs, std::string(enter ? "sys_enter_" : "sys_exit_") + name, format); !why.ok()) {
+        return why;
+      }
+      Event event{enter ? EventKind::enter : EventKind::exit, kind, enter ? kEnterSampleType : kExitSampleType, format.offsets};
+      tracepoints.emplace_back(event, format);
+    }
   }
-  return "?";
+  // Reading them needs privilege: try on this process first.
+  perf_event_attr attr = base_attr(kExitSampleType, 0);
+  attr.type = PERF_TYPE_TRACEPOINT;
+  attr.config = tracepoints.front().second.id;
+  attr.enable_on_exec = 0;
+  attr.inherit = 0;
+  int fd = perf_event_open(attr, 0, -1);
+  if (fd < 0) return failed("perf_event_open(syscalls tracepoint)");
+  close(fd);
+  return {};
 }
+
+// One record of the preload library (trace_preload_linux.c), as it writes it.
+struct PreloadRecord {
+  std::uint32_t size, kind, pid, tid;
+  std::uint64_t enter_ns, exit_ns;
+  std::uint64_t args[6];
+  std::int64_t result;
+  std::uint32_t frames, reserved;
+};
+
+// Reads the preload library's records from its pipe as they come.
+class PreloadReader {
+ public:
+  PreloadReader(int fd, Recorder& recorder, Sink& sink) : fd_(fd), recorder_(recorder), sink_(sink) {}
+
+  void drain() {
+    char chunk[65536];
+    while (true) {
+      ssize_t got = read(fd_, chunk, sizeof(chunk));
+      if (got <= 0) break;
+      pending_.insert(pending_.end(), chunk, chunk + got);
+    }
+    std::size_t at = 0;
+    while (pending_.size() - at >= sizeof(PreloadRecord)) {
+      PreloadRecord record;
+      std::memcpy(&record, pending_.data() + at, sizeof(record));
+      if (record.size < sizeof(PreloadRecord) || pending_.size() - at < record.size) break;
+      std::vector<std::uint64_t> returns(record.frames);
+      std::memcpy(returns.data(), pending_.data() + at + sizeof(PreloadRecord), record.frames * sizeof(std::uint64_t));
+      MappingCall call;
+      call.kind = static_cast<CallKind>(record.kind);
+      call.pid = static_cast<int>(record.pid);
+      call.tid = static_cast<int>(record.tid);
+      call.enter_ns = record.enter_ns;
+      call.exit_ns = record.exit_ns;
+      std::copy(std::begin(record.args), std::end(record.args), std::begin(call.args));
+      call.result = record.result;
+      call.stack = recorder_.stack_of_returns(call.pid, returns);
+      sink_.call(call);
+      at += record.size;
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+
+ private:
+  int fd_;
+  Recorder& recorder_;
+  Sink& sink_;
+  std::vector<char> pending_;
+};
+
+}  // namespace
 
 std::string Failure::message() const {
   return error ? what + ": " + std::strerror(error) + " (errno " + std::to_string(error) + ")" : what;
@@ -653,8 +745,8 @@ Failure supported() { return {}; }
 Result run(const Options& options, Sink& sink, Failure& status) {
   Result result;
   Tracefs tracefs;
-  status = find_tracefs(tracefs);
-  if (!status.ok()) return result;
+  std::vector<std::pair<Event, TracepointFormat>> tracepoints;
+  Failure no_kernel_calls = kernel_calls(tracefs, tracepoints);
   result.mounted_tracefs = tracefs.mounted;
   struct Unmount {
     std::string path;
@@ -662,19 +754,20 @@ Result run(const Options& options, Sink& sink, Failure& status) {
       if (!path.empty()) umount2(path.c_str(), MNT_DETACH);
     }
   } unmount{tracefs.mounted};
-
-  const std::pair<CallKind, const char*> calls[] = {{CallKind::mmap, "mmap"}, {CallKind::munmap, "munmap"},
-                                                    {CallKind::mremap, "mremap"}, {CallKind::brk, "brk"},
-                                                    {CallKind::madvise, "madvise"}};
-  std::vector<std::pair<Event, TracepointFormat>> tracepoints;
-  for (const auto& [kind, name] : calls) {
-    for (bool enter : {true, false}) {
-      TracepointFormat format;
-      status = read_tracepoint(tracefs, std::string(enter ? "sys_enter_" : "sys_exit_") + name, format);
-      if (!status.ok()) return result;
-      Event event{enter ? EventKind::enter : EventKind::exit, kind, enter ? kEnterSampleType : kExitSampleType, format.offsets};
-      tracepoints.emplace_back(event, format);
-    }
+  const bool preloading = !no_kernel_calls.ok();
+  if (preloading && (options.preload_library.empty() || access(options.preload_library.c_str(), R_OK) != 0)) {
+    status = no_kernel_calls;
+    return result;
+  }
+  if (preloading) tracepoints.clear();
+  result.call_source = preloading ? "LD_PRELOAD interposer (mmap, munmap, mremap, madvise; malloc, calloc, realloc, free of "
+                                    "at least " + std::to_string(options.preload_min_bytes) + " bytes), timed in user space; "
+                                    "tracepoints unavailable: " + no_kernel_calls.message()
+                                  : "perf tracepoints syscalls:sys_enter_*/sys_exit_*";
+  int preload_pipe[2] = {-1, -1};
+  if (preloading && pipe2(preload_pipe, O_CLOEXEC) != 0) {
+    status = failed("pipe2");
+    return result;
   }
 
   // The command waits at the door until the events are on it.
@@ -693,6 +786,15 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     std::signal(SIGTERM, SIG_DFL);
     std::signal(SIGQUIT, SIG_DFL);
     if (options.command_stdout_fd >= 0 && dup2(options.command_stdout_fd, STDOUT_FILENO) < 0) _exit(126);
+    if (preloading) {
+      // The write end stays open across exec, for the library in the command and its children.
+      if (fcntl(preload_pipe[1], F_SETFD, 0) != 0) _exit(126);
+      const char* existing = getenv("LD_PRELOAD");
+      std::string preload = options.preload_library + (existing && *existing ? std::string(":") + existing : "");
+      setenv("LD_PRELOAD", preload.c_str(), 1);
+      setenv("MEMCOST_PRELOAD_FD", std::to_string(preload_pipe[1]).c_str(), 1);
+      setenv("MEMCOST_PRELOAD_MIN_BYTES", std::to_string(options.preload_min_bytes).c_str(), 1);
+    }
     char byte = 0;
     if (read(go[0], &byte, 1) != 1) _exit(126);
     std::vector<char*> argv;
@@ -705,6 +807,16 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   }
   close(go[0]);
   close(exec_error[1]);
+  if (preloading) {
+    close(preload_pipe[1]);
+    fcntl(preload_pipe[0], F_SETFL, O_NONBLOCK);
+  }
+  struct ClosePipe {
+    int fd;
+    ~ClosePipe() {
+      if (fd >= 0) close(fd);
+    }
+  } close_preload{preload_pipe[0]};
   auto abandon = [&](Failure why) {
     status = std::move(why);
     kill(child, SIGKILL);
@@ -715,12 +827,28 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   };
 
   Session session(options, sink);
-  Descriptors descriptors;
-  descriptors.buffers = &session.buffers;
+  PreloadReader preload(preload_pipe[0], session.recorder(), sink);
+  bool kernel_faults = true;
+  std::size_t buffers_pages = options.buffer_pages;
+  std::uint32_t stack_bytes = options.stack_bytes;
   const long cpus = sysconf(_SC_NPROCESSORS_CONF);
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (geteuid() != 0) {
+    // What the kernel will lock for this user: perf_event_mlock_kb per CPU, plus RLIMIT_MEMLOCK.
+    rlimit memlock{};
+    getrlimit(RLIMIT_MEMLOCK, &memlock);
+    std::uint64_t allowed = std::stoull("0" + read_text("/proc/sys/kernel/perf_event_mlock_kb")) * 1024 +
+                            (memlock.rlim_cur == RLIM_INFINITY ? (1ULL << 40) : memlock.rlim_cur) /
+                                static_cast<std::uint64_t>(std::max(cpus, 1L));
+    while (buffers_pages > 8 && (buffers_pages + 1) * page > allowed) buffers_pages /= 2;
+    // A small buffer must still hold a couple of thousand samples between two drains.
+    const auto fitting = static_cast<std::uint32_t>(buffers_pages * page / 2048) & ~7U;
+    stack_bytes = std::max<std::uint32_t>(512, std::min(stack_bytes, fitting));
+  }
+  Descriptors descriptors;
+  descriptors.buffers = &session.buffers;
   for (int cpu = 0; cpu < cpus; ++cpu) {
-    perf_event_attr attr = base_attr(kFaultSampleType, options.stack_bytes);
+    perf_event_attr attr = base_attr(kFaultSampleType, stack_bytes);
     attr.type = PERF_TYPE_SOFTWARE;
     attr.config = PERF_COUNT_SW_PAGE_FAULTS;
     attr.sample_period = options.sample_period;
@@ -730,8 +858,16 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     attr.comm_exec = 1;
     attr.task = 1;
     attr.watermark = 1;
-    attr.wakeup_watermark = static_cast<std::uint32_t>(options.buffer_pages * page / 4);
+    attr.wakeup_watermark = static_cast<std::uint32_t>(buffers_pages * page / 8);
+    attr.exclude_kernel = kernel_faults ? 0 : 1;
     int fault_fd = perf_event_open(attr, child, cpu);
+    if (fault_fd < 0 && kernel_faults && (errno == EACCES || errno == EPERM)) {
+      // Not allowed to sample in kernel mode: the faults a system call takes for the command
+      // (read() into a fresh buffer) are not seen; its own are.
+      kernel_faults = false;
+      attr.exclude_kernel = 1;
+      fault_fd = perf_event_open(attr, child, cpu);
+    }
     if (fault_fd < 0) {
       if (errno == ENODEV) continue;  // an offline CPU
       int error = errno;
@@ -740,16 +876,26 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     descriptors.fds.push_back(fault_fd);
     RingBuffer buffer;
     buffer.fd = fault_fd;
-    buffer.data_bytes = options.buffer_pages * page;
-    buffer.mapped_bytes = buffer.data_bytes + page;
-    buffer.base = mmap(nullptr, buffer.mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fault_fd, 0);
-    if (buffer.base == MAP_FAILED) return abandon(failed("mmap(perf ring buffer)"));
+    // Without privilege the kernel lets a user lock only perf_event_mlock_kb per CPU plus
+    // RLIMIT_MEMLOCK: halve the buffer until it is granted (smaller ones mean more pauses).
+    for (std::size_t pages = buffers_pages; ; pages /= 2) {
+      buffer.data_bytes = pages * page;
+      buffer.mapped_bytes = buffer.data_bytes + page;
+      buffer.base = mmap(nullptr, buffer.mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fault_fd, 0);
+      if (buffer.base != MAP_FAILED) {
+        buffers_pages = pages;
+        break;
+      }
+      if (errno != EPERM || pages <= 8) return abandon(failed("mmap(perf ring buffer)"));
+    }
+    result.buffer_bytes = buffer.data_bytes;
+    result.stack_bytes = stack_bytes;
     session.buffers.push_back(buffer);
     std::uint64_t id = 0;
     ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
     session.events[id] = Event{EventKind::fault, CallKind::mmap, kFaultSampleType, {}};
     for (const auto& [event, format] : tracepoints) {
-      perf_event_attr tp = base_attr(event.sample_type, options.stack_bytes);
+      perf_event_attr tp = base_attr(event.sample_type, stack_bytes);
       tp.type = PERF_TYPE_TRACEPOINT;
       tp.config = format.id;
       int fd = perf_event_open(tp, child, cpu);
@@ -796,16 +942,23 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   rusage usage{};
   bool forwarded = false;
   while (true) {
-    poll(polls.data(), polls.size(), 10);
+    // perf may deliver its wakeup only at the next tick: look every millisecond as well.
+    poll(polls.data(), polls.size(), 1);
     // Behind the kernel (a buffer a quarter full): hold the command still while catching up, rather
     // than lose records. Only the command's own process is held; it is told nothing.
-    const bool behind = session.fullest() > 0.25;
     std::uint64_t paused_at = 0;
-    if (behind && kill(child, SIGSTOP) == 0) {
-      paused_at = monotonic_ns();
-      ++result.pauses;
-    }
-    session.drain();
+    auto hold = [&] {
+      if (!paused_at && kill(child, SIGSTOP) == 0) {
+        paused_at = monotonic_ns();
+        ++result.pauses;
+      }
+    };
+    if (session.fullest() > 0.25) hold();
+    // A small buffer (no privilege to lock more) overflows within one slow step: hold then too.
+    if (buffers_pages * page < (32U << 20)) session.recorder().before_slow_work = hold;
+    session.drain(false, hold);
+    if (preloading) preload.drain();
+    session.recorder().before_slow_work = nullptr;
     if (paused_at) {
       kill(child, SIGCONT);
       result.paused_ns += monotonic_ns() - paused_at;
@@ -819,6 +972,9 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   }
   result.wall_ns = monotonic_ns() - started;
   session.drain(true);
+  if (preloading) preload.drain();
+  result.fault_source = kernel_faults ? "perf software event page-faults, user and kernel mode"
+                                      : "perf software event page-faults, user mode only (kernel-mode sampling not permitted)";
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
 

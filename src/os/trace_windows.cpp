@@ -3,17 +3,6 @@
 
 namespace memcost::os::trace {
 
-const char* call_name(CallKind kind) {
-  switch (kind) {
-    case CallKind::mmap: return "mmap";
-    case CallKind::munmap: return "munmap";
-    case CallKind::mremap: return "mremap";
-    case CallKind::brk: return "brk";
-    case CallKind::madvise: return "madvise";
-  }
-  return "?";
-}
-
 std::string Failure::message() const { return what; }
 
 Failure supported() { return Failure{0, "memcost trace needs Linux perf events; a Windows tracer (ETW) is not built yet"}; }

@@ -264,6 +264,29 @@ def attribute(trace: Trace, thp_mode: str = "madvise") -> tuple[list[Mapping], n
             mappings.append(Mapping(call["pid"], result, args[1], call["stack"], "mmap", call["exit_ns"],
                                     bool(args[3] & MAP_ANONYMOUS), map_ns=call["exit_ns"] - call["enter_ns"]))
             space.add(result, result + args[1], index)
+        elif kind == "malloc":  # the preload library: a big block from malloc, calloc or an aligned allocation
+            index = len(mappings)
+            mappings.append(Mapping(call["pid"], result, args[1], call["stack"], "malloc", call["exit_ns"], True,
+                                    map_ns=call["exit_ns"] - call["enter_ns"]))
+            space.add(result, result + args[1], index)
+        elif kind == "free":
+            block = _block_at(space, args[0])
+            if block is not None:
+                free(space, args[0], mappings[block].length, call, whole=True)
+        elif kind == "realloc":
+            block = _block_at(space, args[0]) if args[0] else None
+            if result == 0:
+                continue  # failed: the old block stays
+            if block is None:
+                index = len(mappings)
+                mappings.append(Mapping(call["pid"], result, args[2], call["stack"], "malloc", call["exit_ns"], True,
+                                        map_ns=call["exit_ns"] - call["enter_ns"]))
+            else:
+                index = block
+                space.remove(args[0], args[0] + mappings[block].length)
+                mappings[block].length = args[2]
+                mappings[block].free_ns += call["exit_ns"] - call["enter_ns"]
+            space.add(result, result + args[2], index)
         elif kind == "munmap":
             free(space, args[0], args[1], call, whole=True)
         elif kind == "mremap":
@@ -310,6 +333,12 @@ def attribute(trace: Trace, thp_mode: str = "madvise") -> tuple[list[Mapping], n
     for index, thread in set(zip(indexes.tolist(), threads.tolist())):
         mappings[index].fault_threads.add(thread)
     return mappings, owner
+
+
+def _block_at(space: _Space, start: int) -> Optional[int]:
+    """The mapping whose live piece begins at `start` (a block malloc handed out), if any."""
+    at = bisect.bisect_left(space.starts, start)
+    return space.pieces[at][2] if at < len(space.pieces) and space.pieces[at][0] == start else None
 
 
 def _overlaps(space: _Space, start: int, end: int) -> list[tuple[int, int]]:

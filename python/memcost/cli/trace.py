@@ -40,6 +40,12 @@ def _unmount_tracefs(undo: dict) -> str:
 journal.register("tracefs_mount", _unmount_tracefs)
 
 
+def perf_event_paranoid() -> int:
+    """The kernel's perf_event_paranoid: above 2 (a Debian patch) users may not use perf at all."""
+    setting = Path("/proc/sys/kernel/perf_event_paranoid")
+    return int(setting.read_text()) if setting.exists() else 2
+
+
 def cost_model(results_root: Path, calibrate: bool, notes: list):
     """This machine's fault cost: the newest `memcost costs` result for this host, else a short
     calibration run now (said so in the output)."""
@@ -183,12 +189,12 @@ class TraceCommand(Command):
         if not Path("/proc/self/maps").exists():
             raise MemcostError("memcost trace needs Linux perf events (this is not Linux)", exit_codes.UNSUPPORTED)
         if os.geteuid() != 0:
-            paranoid = Path("/proc/sys/kernel/perf_event_paranoid")
-            level = int(paranoid.read_text()) if paranoid.exists() else 2
-            if level > -1:
-                raise MemcostError(f"memcost trace reads kernel tracepoints, which needs root here "
-                                   f"(kernel.perf_event_paranoid is {level}): run it with sudo, or as root "
-                                   "`sysctl kernel.perf_event_paranoid=-1` and mount tracefs", exit_codes.UNSUPPORTED)
+            level = perf_event_paranoid()
+            if level > 2:
+                raise MemcostError(f"memcost trace needs perf events, which kernel.perf_event_paranoid {level} denies "
+                                   "to users: run it with sudo, or as root `sysctl kernel.perf_event_paranoid=2` "
+                                   "(user-mode faults, calls through LD_PRELOAD) or -1 (everything)",
+                                   exit_codes.UNSUPPORTED)
         notes: list[str] = []
         from ..analysis import trace as analysis
         cost = cost_model(args.results_dir, args.calibrate, notes)

@@ -127,6 +127,8 @@ Experiment trace_experiment() {
               while (pages > 64 && std::uint64_t{pages} * os::base_page_size() * cpus > (512ULL << 20)) pages /= 2;
               options.buffer_pages = settings->buffer_pages ? settings->buffer_pages : pages;
               options.command_stdout_fd = settings->command_stdout_fd;
+              // The preload library lives beside the probe (the build folder, or memcost/_bin).
+              options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
               JsonSink sink(emitter);
               os::trace::Failure failure;
               const measure::SnapshotOptions everyone{true, false, true};
@@ -154,12 +156,12 @@ Experiment trace_experiment() {
                    {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
                    {"sampled_faults", sink.faults()}, {"calls", sink.calls()}, {"sample_period", settings->sample_period},
                    {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
-                   {"pauses", result.pauses}, {"paused_ns", result.paused_ns},
+                   {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
+                   {"stack_bytes", result.stack_bytes},
                    {"tracer_user_ns", interval.process_user_ns}, {"tracer_system_ns", interval.process_system_ns},
                    {"elsewhere_ns", elsewhere ? json(*elsewhere) : json(nullptr)},
                    {"elsewhere_method", interval.elsewhere_method()},
-                   {"fault_source", "perf software event page-faults"},
-                   {"call_source", "perf tracepoints syscalls:sys_enter_*/sys_exit_*"},
+                   {"fault_source", result.fault_source}, {"call_source", result.call_source},
                    {"mounted_tracefs", result.mounted_tracefs}});
               if (result.lost_records) {
                 emitter.warning("events_lost", std::to_string(result.lost_records) +
