@@ -400,6 +400,7 @@ def summarize(samples: list, cost: CostModel, thp_mode: str) -> dict:
         "faults": sampled, "faults_attributed": attributed, "kernel_faults": run.get("rusage_minor_faults", 0)
         + run.get("rusage_major_faults", 0), "lost_records": run.get("lost_records", 0),
         "sample_period": period, "exit_code": run.get("exit_code"), "thp_mode": thp_mode,
+        "fault_source": run.get("fault_source", "?"), "call_source": run.get("call_source", "?"),
         "fault_ms": sum(r["fault_ms"] for r in rows), "free_ms": sum(r["free_ms"] for r in rows),
         "map_ms": sum(r["map_ms"] for r in rows),
         "cost_source": cost.source, "base_fault_us_per_mb": cost.base_us_per_mb, "thp_fault_us_per_mb": cost.thp_us_per_mb,

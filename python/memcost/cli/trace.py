@@ -142,23 +142,25 @@ def render(document: dict, top: int) -> None:
         console.print(f"Overhead: traced {totals['wall_ms']:,.0f} ms vs untraced {totals['untraced_wall_ms']:,.0f} ms "
                       f"({totals['wall_ms'] / totals['untraced_wall_ms']:.2f}×)", markup=False)
     console.print(
-        f"How: faults from the perf page-fault event (every {totals['sample_period']} fault"
-        f"{'s' if totals['sample_period'] > 1 else ''}), charged to the mapping live at their address; fault time "
+        f"How: faults from {totals['fault_source']} (every {totals['sample_period']} fault"
+        f"{'s' if totals['sample_period'] > 1 else ''}), charged to the mapping live at their address; calls from "
+        f"{totals['call_source']}; fault time "
         f"estimated at {totals['base_fault_us_per_mb']:,.0f} µs/MB on base pages"
         + (f" and {totals['thp_fault_us_per_mb']:,.0f} on THP" if totals.get("thp_fault_us_per_mb") else "")
-        + f" from {totals['cost_source']}; map, free and madvise time measured from syscall tracepoints.", markup=False)
+        + f" from {totals['cost_source']}; call durations measured.", markup=False)
 
 
 class TraceCommand(Command):
-    """Run a command and show what its big allocations cost the OS, per line of code (Linux, root).
+    """Run a command and show what its big allocations cost the OS, per line of code (Linux).
 
     Every mapping call (mmap, munmap, mremap, brk, madvise) with its call stack and measured
     duration, and every page fault with the stack that touched the page, from the kernel's perf
     events; stacks are unwound with DWARF call-frame information (no frame pointers needed) and
     symbolized with elfutils. Faults are charged to the allocation site whose mapping held the
     address. Fault time is estimated from this machine's `memcost costs` result (or a short
-    calibration run). Exports: folded stacks and pprof. The command's output and exit code pass
-    through; Ctrl-C stops the command and keeps what was recorded. See docs/trace.md.
+    calibration run). Without root, an LD_PRELOAD interposer reports the calls instead of the
+    kernel's tracepoints. Exports: folded stacks and pprof. The command's output and exit code
+    pass through; Ctrl-C stops the command and keeps what was recorded. See docs/trace.md.
     """
 
     name = "trace"
