@@ -1,9 +1,9 @@
 """The `memcost` command's entry point: light on purpose, so that Ctrl-C or SIGTERM at any
 moment, even while the heavy modules load, ends in one line and exit code 130."""
 
+import os
 import signal
 import sys
-
 
 # Set by Ctrl-C or SIGTERM. A library that catches the KeyboardInterrupt inside its own start-up
 # (numpy turns it into "ImportError: initialization failed") still ends as an interrupt.
@@ -22,7 +22,14 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         from .cli import main as run_command
-        return run_command()
+        code = run_command()
     except KeyboardInterrupt:
         sys.stderr.write("memcost: error: interrupted; finished results were kept\n")
-        return 130
+        code = 130
+    if interrupted:
+        # Python ends a process by the signal itself when a KeyboardInterrupt passed through C code
+        # unhandled (a library's start-up): everything is cleaned up by now, so leave with 130.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return code
