@@ -5,6 +5,9 @@
 // - run() starts `command` (PATH searched) stopped at the door, opens the events on it and on
 //   every thread and child it will make (inherit), lets it run, and returns when it has exited.
 //   Its stdin, stdout and stderr are the caller's; its exit status is returned unchanged.
+//   Or it attaches to `attach_pid`: events on each of its threads (and what they start later),
+//   the mappings it already has reported as `existing`, until it exits, the time is up, or this
+//   process gets SIGINT or SIGTERM; the process is left running.
 // - Page faults: the kernel's software page-fault event, every fault (sample_period 1) unless
 //   told otherwise. Faults taken in kernel mode on the command's behalf (read() into a fresh
 //   buffer) are included where the caller may see kernel samples.
@@ -23,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,12 +44,17 @@ struct Failure {
 
 struct Options {
   std::vector<std::string> command;
+  int attach_pid = 0;                    // instead of a command: a running process (needs tracepoints)
+  double attach_seconds = 0;             // how long to watch it (0: until it exits or SIGINT/SIGTERM)
   std::uint64_t sample_period = 1;       // one fault sample per this many faults
   std::uint32_t stack_bytes = 4096;      // user stack copied per sample
   std::uint32_t buffer_pages = 8192;     // per CPU ring buffer, a power of two (32 MiB)
   std::uint32_t max_frames = 48;
   int command_stdout_fd = -1;            // the command's stdout (-1: this process's own)
   std::string preload_library;           // used when tracepoints cannot be read; empty: none
+  // Called as the traced window opens (the command is let through the door, or attached to) and
+  // as it closes, so that the caller can measure the rest of the machine over exactly that time.
+  std::function<void()> window_opened, window_closed;
   std::uint64_t preload_min_bytes = 64 * 1024;  // smaller allocations are not reported by it
 };
 
@@ -59,9 +68,11 @@ struct Frame {
 };
 
 // The numbers are the preload library's record kinds (trace_preload_linux.c).
-enum class CallKind { mmap = 0, munmap = 1, mremap = 2, brk = 3, madvise = 4, malloc = 5, free = 6, realloc = 7 };
+// `existing`: a mapping a process already had when tracing attached to it (from /proc/PID/maps).
+enum class CallKind { mmap = 0, munmap = 1, mremap = 2, brk = 3, madvise = 4, malloc = 5, free = 6, realloc = 7, existing = 8 };
 [[nodiscard]] inline const char* call_name(CallKind kind) {
-  static constexpr const char* names[] = {"mmap", "munmap", "mremap", "brk", "madvise", "malloc", "free", "realloc"};
+  static constexpr const char* names[] = {"mmap", "munmap", "mremap", "brk", "madvise", "malloc", "free", "realloc",
+                                          "existing"};
   return names[static_cast<int>(kind)];
 }
 

@@ -5,6 +5,7 @@
 #include <elfutils/libdwfl.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
+#include <dirent.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -125,6 +126,19 @@ struct RingBuffer {
 
 int perf_event_open(perf_event_attr& attr, pid_t pid, int cpu) {
   return static_cast<int>(syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+// Without privilege the kernel lets a user lock only perf_event_mlock_kb per CPU plus
+// RLIMIT_MEMLOCK: halve the buffer until it is granted (smaller ones mean more pauses).
+Failure map_ring_buffer(int fd, std::size_t& pages, std::size_t page, RingBuffer& buffer) {
+  buffer.fd = fd;
+  for (;; pages /= 2) {
+    buffer.data_bytes = pages * page;
+    buffer.mapped_bytes = buffer.data_bytes + page;
+    buffer.base = mmap(nullptr, buffer.mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (buffer.base != MAP_FAILED) return {};
+    if (errno != EPERM || pages <= 8) return failed("mmap(perf ring buffer)");
+  }
 }
 
 perf_event_attr base_attr(std::uint64_t sample_type, std::uint32_t stack_bytes) {
@@ -734,6 +748,53 @@ class PreloadReader {
   std::vector<char> pending_;
 };
 
+struct ProcessStat {
+  bool alive = false;
+  std::uint64_t minor_faults = 0, major_faults = 0, user_ticks = 0, system_ticks = 0;
+};
+
+ProcessStat read_process_stat(pid_t pid) {
+  ProcessStat stat;
+  std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
+  auto close_paren = text.rfind(')');
+  if (close_paren == std::string::npos) return stat;
+  std::istringstream fields(text.substr(close_paren + 2));
+  std::vector<std::string> values;
+  for (std::string value; fields >> value;) values.push_back(value);
+  // After the command name: state(3) ... minflt(10) cminflt majflt(12) cmajflt utime(14) stime(15).
+  if (values.size() < 13) return stat;
+  stat.alive = true;
+  stat.minor_faults = std::stoull(values[7]);
+  stat.major_faults = std::stoull(values[9]);
+  stat.user_ticks = std::stoull(values[11]);
+  stat.system_ticks = std::stoull(values[12]);
+  return stat;
+}
+
+std::uint64_t ticks_per_second() { return static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK)); }
+
+// The anonymous and private writable mappings a process has when tracing attaches to it.
+void report_existing_mappings(pid_t pid, std::uint64_t now_ns, Sink& sink) {
+  std::istringstream maps(read_text("/proc/" + std::to_string(pid) + "/maps"));
+  for (std::string line; std::getline(maps, line);) {
+    std::uint64_t start = 0, end = 0;
+    char perms[8] = {};
+    char path[4096] = {};
+    int fields = std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s %4095s", &start, &end, perms, path);
+    if (fields < 3 || perms[1] != 'w' || (fields == 4 && path[0] == '/')) continue;
+    MappingCall call;
+    call.kind = CallKind::existing;
+    call.pid = pid;
+    call.tid = pid;
+    call.enter_ns = call.exit_ns = now_ns;
+    call.args[0] = start;
+    call.args[1] = end - start;
+    call.args[3] = 0x22;  // MAP_PRIVATE | MAP_ANONYMOUS
+    call.result = static_cast<std::int64_t>(start);
+    sink.call(call);
+  }
+}
+
 }  // namespace
 
 std::string Failure::message() const {
@@ -759,6 +820,16 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     status = no_kernel_calls;
     return result;
   }
+  const bool attaching = options.attach_pid > 0;
+  if (attaching && kill(options.attach_pid, 0) != 0) {
+    status = Failure{errno, "no process " + std::to_string(options.attach_pid) + " to attach to (it may have exited)"};
+    return result;
+  }
+  if (attaching && preloading) {
+    status = Failure{no_kernel_calls.error, "attaching to a running process needs the kernel's tracepoints: " +
+                                                no_kernel_calls.message()};
+    return result;
+  }
   if (preloading) tracepoints.clear();
   result.call_source = preloading ? "LD_PRELOAD interposer (mmap, munmap, mremap, madvise; malloc, calloc, realloc, free of "
                                     "at least " + std::to_string(options.preload_min_bytes) + " bytes), timed in user space; "
@@ -771,12 +842,12 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   }
 
   // The command waits at the door until the events are on it.
-  int go[2], exec_error[2];
-  if (pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_error, O_CLOEXEC) != 0) {
+  int go[2] = {-1, -1}, exec_error[2] = {-1, -1};
+  if (!attaching && (pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_error, O_CLOEXEC) != 0)) {
     status = failed("pipe2");
     return result;
   }
-  pid_t child = fork();
+  pid_t child = attaching ? options.attach_pid : fork();
   if (child < 0) {
     status = failed("fork");
     return result;
@@ -805,8 +876,10 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     (void)!write(exec_error[1], &error, sizeof(error));
     _exit(127);
   }
-  close(go[0]);
-  close(exec_error[1]);
+  if (!attaching) {
+    close(go[0]);
+    close(exec_error[1]);
+  }
   if (preloading) {
     close(preload_pipe[1]);
     fcntl(preload_pipe[0], F_SETFL, O_NONBLOCK);
@@ -819,12 +892,27 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   } close_preload{preload_pipe[0]};
   auto abandon = [&](Failure why) {
     status = std::move(why);
-    kill(child, SIGKILL);
-    waitpid(child, nullptr, 0);
-    close(go[1]);
-    close(exec_error[0]);
+    if (!attaching) {  // a process we attached to is left as it was
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+      close(go[1]);
+      close(exec_error[0]);
+    }
     return result;
   };
+  // Whom the events are opened on: the command (its threads and children follow by inheritance),
+  // or each thread the running process has now.
+  std::vector<pid_t> targets{child};
+  if (attaching) {
+    targets.clear();
+    if (DIR* tasks = opendir(("/proc/" + std::to_string(child) + "/task").c_str())) {
+      while (dirent* entry = readdir(tasks)) {
+        if (entry->d_name[0] != '.') targets.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+      }
+      closedir(tasks);
+    }
+    if (targets.empty()) return abandon(Failure{ESRCH, "no threads under /proc/" + std::to_string(child) + "/task"});
+  }
 
   Session session(options, sink);
   PreloadReader preload(preload_pipe[0], session.recorder(), sink);
@@ -848,83 +936,93 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   Descriptors descriptors;
   descriptors.buffers = &session.buffers;
   for (int cpu = 0; cpu < cpus; ++cpu) {
-    perf_event_attr attr = base_attr(kFaultSampleType, stack_bytes);
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_PAGE_FAULTS;
-    attr.sample_period = options.sample_period;
-    attr.mmap = 1;
-    attr.mmap2 = 1;
-    attr.comm = 1;
-    attr.comm_exec = 1;
-    attr.task = 1;
-    attr.watermark = 1;
-    attr.wakeup_watermark = static_cast<std::uint32_t>(buffers_pages * page / 8);
-    attr.exclude_kernel = kernel_faults ? 0 : 1;
-    int fault_fd = perf_event_open(attr, child, cpu);
-    if (fault_fd < 0 && kernel_faults && (errno == EACCES || errno == EPERM)) {
-      // Not allowed to sample in kernel mode: the faults a system call takes for the command
-      // (read() into a fresh buffer) are not seen; its own are.
-      kernel_faults = false;
-      attr.exclude_kernel = 1;
-      fault_fd = perf_event_open(attr, child, cpu);
-    }
-    if (fault_fd < 0) {
-      if (errno == ENODEV) continue;  // an offline CPU
-      int error = errno;
-      return abandon(Failure{error, "perf_event_open(page faults)"});
-    }
-    descriptors.fds.push_back(fault_fd);
-    RingBuffer buffer;
-    buffer.fd = fault_fd;
-    // Without privilege the kernel lets a user lock only perf_event_mlock_kb per CPU plus
-    // RLIMIT_MEMLOCK: halve the buffer until it is granted (smaller ones mean more pauses).
-    for (std::size_t pages = buffers_pages; ; pages /= 2) {
-      buffer.data_bytes = pages * page;
-      buffer.mapped_bytes = buffer.data_bytes + page;
-      buffer.base = mmap(nullptr, buffer.mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fault_fd, 0);
-      if (buffer.base != MAP_FAILED) {
-        buffers_pages = pages;
-        break;
+    int owner_fd = -1;  // the first event on this CPU owns its ring buffer; the others write into it
+    for (pid_t target : targets) {
+      perf_event_attr attr = base_attr(kFaultSampleType, stack_bytes);
+      if (attaching) attr.enable_on_exec = 0;  // enabled below, as the window opens
+      attr.type = PERF_TYPE_SOFTWARE;
+      attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+      attr.sample_period = options.sample_period;
+      attr.mmap = 1;
+      attr.mmap2 = 1;
+      attr.comm = 1;
+      attr.comm_exec = 1;
+      attr.task = 1;
+      attr.watermark = 1;
+      attr.wakeup_watermark = static_cast<std::uint32_t>(buffers_pages * page / 8);
+      attr.exclude_kernel = kernel_faults ? 0 : 1;
+      int fault_fd = perf_event_open(attr, target, cpu);
+      if (fault_fd < 0 && kernel_faults && (errno == EACCES || errno == EPERM)) {
+        // Not allowed to sample in kernel mode: the faults a system call takes for the command
+        // (read() into a fresh buffer) are not seen; its own are.
+        kernel_faults = false;
+        attr.exclude_kernel = 1;
+        fault_fd = perf_event_open(attr, target, cpu);
       }
-      if (errno != EPERM || pages <= 8) return abandon(failed("mmap(perf ring buffer)"));
-    }
-    result.buffer_bytes = buffer.data_bytes;
-    result.stack_bytes = stack_bytes;
-    session.buffers.push_back(buffer);
-    std::uint64_t id = 0;
-    ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
-    session.events[id] = Event{EventKind::fault, CallKind::mmap, kFaultSampleType, {}};
-    for (const auto& [event, format] : tracepoints) {
-      perf_event_attr tp = base_attr(event.sample_type, stack_bytes);
-      tp.type = PERF_TYPE_TRACEPOINT;
-      tp.config = format.id;
-      int fd = perf_event_open(tp, child, cpu);
-      if (fd < 0) {
+      if (fault_fd < 0) {
+        if (errno == ENODEV) break;  // an offline CPU
+        if (attaching && errno == ESRCH) continue;  // a thread that ended meanwhile
         int error = errno;
-        return abandon(Failure{error, "perf_event_open(syscalls tracepoint)"});
+        return abandon(Failure{error, "perf_event_open(page faults)"});
       }
-      descriptors.fds.push_back(fd);
-      if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, fault_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
-      ioctl(fd, PERF_EVENT_IOC_ID, &id);
-      session.events[id] = event;
+      descriptors.fds.push_back(fault_fd);
+      std::uint64_t id = 0;
+      if (owner_fd >= 0) {
+        if (ioctl(fault_fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+      } else {
+        owner_fd = fault_fd;
+        RingBuffer buffer;
+        if (Failure why = map_ring_buffer(fault_fd, buffers_pages, page, buffer); !why.ok()) return abandon(why);
+        session.buffers.push_back(buffer);
+        result.buffer_bytes = buffer.data_bytes;
+        result.stack_bytes = stack_bytes;
+      }
+      ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
+      session.events[id] = Event{EventKind::fault, CallKind::mmap, kFaultSampleType, {}};
+      for (const auto& [event, format] : tracepoints) {
+        perf_event_attr tp = base_attr(event.sample_type, stack_bytes);
+        tp.type = PERF_TYPE_TRACEPOINT;
+        tp.config = format.id;
+        if (attaching) tp.enable_on_exec = 0;
+        int fd = perf_event_open(tp, target, cpu);
+        if (fd < 0) {
+          if (attaching && errno == ESRCH) continue;
+          int error = errno;
+          return abandon(Failure{error, "perf_event_open(syscalls tracepoint)"});
+        }
+        descriptors.fds.push_back(fd);
+        if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+        ioctl(fd, PERF_EVENT_IOC_ID, &id);
+        session.events[id] = event;
+      }
     }
   }
 
-  // Ctrl-C belongs to the command; this process records until the command is gone.
+  // Ctrl-C belongs to the command; this process records until the command is gone. Attached to
+  // a running process, Ctrl-C ends the tracing instead.
   struct sigaction ignore {}, terminate {}, old_int {}, old_term {};
   ignore.sa_handler = SIG_IGN;
   terminate.sa_handler = on_terminate;
-  sigaction(SIGINT, &ignore, &old_int);
+  sigaction(SIGINT, attaching ? &terminate : &ignore, &old_int);
   sigaction(SIGTERM, &terminate, &old_term);
 
   // The tracer must keep up with the kernel, or records are lost: ahead of ordinary processes
   // where allowed (root). Only this process's own priority, never the command's.
   (void)setpriority(PRIO_PROCESS, 0, -10);
+  if (options.window_opened) options.window_opened();
   const std::uint64_t started = monotonic_ns();
-  (void)!write(go[1], "x", 1);
-  close(go[1]);
+  ProcessStat stat_before = attaching ? read_process_stat(child) : ProcessStat{};
+  if (attaching) {
+    report_existing_mappings(child, started, sink);
+    for (int fd : descriptors.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+  }
+  if (!attaching) {
+    (void)!write(go[1], "x", 1);
+    close(go[1]);
+  }
   int exec_errno = 0;
-  if (read(exec_error[0], &exec_errno, sizeof(exec_errno)) == static_cast<ssize_t>(sizeof(exec_errno))) {
+  if (!attaching &&
+      read(exec_error[0], &exec_errno, sizeof(exec_errno)) == static_cast<ssize_t>(sizeof(exec_errno))) {
     close(exec_error[0]);
     waitpid(child, nullptr, 0);
     sigaction(SIGINT, &old_int, nullptr);
@@ -933,8 +1031,10 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     status = Failure{exec_errno, "cannot run " + options.command[0]};
     return result;
   }
-  close(exec_error[0]);
+  if (!attaching) close(exec_error[0]);
   result.started = true;
+  ProcessStat stat_last = stat_before;
+  std::uint64_t last_stat_ns = started;
 
   std::vector<pollfd> polls;
   for (const RingBuffer& buffer : session.buffers) polls.push_back({buffer.fd, POLLIN, 0});
@@ -963,6 +1063,22 @@ Result run(const Options& options, Sink& sink, Failure& status) {
       kill(child, SIGCONT);
       result.paused_ns += monotonic_ns() - paused_at;
     }
+    if (attaching) {
+      // Watch it (its counters, read now and then) until it ends, the time is up, or we are told to stop.
+      const std::uint64_t now = monotonic_ns();
+      if (now - last_stat_ns > 100'000'000ULL) {
+        if (ProcessStat current = read_process_stat(child); current.alive) stat_last = current;
+        last_stat_ns = now;
+      }
+      if (g_stop_requested || kill(child, 0) != 0 ||
+          (options.attach_seconds > 0 && static_cast<double>(now - started) >= options.attach_seconds * 1e9)) {
+        // It goes on running: stop the events first, so the counts and the window agree.
+        for (int fd : descriptors.fds) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+        if (ProcessStat current = read_process_stat(child); current.alive) stat_last = current;
+        break;
+      }
+      continue;
+    }
     if (g_stop_requested && !forwarded) {
       kill(child, SIGTERM);
       forwarded = true;
@@ -971,6 +1087,7 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     if (done == child) break;
   }
   result.wall_ns = monotonic_ns() - started;
+  if (options.window_closed) options.window_closed();
   session.drain(true);
   if (preloading) preload.drain();
   result.fault_source = kernel_faults ? "perf software event page-faults, user and kernel mode"
@@ -978,14 +1095,22 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
 
+  result.lost_records = session.lost;
+  result.unwind_failures = session.unwind_failures();
+  if (attaching) {
+    // Not our child: its CPU and faults while watched, from /proc/PID/stat.
+    result.user_ns = (stat_last.user_ticks - stat_before.user_ticks) * 1'000'000'000ULL / ticks_per_second();
+    result.system_ns = (stat_last.system_ticks - stat_before.system_ticks) * 1'000'000'000ULL / ticks_per_second();
+    result.minor_faults = stat_last.minor_faults - stat_before.minor_faults;
+    result.major_faults = stat_last.major_faults - stat_before.major_faults;
+    return result;
+  }
   result.exit_code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
   result.signal = WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0;
   result.user_ns = static_cast<std::uint64_t>(usage.ru_utime.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(usage.ru_utime.tv_usec) * 1000ULL;
   result.system_ns = static_cast<std::uint64_t>(usage.ru_stime.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(usage.ru_stime.tv_usec) * 1000ULL;
   result.minor_faults = static_cast<std::uint64_t>(usage.ru_minflt);
   result.major_faults = static_cast<std::uint64_t>(usage.ru_majflt);
-  result.lost_records = session.lost;
-  result.unwind_failures = session.unwind_failures();
   return result;
 }
 

@@ -202,11 +202,14 @@ def test_ctrl_c_stops_the_command_and_keeps_what_was_recorded(results_root, tmp_
     root = tmp_path / "results"
     shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
     # A terminal sends Ctrl-C to the whole foreground process group: memcost, the probe, the command.
+    running = tmp_path / "running"
     process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(root), "trace", "--",
                                 "python3", "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                                "b = b\"x\" * (64 << 20); time.sleep(60)"],
+                                f"b = b\"x\" * (64 << 20); open({str(running)!r}, 'w').close(); time.sleep(60)"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(3)
+    deadline = time.monotonic() + 60
+    while not running.exists() and time.monotonic() < deadline:  # the command is running, its pages written
+        time.sleep(0.05)
     os.killpg(process.pid, signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert "Traceback" not in stderr
@@ -224,3 +227,35 @@ def test_the_report_has_a_trace_section_with_a_flame_graph(traced, results_root)
     assert "What a program&#39;s allocations cost (trace)" in page or "What a program's allocations cost (trace)" in page
     assert "<svg" in page and "site_a_frames" in page
     assert "site_a_frames" in (results_root / "latest" / "summary.md").read_text()
+
+
+@needs_tracing
+def test_attaching_to_a_running_process_watches_it_and_leaves_it_running(results_root, tmp_path):
+    import sys
+    import time
+    root = tmp_path / "results"
+    shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
+    # 64 MiB: above glibc's largest mmap threshold (32 MiB), so every block is a fresh mapping.
+    target = subprocess.Popen([sys.executable, "-c", "import time\nwhile True:\n    b = b'x' * (64 << 20)\n    del b\n"
+                               "    time.sleep(0.02)\n"])
+    try:
+        time.sleep(0.5)
+        result = run_memcost("--results-dir", str(root), "trace", "--pid", str(target.pid), "--seconds", "1")
+        assert result.returncode == 0, result.stderr
+        assert target.poll() is None  # still running
+        document = load_document(root / "latest" / "trace.json")
+        totals = document["summary"]["totals"]
+        # Each 64 MiB bytes object is a fresh mapping of 16,384 pages, written once.
+        assert totals["faults_attributed"] >= 4 * 16384
+        assert abs(totals["faults"] - totals["kernel_faults"]) <= 0.02 * totals["kernel_faults"] + 100
+        assert any(row["call"] == "mmap" and row["churn"] >= 3 for row in document["summary"]["rows"])
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_attaching_to_a_process_that_is_not_there_is_one_line():
+    result = run_memcost("trace", "--pid", "99999999")  # above the kernel's largest pid
+    assert result.returncode == exit_codes.FAILURE and "no process 99999999" in result.stderr
+    assert run_memcost("trace", "--pid", "1", "--", "true").returncode == exit_codes.BAD_ARGUMENTS
+    assert run_memcost("trace", "--seconds", "1", "--", "true").returncode == exit_codes.BAD_ARGUMENTS

@@ -164,6 +164,13 @@ def site_of(stacks: dict, stack_id: int) -> str:
     return frame_name(user_frame(stacks.get(stack_id, [])))
 
 
+BEFORE_TRACE = "(mapped before the trace)"
+
+
+def allocation_site(stacks: dict, mapping: "Mapping") -> str:
+    return BEFORE_TRACE if mapping.call == "existing" else site_of(stacks, mapping.stack)
+
+
 def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
@@ -259,9 +266,9 @@ def attribute(trace: Trace, thp_mode: str = "madvise") -> tuple[list[Mapping], n
             continue  # the call failed: nothing changed
         args, space = call["args"], spaces[call["pid"]]
         kind = call["call"]
-        if kind == "mmap":
+        if kind in ("mmap", "existing"):  # existing: mapped before tracing attached to the process
             index = len(mappings)
-            mappings.append(Mapping(call["pid"], result, args[1], call["stack"], "mmap", call["exit_ns"],
+            mappings.append(Mapping(call["pid"], result, args[1], call["stack"], kind, call["exit_ns"],
                                     bool(args[3] & MAP_ANONYMOUS), map_ns=call["exit_ns"] - call["enter_ns"]))
             space.add(result, result + args[1], index)
         elif kind == "malloc":  # the preload library: a big block from malloc, calloc or an aligned allocation
@@ -362,7 +369,7 @@ def summarize(samples: list, cost: CostModel, thp_mode: str) -> dict:
 
     by_site: dict[str, list[Mapping]] = defaultdict(list)
     for mapping in mappings:
-        by_site[site_of(trace.stacks, mapping.stack)].append(mapping)
+        by_site[allocation_site(trace.stacks, mapping)].append(mapping)
     rows = []
     for site, group in by_site.items():
         faults = sum(m.faults for m in group) * period
@@ -416,7 +423,7 @@ def _touching_sites(trace: Trace, mappings: list[Mapping], owner: np.ndarray, co
     for (stack_id, index), faults in pairs.items():
         site = site_of(trace.stacks, stack_id)
         stack_of.setdefault(site, stack_id)
-        allocated = site_of(trace.stacks, mappings[index].stack) if index >= 0 else OUTSIDE
+        allocated = allocation_site(trace.stacks, mappings[index]) if index >= 0 else OUTSIDE
         counts[site][allocated] += faults * period
         mapping = mappings[index] if index >= 0 else None
         per_fault = mapping.fault_us(cost) / mapping.faults if mapping is not None and mapping.faults else cost.fault_us("base")

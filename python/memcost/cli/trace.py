@@ -77,10 +77,12 @@ def cost_model(results_root: Path, calibrate: bool, notes: list):
 
 
 def record(command: list[str], args: argparse.Namespace):
-    """Run the probe around the command; Ctrl-C goes to the command (as from the terminal), and
-    what was recorded until it exited is kept."""
+    """Run the probe around the command (or attached to --pid); Ctrl-C goes to the command, or
+    ends the watch of a running process, as from the terminal, and what was recorded is kept."""
     from ..probe import run_probe
     probe_arguments = ["--sample-period", str(args.sample_period), "--stack-bytes", str(args.stack_bytes)]
+    if args.pid:
+        probe_arguments += ["--attach", str(args.pid)] + (["--attach-seconds", str(args.seconds)] if args.seconds else [])
     stdout_copy = os.dup(sys.stdout.fileno())
     sys.stdout.flush()
     entry = None
@@ -88,8 +90,8 @@ def record(command: list[str], args: argparse.Namespace):
         entry = journal.record("tracefs_mount", f"tracefs at {TRACEFS}", path=TRACEFS)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        return run_probe("trace", [*probe_arguments, "--command-stdout-fd", str(stdout_copy), "--", *command],
-                         pass_fds=(stdout_copy,))
+        target = ["--command-stdout-fd", str(stdout_copy), "--", *command] if command else []
+        return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,))
     finally:
         signal.signal(signal.SIGINT, previous)
         os.close(stdout_copy)
@@ -175,6 +177,11 @@ class TraceCommand(Command):
                             help="measure the fault cost now instead of using the newest `memcost costs` result")
         parser.add_argument("--overhead", action="store_true",
                             help="run the command a second time, untraced, and report the tracing overhead")
+        parser.add_argument("--pid", type=arguments.positive_int, metavar="PID",
+                            help="instead of a command: watch this running process (root) until it exits, "
+                                 "--seconds pass, or Ctrl-C")
+        parser.add_argument("--seconds", type=arguments.bounded_seconds(0.0, 1e7, allow_minimum=False), metavar="S",
+                            help="with --pid: stop watching after S seconds")
         parser.add_argument("--export-folded", type=arguments.output_file, metavar="PATH",
                             help="folded stacks of faults by allocation site (flamegraph.pl, speedscope)")
         parser.add_argument("--export-pprof", type=arguments.output_file, metavar="PATH",
@@ -185,9 +192,16 @@ class TraceCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        if not command:
-            raise MemcostError("name the command to trace after --, e.g. `memcost trace -- sort big.txt`",
+        if bool(command) == bool(args.pid):
+            raise MemcostError("name the command to trace after --, e.g. `memcost trace -- sort big.txt`, "
+                               "or a running process with --pid (not both)", exit_codes.BAD_ARGUMENTS)
+        if args.pid and args.overhead:
+            raise MemcostError("--overhead runs the command again; a process given by --pid cannot be",
                                exit_codes.BAD_ARGUMENTS)
+        if args.seconds and not args.pid:
+            raise MemcostError("--seconds goes with --pid (a command is traced until it exits)", exit_codes.BAD_ARGUMENTS)
+        if args.pid and not Path(f"/proc/{args.pid}").exists():
+            raise MemcostError(f"there is no process {args.pid} (it may have exited): check the PID")
         if not Path("/proc/self/maps").exists():
             raise MemcostError("memcost trace needs Linux perf events (this is not Linux)", exit_codes.UNSUPPORTED)
         if os.geteuid() != 0:
@@ -203,7 +217,7 @@ class TraceCommand(Command):
         run = record(command, args)
         thp = run.context.get("pages", {}).get("thp", {})
         summary = analysis.summarize(run.samples, cost, thp.get("enabled", "never") if thp.get("present") else "absent")
-        summary["totals"]["command"] = command
+        summary["totals"]["command"] = command or [f"pid {args.pid}"]
         if args.overhead:
             summary["totals"]["untraced_wall_ms"] = untraced_wall_s(command) * 1e3
         warnings = list(run.warnings) + [{"code": "calibrated", "message": note} for note in notes]
@@ -214,7 +228,8 @@ class TraceCommand(Command):
                              "message": f"{totals['faults']:,} faults were sampled but the kernel counted "
                                         f"{totals['kernel_faults']:,}: some were lost or happened in children that "
                                         "outlived the command; per-site counts are a lower bound"})
-        params = {"command": command, "sample_period": args.sample_period, "stack_bytes": args.stack_bytes}
+        params = {"command": command, "pid": args.pid, "seconds": args.seconds, "sample_period": args.sample_period,
+                  "stack_bytes": args.stack_bytes}
         document = make_document("trace", run.context, params, run.samples, summary, warnings)
         document["path"] = str(RunDirectory(args.results_dir).write(document))
         render(document, args.top)
@@ -228,7 +243,7 @@ class TraceCommand(Command):
             pprof.write(document, args.export_pprof)
             console.print(f"Exported: {args.export_pprof}", markup=False)
         export.export_requested(document, args)
-        exit_code = totals["exit_code"]
+        exit_code = 0 if args.pid else totals["exit_code"]  # a watched process is not ours to pass on
         if exit_code:
             warn(f"{command[0]} exited with {exit_code}; memcost passes it on")
         return int(exit_code or 0)

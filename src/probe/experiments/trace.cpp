@@ -31,6 +31,8 @@ struct Settings {
   std::uint32_t stack_bytes = 4096;
   std::uint32_t buffer_pages = 0;  // 0: sized to the machine
   int command_stdout_fd = -1;
+  int attach_pid = 0;
+  double attach_seconds = 0;
 };
 
 class JsonSink : public os::trace::Sink {
@@ -109,14 +111,24 @@ Experiment trace_experiment() {
             command.add_option("--command-stdout-fd", settings->command_stdout_fd,
                                "give the command this open descriptor as its stdout (default: the probe's own)")
                 ->check(CLI::Range(0, 1 << 20));
-            command.add_option("command", settings->command, "the command and its arguments, after --")->required();
+            command.add_option("--attach", settings->attach_pid, "trace this running process instead of a command")
+                ->check(CLI::Range(1, 1 << 30));
+            command.add_option("--attach-seconds", settings->attach_seconds,
+                               "with --attach: stop after this many seconds (default: when it exits, or on Ctrl-C)")
+                ->check(CLI::Range(0.0, 1e7));
+            command.add_option("command", settings->command, "the command and its arguments, after --");
             return [settings](Emitter& emitter) {
               if (auto why = os::trace::supported(); !why.ok()) throw ProbeError(exit_unsupported, "not_supported_here", why.message());
+              if (settings->command.empty() == (settings->attach_pid == 0)) {
+                throw ProbeError(exit_bad_arguments, "bad_arguments", "give either a command after -- or --attach PID");
+              }
               if (settings->stack_bytes % 8 != 0) {
                 throw ProbeError(exit_bad_arguments, "bad_arguments", "--stack-bytes must be a multiple of 8");
               }
               os::trace::Options options;
               options.command = settings->command;
+              options.attach_pid = settings->attach_pid;
+              options.attach_seconds = settings->attach_seconds;
               options.sample_period = settings->sample_period;
               options.stack_bytes = settings->stack_bytes;
               // Every fault sample carries a copy of the user stack: at period 1 a program faulting as
@@ -132,13 +144,17 @@ Experiment trace_experiment() {
               JsonSink sink(emitter);
               os::trace::Failure failure;
               const measure::SnapshotOptions everyone{true, false, true};
-              measure::Snapshot before = measure::take_snapshot(everyone);
+              measure::Snapshot before, after;
+              options.window_opened = [&] { before = measure::take_snapshot(everyone); };
+              options.window_closed = [&] { after = measure::take_snapshot(everyone); };
               os::trace::Result result = os::trace::run(options, sink, failure);
-              measure::Snapshot after = measure::take_snapshot(everyone);
               if (!failure.ok()) {
                 const bool denied = failure.error == EACCES || failure.error == EPERM;
                 if (!result.started && failure.what.rfind("cannot run", 0) == 0) {
                   throw ProbeError(exit_failure, "command_not_started", failure.message() + "; check the command's name and PATH");
+                }
+                if (failure.what.rfind("no process", 0) == 0) {
+                  throw ProbeError(exit_failure, "no_such_process", failure.message());
                 }
                 throw ProbeError(exit_unsupported, denied ? "not_permitted" : "not_supported_here",
                                  "cannot trace: " + failure.message() +
@@ -149,6 +165,8 @@ Experiment trace_experiment() {
               sink.flush();
               measure::Interval interval = measure::between(before, after);
               std::optional<std::int64_t> elsewhere = interval.elsewhere_ns();
+              // A process attached to ran beside the probe all along: it is the subject, not "elsewhere".
+              if (elsewhere && settings->attach_pid) *elsewhere -= static_cast<std::int64_t>(result.user_ns + result.system_ns);
               emitter.sample(
                   {{"record", "run"}},
                   {{"exit_code", result.exit_code}, {"signal", result.signal}, {"wall_ns", result.wall_ns},
@@ -162,7 +180,7 @@ Experiment trace_experiment() {
                    {"elsewhere_ns", elsewhere ? json(*elsewhere) : json(nullptr)},
                    {"elsewhere_method", interval.elsewhere_method()},
                    {"fault_source", result.fault_source}, {"call_source", result.call_source},
-                   {"mounted_tracefs", result.mounted_tracefs}});
+                   {"mounted_tracefs", result.mounted_tracefs}, {"attached_pid", settings->attach_pid}});
               if (result.lost_records) {
                 emitter.warning("events_lost", std::to_string(result.lost_records) +
                                                    " records were lost (ring buffer full): pass a larger --buffer-pages or a "
