@@ -110,12 +110,12 @@ def untraced_wall_s(command: list[str]) -> float:
 def render(document: dict, top: int) -> None:
     summary, totals = document["summary"], document["summary"]["totals"]
     table = Table(title="Allocation sites — where the memory was made", title_justify="left")
-    for heading in ("site", "call", "made", "freed", "bytes", "faults", "pages", "fault ms (est.)", "free ms", "churn",
-                    "% wall", "% CPU"):
-        table.add_column(heading, justify="left" if heading in ("site", "call", "pages") else "right")
+    for heading in ("site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms (est.)", "free ms",
+                    "churn", "% wall", "% CPU"):
+        table.add_column(heading, justify="left" if heading in ("site", "call") else "right")
     for row in summary["rows"][:top]:
         table.add_row(escape(row["site"]), row["call"], f"{row['mappings']:,}", f"{row['freed']:,}",
-                      format_bytes(row["bytes"]), f"{row['faults']:,}", row["kind"], f"{row['fault_ms']:,.1f}",
+                      format_bytes(row["bytes"]), f"{row['faults_base']:,}", f"{row['faults_thp']:,}", f"{row['fault_ms']:,.1f}",
                       f"{row['free_ms']:,.1f}", f"{row['churn']}× {format_bytes(row['churn_bytes'])}" if row["churn"] > 1 else "-",
                       f"{row['wall_share']:.1%}", f"{row['cpu_share']:.1%}")
     console.print(table)

@@ -71,14 +71,15 @@ def info(document: dict) -> list[Table]:
 
 
 def trace(summary: dict) -> list[Table]:
-    sites = [[r["site"], r["call"], f"{r['mappings']:,}", f"{r['freed']:,}", format_bytes(r["bytes"]), f"{r['faults']:,}",
-              r["kind"], _number(r["fault_ms"], 1), _number(r["free_ms"], 1),
+    sites = [[r["site"], r["call"], f"{r['mappings']:,}", f"{r['freed']:,}", format_bytes(r["bytes"]),
+              f"{r['faults_base']:,}", f"{r['faults_thp']:,}", _number(r["fault_ms"], 1), _number(r["free_ms"], 1),
               f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-", f"{r['wall_share']:.1%}"]
              for r in summary["rows"][:15]]
     touching = [[r["site"], f"{r['faults']:,}", _number(r["fault_ms"], 1), r["allocation_site"]]
                 for r in summary["touching"][:15]]
     return [("Allocation sites (fault time estimated, free time measured)",
-             ["site", "call", "made", "freed", "bytes", "faults", "pages", "fault ms", "free ms", "churn", "% wall"], sites),
+             ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms", "free ms", "churn",
+              "% wall"], sites),
             ("Touching sites", ["site", "faults", "fault ms", "memory allocated at"], touching)]
 
 
