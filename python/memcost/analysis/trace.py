@@ -97,11 +97,6 @@ class Mapping:
     def faults(self) -> int:
         return self.faults_base + self.faults_thp
 
-    @property
-    def kind(self) -> str:
-        """The page kind that backs most of the bytes it faulted in."""
-        return "thp" if self.faults_thp * HUGE > self.faults_base * PAGE else "base"
-
     def fault_us(self, cost: "CostModel") -> float:
         return self.faults_base * cost.fault_us("base") + self.faults_thp * cost.fault_us("thp")
 
