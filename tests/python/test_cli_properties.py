@@ -137,7 +137,8 @@ def _hugetlb_pages() -> list:
     return [p.read_text() for p in sorted(Path("/sys/kernel/mm/hugepages").glob("*/nr_hugepages"))]
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Derandomized: CI explores the same 250 command lines every run, so a failure is reproducible.
+@settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_every_command_line_ends_in_a_documented_exit_code(sandbox, monkeypatch, data):
     root, probe = sandbox
