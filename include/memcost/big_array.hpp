@@ -55,7 +55,7 @@ struct big_array_options {
   unsigned threads = 0;  // 0: every logical CPU
 };
 
-enum class big_array_errc { bad_size, out_of_memory, pool_too_small, not_supported, init_failed };
+enum class big_array_errc { bad_size, out_of_memory, pool_too_small, not_supported };
 
 class big_array_error : public std::runtime_error {
  public:
@@ -68,7 +68,12 @@ class big_array_error : public std::runtime_error {
 
 // What the array got, as the OS reported it.
 struct allocation_report {
-  std::string page_kind;               // "hugetlb-1G", "hugetlb-2M", "thp", "base"
+  // "hugetlb-1G", "hugetlb-2M", "thp", "base": what the kernel gave. Once the pages are faulted
+  // in (after construction, or wait() with prefault::async) it is read back from the kernel
+  // (`read_back`): a THP mapping the kernel backed mostly with base pages reads "base", and
+  // `fallbacks` says why. Before that (prefault::none), it is the kind that was mapped.
+  std::string page_kind;
+  bool read_back = false;
   std::vector<std::string> fallbacks;  // each kind skipped on the way down, and why
   std::size_t mapped_bytes = 0;
   unsigned threads = 0;
@@ -191,6 +196,8 @@ unsigned default_threads(unsigned requested);
 // Fault [address, address + bytes) in for writing without writing it.
 void populate(void* address, std::size_t bytes);
 [[nodiscard]] double huge_fraction(const void* address, std::size_t bytes);
+// After the pages are faulted in: the page kind the kernel really gave, into `report`.
+void read_back(allocation_report& report, const void* address, std::size_t bytes);
 [[nodiscard]] std::size_t checked_bytes(std::size_t count, std::size_t element_bytes);
 
 }  // namespace detail
@@ -224,6 +231,7 @@ class big_array {
   // Waits for a background initialization; rethrows the exception an initializer threw.
   void wait() {
     if (job_) job_->wait();
+    if (job_ && !report_.read_back) detail::read_back(report_, mapping_.data(), mapping_.bytes());
   }
   [[nodiscard]] const allocation_report& report() const { return report_; }
   // Share of the array's resident memory on huge pages, read from the OS now.
@@ -323,7 +331,7 @@ template <class T, class Init = construct_t>
   array.job_ = std::make_unique<detail::fill_job>(count, sizeof(T), array.mapping_.page_bytes(),
                                                   detail::default_threads(options.threads), async, std::move(work));
   array.report_.threads = array.job_->threads();
-  if (!async) array.job_->wait();  // on error, `array` unwinds: elements destroyed, memory released
+  if (!async) array.wait();  // on error, `array` unwinds: elements destroyed, memory released
   return array;
 }
 

@@ -127,6 +127,17 @@ double huge_fraction(const void* address, std::size_t bytes) {
   return backing ? backing->huge_fraction() : 0.0;
 }
 
+void read_back(allocation_report& report, const void* address, std::size_t bytes) {
+  report.read_back = true;
+  if (report.page_kind != os::page_kind_name(os::PageKind::thp)) return;  // hugetlb is all or nothing; base is base
+  const double fraction = huge_fraction(address, bytes);
+  if (fraction >= 0.5) return;
+  report.fallbacks.push_back("thp: mapped for transparent huge pages, but the kernel backed only " +
+                             std::to_string(static_cast<int>(fraction * 100)) +
+                             "% of the array with them (THP disabled for this process or system, or no free 2 MB blocks)");
+  report.page_kind = os::page_kind_name(os::PageKind::base);
+}
+
 unsigned default_threads(unsigned requested) { return requested ? requested : os::logical_cpu_count(); }
 
 }  // namespace memcost::detail

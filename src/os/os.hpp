@@ -98,6 +98,7 @@ enum class PopulateMethod { populate_write, touch };
 // Fault the range in for writing without changing its contents.
 // Linux: MADV_POPULATE_WRITE; when the kernel lacks it (EINVAL) the call reports
 // that, and the caller may choose touch_pages(). Windows: not available.
+// Test hook: with MEMCOST_INJECT_FAILURE containing "populate_write" it fails with EINVAL.
 [[nodiscard]] Status populate_write(void* address, std::size_t size_bytes);
 // Write one byte per `stride_bytes` (read-modify-write of the existing value,
 // so contents are unchanged). Always available.

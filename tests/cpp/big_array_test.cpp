@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <random>
+#include <sys/prctl.h>
 #include <thread>
 
 #include "memcost/measure.hpp"
@@ -127,6 +128,27 @@ TEST(BigArray, AutomaticFallsBackAndSaysWhy) {
   } else {
     EXPECT_EQ(a.report().page_kind, "base");
   }
+}
+
+// THP disabled for this process (prctl): the mapping still asks for huge pages, the kernel gives
+// base pages, and the report must say what was given, not what was asked.
+TEST(BigArray, ReportsTheBasePagesItGotWhenThpWasAskedFor) {
+  if (!thp_usable()) GTEST_SKIP() << "THP is not usable here: a thp request falls back before mapping";
+  ASSERT_EQ(prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0), 0);
+  struct Restore {
+    ~Restore() { prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0); }
+  } restore;
+  auto a = make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp});
+  EXPECT_TRUE(a.report().read_back);
+  EXPECT_EQ(a.report().page_kind, "base");
+  EXPECT_LT(a.huge_fraction(), 0.5);
+  ASSERT_FALSE(a.report().fallbacks.empty());
+  EXPECT_NE(a.report().fallbacks.back().find("thp: mapped for transparent huge pages"), std::string::npos);
+
+  auto later = make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp, .strict = false, .prefault = prefault::async});
+  later.wait();
+  EXPECT_TRUE(later.report().read_back);
+  EXPECT_EQ(later.report().page_kind, "base");
 }
 
 TEST(BigArray, StrictHugetlbWithAnEmptyPoolFailsCleanly) {

@@ -88,3 +88,14 @@ def test_probe_refuses_a_filter_that_matches_nothing():
     result = run_probe("bigarray", "--size", "16M", "--strategies", "teleport")
     assert result.returncode == exit_codes.BAD_ARGUMENTS
     assert "matches no strategy" in json.loads(result.stdout.splitlines()[-1])["message"]
+
+
+def test_a_failed_populate_fails_its_strategy_loudly(tmp_path):
+    # As on a kernel without MADV_POPULATE_WRITE: the row would otherwise write nothing, read back zero and rank first.
+    result = run_memcost("--results-dir", str(tmp_path), "bigarray", "--size", "64M", "--no-allocators",
+                         "--strategies", "POPULATE_WRITE,vector", env={"MEMCOST_INJECT_FAILURE": "populate_write"})
+    assert result.returncode == 0, result.stderr
+    document = load_document(tmp_path / "latest" / "bigarray.json")
+    assert {row["strategy"] for row in document["summary"]["rows"]} == {"std::vector"}
+    failed = [w for w in document["warnings"] if w["code"] == "strategy_failed"]
+    assert failed and all("MADV_POPULATE_WRITE" in w["message"] for w in failed)

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -83,11 +85,13 @@ void fill_items(WorkItem* items, std::size_t first, std::size_t last, bool zero)
 
 // An array made by one strategy: where it is, and how to free it.
 struct Made {
+  Made() = default;
   Made(WorkItem* made_items, std::function<void()> release_items, std::string kind)
       : items(made_items), release(std::move(release_items)), page_kind(std::move(kind)) {}
   WorkItem* items = nullptr;
   std::function<void()> release;
-  std::string page_kind;  // what the strategy asked for
+  std::string page_kind;  // what the strategy asked for (make_big_array: what its report read back)
+  std::string failure;    // non-empty: the strategy could not do its work, nothing to measure
   double first_percent_s = -1;
   std::string auto_choice;
   std::vector<std::string> fallbacks;
@@ -112,9 +116,20 @@ Made from_os(const Context& c, os::PageKind kind, bool populate, bool parallel_f
   if (!mapping.status.ok()) throw ProbeError(exit_unsupported, "map_failed", mapping.status.message());
   auto* items = static_cast<WorkItem*>(mapping.address);
   if (populate_write) {
+    std::mutex lock;
+    std::string failure;
     parallel_for(c.threads, mapped / page, [&](std::size_t first, std::size_t last) {
-      (void)os::populate_write(static_cast<char*>(mapping.address) + first * page, (last - first) * page);
+      os::Status status = os::populate_write(static_cast<char*>(mapping.address) + first * page, (last - first) * page);
+      std::lock_guard<std::mutex> hold(lock);
+      if (!status.ok() && failure.empty()) failure = status.message();
     });
+    // A zero-init row that populated nothing would read back zero and rank first: it failed.
+    if (!failure.empty()) {
+      (void)os::release(mapping.address, mapping.size_bytes);
+      Made nothing;
+      nothing.failure = failure;
+      return nothing;
+    }
   }
   // Fresh OS memory is zero already: a zero-init strategy that populated is done.
   if (!(c.zero && (populate || populate_write))) {
@@ -317,6 +332,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
         emitter.progress(++step, total, "limit");
       }
     }
+    std::set<std::string> failed;  // strategies already reported as failed
     for (bool zero_init : inits) {
       for (const auto& strategy : chosen) {
         for (int rep = 0; rep < s.reps; ++rep) {
@@ -324,6 +340,13 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
           auto before = measure::take_snapshot({.machine = false});
           Made made = strategy.make(context);
           auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+          if (!made.failure.empty()) {
+            if (failed.insert(strategy.name).second) {
+              emitter.warning("strategy_failed", strategy.name + " failed and is left out of the ranking: " + made.failure);
+            }
+            emitter.progress(++step, total, strategy.name + " (failed)");
+            continue;
+          }
           bool ok = verified(made.items, count, zero_init);
           auto backing = measure::backing_of(made.items, count * sizeof(WorkItem));
           auto free_start = measure::now_ns();
