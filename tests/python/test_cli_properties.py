@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,11 @@ def _documents(root: Path) -> list[str]:
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
         paths.append(str(path))
     (root / "documents" / "folder.json").mkdir(exist_ok=True)
-    return paths + [str(root / "documents" / "folder.json"), str(REAL_RUN), str(REAL_RUN / "costs.json"),
+    # A copy: `report` writes its page and figures into the run folder it is given.
+    real_run = root / "documents" / "20260101T000000Z-real"
+    if not real_run.exists():
+        shutil.copytree(REAL_RUN, real_run)
+    return paths + [str(root / "documents" / "folder.json"), str(real_run), str(real_run / "costs.json"),
                     str(root / "missing")]
 
 
@@ -160,7 +165,7 @@ def test_every_command_line_ends_in_a_documented_exit_code(sandbox, monkeypatch,
         assert errors, (argv, code, message)
     for written in root.rglob("*.json"):
         # Results documents live in run folders (<UTC time>-<host>); exports may be any format.
-        if written.is_file() and re.fullmatch(r"\d{8}T\d{6}Z-.+", written.parent.name):
+        if written.is_file() and re.fullmatch(r"\d{8}T\d{6}Z-.+", written.parent.name) and "documents" not in written.parts:
             json.loads(written.read_text())  # no half-written results
     assert not list(root.rglob("*.tmp")), argv
     assert _hugetlb_pages() == pools
