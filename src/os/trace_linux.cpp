@@ -34,8 +34,9 @@ namespace memcost::os::trace {
 namespace {
 
 constexpr std::uint64_t kUserRegsMask = (1ULL << PERF_REG_X86_BP) | (1ULL << PERF_REG_X86_SP) | (1ULL << PERF_REG_X86_IP);
-constexpr std::uint64_t kFaultSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
-                                           PERF_SAMPLE_ADDR | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+// The faulting instruction is in the user registers (a kernel-mode fault's sample IP is the kernel's).
+constexpr std::uint64_t kFaultSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR |
+                                           PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
 constexpr std::uint64_t kEnterSampleType =
     PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
 constexpr std::uint64_t kExitSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
@@ -566,7 +567,6 @@ class Session {
 
   void sample(const Event& event, Reader& in, std::uint16_t misc) {
     in.skip(8);  // identifier
-    std::uint64_t ip = (event.sample_type & PERF_SAMPLE_IP) ? in.take<std::uint64_t>() : 0;
     auto pid = static_cast<int>(in.take<std::uint32_t>());
     auto tid = static_cast<int>(in.take<std::uint32_t>());
     auto time = in.take<std::uint64_t>();
@@ -598,7 +598,6 @@ class Session {
     switch (event.kind) {
       case EventKind::fault:
         sink_.fault({pid, tid, time, address, stack, (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER});
-        (void)ip;
         break;
       case EventKind::enter:
       case EventKind::exit: {
