@@ -8,7 +8,7 @@ import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from . import __version__
 from .errors import MemcostError
@@ -81,6 +81,19 @@ class RunDirectory:
         temporary.unlink(missing_ok=True)
         temporary.symlink_to(self.path.name)
         os.replace(temporary, latest)
+
+
+def documents_of_host(root: Path, experiment: str, host: str) -> Iterator[tuple[Path, dict]]:
+    """This host's results documents of one experiment under `root`, newest first (unreadable
+    ones skipped): where a command looks for this machine's measured costs."""
+    for path in sorted(Path(root).glob(f"*/{experiment}.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(document, dict) and isinstance(document.get("context"), dict) \
+                and document["context"].get("host") == host:
+            yield path, document
 
 
 def load_document(path: Path) -> dict:

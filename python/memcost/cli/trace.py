@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -19,8 +18,7 @@ from rich.table import Table
 from .. import exit_codes, export, journal
 from ..console import console, warn
 from ..errors import MemcostError
-from ..results import RunDirectory, make_document
-from ..units import format_bytes
+from ..results import RunDirectory, documents_of_host, make_document
 from . import arguments
 from .base import Command, print_closing
 
@@ -50,18 +48,11 @@ def cost_model(results_root: Path, calibrate: bool, notes: list):
     """This machine's fault cost: the newest `memcost costs` result for this host, else a short
     calibration run now (said so in the output)."""
     from ..analysis import trace as analysis
-    host = socket.gethostname()
     if not calibrate:
-        candidates = sorted(Path(results_root).glob("*/costs.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for path in candidates:
-            try:
-                document = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(document, dict) and document.get("context", {}).get("host") == host:
-                model = analysis.CostModel.from_costs_summary(document.get("summary", {}), f"memcost costs result {path}")
-                if model:
-                    return model
+        for path, document in documents_of_host(results_root, "costs", socket.gethostname()):
+            model = analysis.CostModel.from_costs_summary(document.get("summary", {}), f"memcost costs result {path}")
+            if model:
+                return model
     from ..analysis import costs as costs_analysis
     from ..runner import run_with_progress
     run = run_with_progress("costs", ["--pages", "base,thp", "--routes", "os", "--parts", "rows,threads,reuse", "--sizes",
@@ -108,23 +99,15 @@ def untraced_wall_s(command: list[str]) -> float:
 
 
 def render(document: dict, top: int) -> None:
+    from ..report import tables
     summary, totals = document["summary"], document["summary"]["totals"]
-    table = Table(title="Allocation sites — where the memory was made", title_justify="left")
-    for heading in ("site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms (est.)", "free ms",
-                    "churn", "% wall", "% CPU"):
-        table.add_column(heading, justify="left" if heading in ("site", "call") else "right")
-    for row in summary["rows"][:top]:
-        table.add_row(escape(row["site"]), row["call"], f"{row['mappings']:,}", f"{row['freed']:,}",
-                      format_bytes(row["bytes"]), f"{row['faults_base']:,}", f"{row['faults_thp']:,}", f"{row['fault_ms']:,.1f}",
-                      f"{row['free_ms']:,.1f}", f"{row['churn']}× {format_bytes(row['churn_bytes'])}" if row["churn"] > 1 else "-",
-                      f"{row['wall_share']:.1%}", f"{row['cpu_share']:.1%}")
-    console.print(table)
-    table = Table(title="Touching sites — where the pages were faulted in", title_justify="left")
-    for heading in ("site", "faults", "fault ms (est.)", "memory allocated at"):
-        table.add_column(heading, justify="right" if heading in ("faults", "fault ms (est.)") else "left")
-    for row in summary["touching"][:top]:
-        table.add_row(escape(row["site"]), f"{row['faults']:,}", f"{row['fault_ms']:,.1f}", escape(row["allocation_site"]))
-    console.print(table)
+    for caption, headings, rows in tables.trace(summary, top):
+        table = Table(title=caption, title_justify="left")
+        for heading in headings:
+            table.add_column(heading, justify="left" if heading in ("site", "call", "memory allocated at") else "right")
+        for row in rows:
+            table.add_row(*[escape(cell) for cell in row])
+        console.print(table)
     advice = [(row["site"], item) for row in summary["rows"] for item in row["advice"]]
     if advice:
         console.print("[bold]Advice[/bold] (what-if figures from this machine's measured costs)")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..results import documents_of_host
 from . import procfs
 
 KERNEL_THREADS = {"kswapd": "kswapd", "khugepaged": "khugepaged", "kcompactd": "kcompactd", "kworker": "kworker"}
@@ -51,15 +51,7 @@ class CostModel:
 
     @classmethod
     def load(cls, results_root: Path, host: Optional[str] = None) -> "CostModel":
-        host = host or socket.gethostname()
-        candidates = sorted(Path(results_root).glob("*/costs.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for path in candidates:
-            try:
-                document = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            if document.get("context", {}).get("host") != host:
-                continue
+        for path, document in documents_of_host(results_root, "costs", host or socket.gethostname()):
             rows = document.get("summary", {}).get("rows", [])
             model = cls(source=str(path))
             for page, per_mb in (("base", PAGES_PER_MB), ("thp", 0.5)):

@@ -70,17 +70,19 @@ def info(document: dict) -> list[Table]:
     return [("Machine", ["", ""], rows)]
 
 
-def trace(summary: dict) -> list[Table]:
+def trace(summary: dict, top: int = 15) -> list[Table]:
+    """The terminal's tables too (`memcost trace`), so they are written once."""
     sites = [[r["site"], r["call"], f"{r['mappings']:,}", f"{r['freed']:,}", format_bytes(r["bytes"]),
               f"{r['faults_base']:,}", f"{r['faults_thp']:,}", _number(r["fault_ms"], 1), _number(r["free_ms"], 1),
-              f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-", f"{r['wall_share']:.1%}"]
-             for r in summary["rows"][:15]]
+              f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-", f"{r['wall_share']:.1%}",
+              f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
     touching = [[r["site"], f"{r['faults']:,}", _number(r["fault_ms"], 1), r["allocation_site"]]
-                for r in summary["touching"][:15]]
-    return [("Allocation sites (fault time estimated, free time measured)",
-             ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms", "free ms", "churn",
-              "% wall"], sites),
-            ("Touching sites", ["site", "faults", "fault ms", "memory allocated at"], touching)]
+                for r in summary["touching"][:top]]
+    return [("Allocation sites — where the memory was made",
+             ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms (est.)", "free ms",
+              "churn", "% wall", "% CPU"], sites),
+            ("Touching sites — where the pages were faulted in", ["site", "faults", "fault ms (est.)", "memory allocated at"],
+             touching)]
 
 
 TABLES = {"costs": costs, "scaling": scaling, "bigarray": bigarray, "trace": trace}
