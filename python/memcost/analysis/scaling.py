@@ -1,25 +1,33 @@
 """`scaling` summary: totals at each count, the marginal cost per call against
-the number outstanding, a fit of that cost as a + b·n^k, and a verdict on how
-the total grows."""
+the number outstanding, models of that cost compared (constant, log n, n^k,
+flat-then-linear), and a verdict on how one call and the total grow."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 from scipy import optimize, stats
 
-# The marginal cost must not grow by more than this over the sweep for O(n).
-FLAT_GROWTH = 0.25
-# Growth whose whole interval stays below this is not quadratic, even when
-# it cannot be told whether it is flat.
-SUBQUADRATIC_GROWTH = 1.0
-# A power-law rise smaller than this share of the intercept leaves k undefined.
-ABOVE_INTERCEPT = 0.05
+# Models of the cost of one call against the number outstanding are compared by
+# BIC. A growing class is printed only when its model beats every model that
+# implies another class by at least this much ("strong" evidence on the usual
+# scale); otherwise the verdict is "inconclusive" and names the rivals. The
+# constant model, when it fits best, must also bound the growth it could hide.
+CLEAR_MARGIN_BIC = 6.0
 MIN_FIT_POINTS = 8
 RERUN_HINT = "rerun with --reps 5"
+# A power law's exponent names a class only when its 95 % interval is this narrow.
+EXPONENT_WIDTH = 0.5
+# Total classes for per-call exponents whose whole interval lies within ±0.25 of them.
+NAMED_EXPONENTS = {1.0: "O(n²)", 2.0: "O(n³)"}
+# Below this exponent a power law cannot be told from log n over a sweep: both are "slow growth".
+SLOW_EXPONENT = 0.25
+# "Constant" also needs precision: the growth over the sweep must be known to within ±this.
+FLAT_TOLERANCE = 0.25
 
 CASE_KEYS = ("block_size_bytes", "placement", "shape", "commit")
 
@@ -55,72 +63,148 @@ def marginal_points(samples: list) -> tuple[np.ndarray, np.ndarray]:
     return n, ns
 
 
-def power_fit(n: np.ndarray, ns: np.ndarray, intercept: float) -> Optional[tuple[float, float, float]]:
-    """k of ns = a + b·(n/N)^k by nonlinear least squares, with its 95 % interval;
-    None when the data do not pin k down (no growth above the intercept)."""
+@dataclass
+class Model:
+    """One fitted shape of the per-call cost, with the total class it implies."""
+    name: str          # constant, logarithmic, power, knee
+    parameters: int
+    rss: float         # residual sum of squares, ns²
+    per_call: str      # how one call's cost grows, in words
+    complexity: str    # how the total of n calls grows
+    extra: dict = field(default_factory=dict)
+
+    def bic(self, points: int) -> float:
+        return points * math.log(max(self.rss, 1e-12) / points) + self.parameters * math.log(points)
+
+
+def _rss(residuals: np.ndarray) -> float:
+    return float(np.sum(np.square(residuals)))
+
+
+def _constant(n: np.ndarray, ns: np.ndarray) -> Model:
+    return Model("constant", 1, _rss(ns - ns.mean()), "constant", "O(n)")
+
+
+def _logarithmic(n: np.ndarray, ns: np.ndarray) -> Optional[Model]:
+    _, slope, low, _ = linear_fit(np.log(n), ns)
+    if low <= 0:
+        return None  # no growth the data support: the constant model says the same with fewer parameters
+    intercept = float(np.mean(ns) - slope * np.mean(np.log(n)))
+    return Model("logarithmic", 2, _rss(ns - intercept - slope * np.log(n)), "grows as log n", "O(n log n)")
+
+
+def _power_complexity(k_low: float, k_high: float) -> str:
+    if k_high <= SLOW_EXPONENT:
+        return "O(n log n)"
+    if k_high - k_low > EXPONENT_WIDTH:
+        return "inconclusive"
+    for exponent, name in NAMED_EXPONENTS.items():
+        if exponent - 0.25 <= k_low and k_high <= exponent + 0.25:
+            return name
+    return f"O(n^{1 + k_low:.2f}…n^{1 + k_high:.2f})"
+
+
+def _power(n: np.ndarray, ns: np.ndarray) -> Optional[Model]:
+    """ns = a + b·(n/N)^k, with k's 95 % interval from the fit's covariance."""
     scaled = n / n.max()
-    rise = max(float(ns.max()) - intercept, 1e-9)
+    lowest = float(np.median(ns[np.argsort(n)[: max(3, len(n) // 10)]]))
+    rise = max(float(ns.max()) - lowest, 1e-9)
     try:
         (a, b, k), covariance = optimize.curve_fit(
-            lambda x, a, b, k: a + b * np.power(x, k), scaled, ns, p0=(intercept, rise, 1.0),
-            bounds=([0.0, 0.0, 0.0], [np.inf, np.inf, 4.0]), maxfev=20000)
+            lambda x, a, b, k: a + b * np.power(x, k), scaled, ns, p0=(lowest, rise, 1.0),
+            bounds=([-np.inf, 0.0, 0.0], [np.inf, np.inf, 4.0]), maxfev=20000)
     except (RuntimeError, ValueError):
         return None
-    error = float(np.sqrt(covariance[2][2])) if np.isfinite(covariance[2][2]) else math.inf
-    if not math.isfinite(error) or b <= ABOVE_INTERCEPT * intercept:
+    t = float(stats.t.ppf(0.975, max(len(n) - 3, 1)))
+    b_error, k_error = (float(np.sqrt(covariance[i][i])) for i in (1, 2))
+    if not (math.isfinite(k_error) and math.isfinite(b_error)) or b - t * b_error <= 0:
+        return None  # no rise the data support
+    k_low, k_high = max(float(k - t * k_error), 0.0), float(k + t * k_error)
+    residuals = ns - (a + b * np.power(scaled, k))
+    return Model("power", 3, _rss(residuals), f"grows as n^{k:.2f} (95 % interval {k_low:.2f} to {k_high:.2f})",
+                 _power_complexity(k_low, k_high), {"exponent_k": float(k), "exponent_ci": [k_low, k_high]})
+
+
+def _knee(n: np.ndarray, ns: np.ndarray, block_size_bytes: int) -> Optional[Model]:
+    """Flat to n0, then linear: ns = a + s·max(n - n0, 0), n0 searched over the points."""
+    best = None
+    for n0 in n[2:-3]:
+        x = np.maximum(n - n0, 0.0)
+        design = np.column_stack([np.ones_like(n), x])
+        (a, slope), *_ = np.linalg.lstsq(design, ns, rcond=None)
+        if slope <= 0:
+            continue
+        rss = _rss(ns - a - slope * x)
+        if best is None or rss < best[0]:
+            best = (rss, float(n0), float(a), float(slope))
+    if best is None:
         return None
-    margin = float(stats.t.ppf(0.975, max(len(n) - 3, 1))) * error
-    return float(k), float(k - margin), float(k + margin)
+    rss, n0, a, slope = best
+    # The slope must be supported on its own: a t-test on the points past the knee.
+    past = n > n0
+    if past.sum() < 3:
+        return None
+    _, fitted_slope, low, _ = linear_fit(n[past] - n0, ns[past])
+    if low <= 0:
+        return None
+    megabytes = n0 * block_size_bytes / (1 << 20)
+    return Model("knee", 3, rss, f"flat to n ≈ {n0:,.0f} (≈ {megabytes:,.0f} MB), then linear",
+                 "O(n²)", {"knee_n": n0, "knee_bytes": int(n0 * block_size_bytes)})
 
 
-def classify(n: np.ndarray, ns: np.ndarray, max_count: Optional[int] = None) -> dict:
-    """Fit the marginal cost as a + b·n^k and say how the total grows."""
+def fit_models(n: np.ndarray, ns: np.ndarray, block_size_bytes: int = 0) -> list[Model]:
+    models = [_constant(n, ns), _logarithmic(n, ns), _power(n, ns), _knee(n, ns, block_size_bytes)]
+    return [m for m in models if m is not None]
+
+
+def classify(n: np.ndarray, ns: np.ndarray, max_count: Optional[int] = None, block_size_bytes: int = 0) -> dict:
+    """Compare models of the per-call cost and say how one call and the total grow."""
     max_count = max_count or int(n.max())
-    result: dict = {"exponent_k": None, "exponent_ci": None, "marginal_growth": None, "marginal_growth_ci": None}
+    result: dict = {"model": None, "per_call": None, "exponent_k": None, "exponent_ci": None, "knee_n": None,
+                    "knee_bytes": None, "marginal_growth": None, "marginal_growth_ci": None, "models_bic": {}}
     if len(n) < MIN_FIT_POINTS:
         result.update(complexity="inconclusive", verdict=f"inconclusive: too few points, use more counts or {RERUN_HINT}")
         return result
-    lowest = np.argsort(n)[: max(3, len(n) // 10)]
-    intercept = float(np.median(ns[lowest]))
-    c0, c1, c1_low, c1_high = linear_fit(n, ns)
+    intercept = float(np.median(ns[np.argsort(n)[: max(3, len(n) // 10)]]))
+    _, c1, c1_low, c1_high = linear_fit(n, ns)
     scale = n.max() / max(intercept, 1e-9)
-    growth, growth_low, growth_high = c1 * scale, c1_low * scale, c1_high * scale
-    result.update(intercept_ns=intercept, marginal_growth=growth, marginal_growth_ci=[growth_low, growth_high])
+    result.update(intercept_ns=intercept, marginal_growth=c1 * scale, marginal_growth_ci=[c1_low * scale, c1_high * scale])
 
-    power = power_fit(n, ns, intercept)
-    if power is not None:
-        result.update(exponent_k=power[0], exponent_ci=[power[1], power[2]])
-
-    if growth_high < FLAT_GROWTH:
-        # Nothing grows, so there is no exponent to speak of: a fit would only describe noise.
-        result.update(exponent_k=None, exponent_ci=None)
-        result.update(complexity="O(n)",
-                      verdict=f"O(n): the next call costs about the same at {max_count:,} outstanding as at the start "
-                              f"({intercept / 1000:.1f} µs; growth {growth:+.0%}, 95 % interval {growth_low:+.0%} to "
-                              f"{growth_high:+.0%})")
-    elif growth_low >= FLAT_GROWTH and result["exponent_ci"] is not None:
-        k_low, k_high = result["exponent_ci"]
-        k_text = f"k = {result['exponent_k']:.2f}, 95 % interval {k_low:.2f} to {k_high:.2f}"
-        if 0.7 <= k_low and k_high <= 1.3:
-            result.update(complexity="O(n²)", verdict=f"O(n²): each call costs more the more are outstanding ({k_text})")
-        elif k_low > 1.3:
-            result.update(complexity="worse than O(n²)",
-                          verdict=f"worse than O(n²): the cost per call grows faster than the count ({k_text})")
-        elif k_high < 0.6:
-            result.update(complexity="O(n log n)",
-                          verdict=f"O(n log n): the cost per call grows slowly with the count ({k_text})")
-        else:
+    models = fit_models(n, ns, block_size_bytes)
+    scores = {m.name: m.bic(len(n)) for m in models}
+    result["models_bic"] = {name: round(score, 1) for name, score in scores.items()}
+    best = min(models, key=lambda m: scores[m.name])
+    growth = (f"the next call costs {result['marginal_growth']:+.0%} at {max_count:,} outstanding against the start "
+              f"(95 % interval {c1_low * scale:+.0%} to {c1_high * scale:+.0%})")
+    if best.name == "constant":
+        # The simplest model fits best; the linear growth interval says how much growth it could still hide.
+        if c1_high * scale >= FLAT_TOLERANCE:
             result.update(complexity="inconclusive",
-                          verdict=f"inconclusive: the cost grows, but no class fits ({k_text}); {RERUN_HINT}")
-    elif growth_high < SUBQUADRATIC_GROWTH:
-        # The verdict rests on the growth interval; k of a rise this small would mislead.
-        result.update(exponent_k=None, exponent_ci=None)
-        result.update(complexity="≤ O(n log n)",
-                      verdict=f"at most O(n log n): the next call costs {growth:+.0%} more at {max_count:,} outstanding "
-                              f"(95 % interval {growth_low:+.0%} to {growth_high:+.0%}), far from quadratic; "
-                              f"{RERUN_HINT} to tell O(n) from O(n log n)")
+                          verdict=f"inconclusive: no growth stands out of the noise, but {growth} allows more than "
+                                  f"+{FLAT_TOLERANCE:.0%}; {RERUN_HINT}")
+            return result
+        if c1_low * scale > 0:
+            result.update(complexity="inconclusive",
+                          verdict=f"inconclusive: one call grows a little ({growth}) but no model of growth fits "
+                                  f"clearly better than a constant; {RERUN_HINT}")
+            return result
     else:
-        result.update(complexity="inconclusive", verdict=f"inconclusive: spread too wide, {RERUN_HINT}")
+        rivals = [m for m in models
+                  if m.complexity != best.complexity and scores[m.name] - scores[best.name] < CLEAR_MARGIN_BIC]
+        if best.complexity == "inconclusive" or rivals:
+            options = "; ".join(f"{m.name}: per call {m.per_call}, total {m.complexity}" for m in [best] + rivals)
+            result.update(complexity="inconclusive", per_call=best.per_call, **best.extra,
+                          verdict=f"inconclusive: the data do not tell these apart ({options}); {RERUN_HINT}")
+            return result
+    result.update(model=best.name, per_call=best.per_call, complexity=best.complexity, **best.extra)
+    first = intercept / 1000
+    if best.name == "constant":
+        verdict = f"O(n): one call costs the same throughout ({first:.1f} µs; {growth})"
+    elif best.name == "knee":
+        verdict = f"{best.complexity} beyond the knee: one call's cost is {best.per_call} ({growth})"
+    else:
+        verdict = f"{best.complexity}: one call's cost {best.per_call}, from {first:.1f} µs ({growth})"
+    result["verdict"] = verdict
     return result
 
 
@@ -136,7 +220,7 @@ def summarize(samples: list) -> dict:
         free = [float(np.median([s["metrics"]["free_total_ns"][i] for s in group])) / 1e9 for i in range(len(counts))]
         mappings = next((s["metrics"]["mappings"] for s in group if s["metrics"].get("mappings")), None)
         n, ns = marginal_points(group)
-        fit = classify(n, ns, counts[-1] if counts else None)
+        fit = classify(n, ns, counts[-1] if counts else None, case["block_size_bytes"])
         tail = ns[-max(1, len(ns) // 16):]
         cases.append({
             **case,

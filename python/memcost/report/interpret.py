@@ -46,9 +46,15 @@ def scaling(summary: dict) -> list[str]:
         ratio = (sum(distinct) / len(distinct)) / (sum(merge) / len(merge))
         sentences.append(f"Blocks that cannot merge into their neighbours' mappings cost {100 * (ratio - 1):.0f} % more "
                          "per call and each one counts against vm.max_map_count.")
-    quadratic = [c for c in cases if c["complexity"] in ("O(n²)", "worse than O(n²)")]
-    if quadratic:
-        sentences.append(f"{len(quadratic)} case(s) grow quadratically: avoid that placement for many allocations.")
+    superlinear = [c for c in cases if c["complexity"] not in ("O(n)", "O(n log n)", "inconclusive")]
+    if superlinear:
+        sentences.append(f"In {len(superlinear)} case(s) each call costs more the more are outstanding (total "
+                         f"{', '.join(sorted({c['complexity'] for c in superlinear}))}): avoid that placement for many "
+                         "allocations.")
+    unclear = [c for c in cases if c["complexity"] == "inconclusive"]
+    if unclear:
+        sentences.append(f"{len(unclear)} case(s) are inconclusive: their per-call times fit more than one shape; "
+                         "more sweeps (--reps 5) tell them apart.")
     return sentences
 
 
