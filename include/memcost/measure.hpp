@@ -77,6 +77,8 @@ struct Interval {
   // all of those that appeared; tasks that exited in between take their
   // share with them.
   std::optional<std::uint64_t> other_tasks_ns;
+  // The tasks that gained the most run time, largest first: (thread id, ns); at most three.
+  std::vector<std::pair<int, std::uint64_t>> top_other_tasks;
   // CPU time spent outside this process: other tasks (kernel threads
   // included) plus steal (the hypervisor taking the CPU away).
   // Precise method, when both snapshots read other tasks: the scheduler's

@@ -1,4 +1,5 @@
 // Snapshots of this process's and the machine's CPU and fault counters.
+#include <algorithm>
 #include <chrono>
 
 #include "memcost/measure.hpp"
@@ -47,6 +48,7 @@ namespace {
 // Counters are monotonic; a decrease can only be a reading taken across a
 // counter reset, which is reported as no change rather than a huge number.
 std::uint64_t grew(std::uint64_t before, std::uint64_t after) { return after >= before ? after - before : 0; }
+constexpr std::size_t kTopTasks = 3;
 }  // namespace
 
 Interval between(const Snapshot& before, const Snapshot& after) {
@@ -74,11 +76,20 @@ Interval between(const Snapshot& before, const Snapshot& after) {
   if (before.other_tasks && after.other_tasks) {
     // Both lists are sorted by thread id: walk them together.
     std::uint64_t gained = 0;
+    auto& top = interval.top_other_tasks;
     auto old_task = before.other_tasks->begin();
     for (const auto& [tid, run_ns] : *after.other_tasks) {
       while (old_task != before.other_tasks->end() && old_task->first < tid) ++old_task;
       bool seen = old_task != before.other_tasks->end() && old_task->first == tid && old_task->second <= run_ns;
-      gained += seen ? run_ns - old_task->second : run_ns;  // a new task ran only inside the window
+      std::uint64_t task_gain = seen ? run_ns - old_task->second : run_ns;  // a new task ran only inside the window
+      gained += task_gain;
+      if (task_gain == 0) continue;
+      if (top.size() < kTopTasks || task_gain > top.back().second) {
+        if (top.size() == kTopTasks) top.pop_back();
+        top.insert(std::upper_bound(top.begin(), top.end(), task_gain,
+                                    [](std::uint64_t gain, const auto& entry) { return gain > entry.second; }),
+                   {tid, task_gain});
+      }
     }
     interval.other_tasks_ns = gained;
   }

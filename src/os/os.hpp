@@ -220,6 +220,15 @@ struct TaskTime {
   std::uint64_t run_ns = 0;
 };
 [[nodiscard]] std::optional<std::vector<TaskTime>> other_tasks_cpu();  // sorted by tid
+// The name the kernel gives a task ("kworker/1:2-mm_percpu_wq"); absent when it is gone.
+[[nodiscard]] std::optional<std::string> task_name(int tid);
+
+// TLB-shootdown interrupts each CPU has received since boot (Linux: the "TLB"
+// line of /proc/interrupts, readable unprivileged). Absent where the OS has no such count.
+[[nodiscard]] std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu();
+
+// Runs the calling thread on one CPU only, so that a test can place work on a known CPU.
+[[nodiscard]] Status pin_current_thread(unsigned cpu);
 
 // What backs [address, address + size): read from the OS, not assumed.
 struct RangeBacking {

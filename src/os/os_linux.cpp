@@ -2,6 +2,7 @@
 #include "os/os.hpp"
 
 #include <dirent.h>
+#include <sched.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -483,6 +484,43 @@ std::optional<std::vector<TaskTime>> other_tasks_cpu() {
   if (tasks.empty()) return std::nullopt;
   std::sort(tasks.begin(), tasks.end(), [](const TaskTime& a, const TaskTime& b) { return a.tid < b.tid; });
   return tasks;
+}
+
+std::optional<std::string> task_name(int tid) {
+  std::ifstream file("/proc/" + std::to_string(tid) + "/comm");
+  std::string name;
+  if (!file || !std::getline(file, name)) return std::nullopt;
+  return name;
+}
+
+std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu() {
+  std::ifstream interrupts("/proc/interrupts");
+  std::string line;
+  // The header names the CPUs that are online; the TLB line has one count per column.
+  if (!interrupts || !std::getline(interrupts, line)) return std::nullopt;
+  std::size_t cpus = 0;
+  std::istringstream header(line);
+  for (std::string word; header >> word;) cpus += word.rfind("CPU", 0) == 0;
+  while (std::getline(interrupts, line)) {
+    std::istringstream fields(line);
+    std::string label;
+    fields >> label;
+    if (label != "TLB:") continue;
+    std::vector<std::uint64_t> counts;
+    std::uint64_t count = 0;
+    while (counts.size() < cpus && fields >> count) counts.push_back(count);
+    if (counts.size() != cpus) return std::nullopt;
+    return counts;
+  }
+  return std::nullopt;
+}
+
+Status pin_current_thread(unsigned cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) return failed("sched_setaffinity");
+  return {};
 }
 
 std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {

@@ -231,6 +231,14 @@ std::optional<MachineTimes> machine_times() {
 
 std::optional<KernelThreadTimes> kernel_thread_times() { return std::nullopt; }
 std::optional<bool> free_page_reporting() { return std::nullopt; }
+std::optional<std::string> task_name(int) { return std::nullopt; }
+// Windows counts no TLB-shootdown interrupts where a program can read them.
+std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu() { return std::nullopt; }
+
+Status pin_current_thread(unsigned cpu) {
+  if (cpu >= 64 || SetThreadAffinityMask(GetCurrentThread(), DWORD_PTR{1} << cpu) == 0) return failed("SetThreadAffinityMask");
+  return {};
+}
 std::optional<std::vector<TaskTime>> other_tasks_cpu() { return std::nullopt; }
 
 std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <sys/prctl.h>
 #include <thread>
@@ -264,4 +265,62 @@ TEST(BigArray, ThreadsOptionIsHonoured) {
   auto a = make_big_array<int>(8 * MiB, fill(3), {.threads = 3});
   EXPECT_EQ(a.report().threads, 3U);
   EXPECT_EQ(a[8 * MiB - 1], 3);
+}
+
+// With a real 2 MB pool: grown by a few pages for the test (as root) and set back after.
+class WithHugetlbPool : public ::testing::Test {
+ protected:
+  static constexpr std::uint64_t kPages = 8;  // 16 MiB
+  void SetUp() override {
+    auto pool = find_pool();
+    if (!pool) GTEST_SKIP() << "this kernel has no 2 MB hugetlb pool";
+    original_pages_ = pool->total_pages;
+    if (!os::set_hugetlb_pool(2 * MiB, original_pages_ + kPages).ok()) {
+      GTEST_SKIP() << "growing the 2 MB pool needs root";
+    }
+    grown_ = true;
+    auto grown = find_pool();
+    if (!grown || grown->free_pages - grown->reserved_pages < kPages) GTEST_SKIP() << "the kernel granted fewer pages";
+  }
+  void TearDown() override {
+    if (grown_) {
+      EXPECT_TRUE(os::set_hugetlb_pool(2 * MiB, original_pages_).ok());
+    }
+  }
+  static std::optional<os::HugetlbPool> find_pool() {
+    for (const auto& pool : os::hugetlb_pools()) {
+      if (pool.page_size_bytes == 2 * MiB) return pool;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::uint64_t original_pages_ = 0;
+  bool grown_ = false;
+};
+
+TEST_F(WithHugetlbPool, StrictHugetlbGivesHugetlbPagesWithTheRightContents) {
+  const std::size_t count = 8 * MiB / sizeof(std::uint64_t);
+  auto a = make_big_array<std::uint64_t>(count, fill(std::uint64_t{0x5A5A5A5A5A5A5A5A}),
+                                         {.pages = pages::hugetlb_2m, .strict = true});
+  EXPECT_EQ(a.report().page_kind, "hugetlb-2M");
+  EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](std::uint64_t v) { return v == 0x5A5A5A5A5A5A5A5AULL; }));
+  auto backing = measure::backing_of(a.data(), a.size() * sizeof(std::uint64_t));
+  ASSERT_TRUE(backing.has_value());
+  EXPECT_EQ(backing->hugetlb_bytes, 8 * MiB);
+}
+
+TEST_F(WithHugetlbPool, AutomaticClimbsToHugetlbWhenThePoolHasRoom) {
+  auto a = make_big_array<char>(8 * MiB, zero, {.pages = pages::automatic});
+  EXPECT_EQ(a.report().page_kind, "hugetlb-2M");
+  EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](char c) { return c == 0; }));
+}
+
+TEST_F(WithHugetlbPool, MoreThanThePoolHoldsFailsWhenStrictAndFallsBackOtherwise) {
+  EXPECT_THROW((void)make_big_array<char>(64 * MiB, zero, {.pages = pages::hugetlb_2m, .strict = true}),
+               big_array_error);
+  auto a = make_big_array<char>(64 * MiB, zero, {.pages = pages::hugetlb_2m});
+  EXPECT_NE(a.report().page_kind, "hugetlb-2M");
+  ASSERT_FALSE(a.report().fallbacks.empty());
+  EXPECT_NE(a.report().fallbacks.front().find("hugetlb-2M"), std::string::npos) << a.report().fallbacks.front();
 }

@@ -161,3 +161,41 @@ def test_reserved_pool_is_restored_after_sigint(tmp_path):
     assert process.returncode == exit_codes.INTERRUPTED, stderr
     assert _pool_pages() == original
     assert not list(tmp_path.rglob("costs.json"))
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="shootdowns need a second CPU to go to")
+def test_a_free_while_other_threads_run_sends_shootdowns_and_a_lone_free_about_none(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "costs", "--parts", "shootdowns", "--threads-size", "256M",
+                         "--reps", "3", "--warmup", "0")
+    assert result.returncode == 0, result.stderr
+    document = load_document(tmp_path / "latest" / "costs.json")
+    by_mode = {e["mode"]: e for e in document["summary"]["shootdowns"]}
+    single, threads = by_mode["single"], by_mode["threads"]
+    assert threads["shootdowns"] >= 1 and threads["shootdowns"] > single["shootdowns"], by_mode
+    assert single["shootdowns"] <= 2  # a lone free: at most a stray interrupt from something else
+    for sample in _rows(document, "shootdowns"):
+        if sample["case"]["mode"] == "threads":
+            metrics = sample["metrics"]
+            # The calibration's single-page unmaps each interrupted the other CPU once.
+            assert metrics["calibration_shootdowns"] >= metrics["calibration_unmaps"] // 2
+            assert metrics["remote_ns_per_shootdown"] > 0
+    assert "TLB-shootdown interrupts" in document["summary"]["shootdowns_verdict"]
+    assert "TLB shootdowns" in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="growing a hugetlb pool needs root")
+def test_hugetlb_2m_rows_fault_once_per_2m_page_and_the_pool_is_given_back(tmp_path):
+    original = _pool_pages()
+    result = run_memcost("--results-dir", str(tmp_path), "costs", "--pages", "hugetlb-2M", "--routes", "os", "--parts",
+                         "rows", "--sizes", "8M,16M", "--reps", "3", "--warmup", "1", "--reserve-hugepages", "16M")
+    assert result.returncode == 0, result.stderr
+    assert _pool_pages() == original
+    document = load_document(tmp_path / "latest" / "costs.json")
+    rows = document["summary"]["rows"]
+    assert {r["size_bytes"] for r in rows} == {8 * MB, 16 * MB}
+    for row in rows:
+        assert row["page"] == "hugetlb-2M"
+        assert abs(row["faults_per_mb"] - 0.5) <= 2, row
+        assert row["huge_fraction"] == 1.0
+    params = document["params"]
+    assert params["hugepage_pool_during"]["total_pages"] > params["hugepage_pool_before"]["total_pages"]

@@ -107,3 +107,51 @@ def test_idle_memory_that_faults_in_slower_is_called_out():
 def test_idle_memory_that_costs_the_same_is_said_so():
     idle = costs.summarize_idle([_idle_sample("base", 40, 42)])
     assert "costs no more" in costs.idle_verdict(idle)
+
+
+def _split_sample(rep, tasks_ns, steal_ns, size=8 * MB, top=()):
+    """A row sample with the elsewhere parts apart, as the probe writes them."""
+    return _row_sample(size=size, rep=rep, elsewhere_tasks_ns=tasks_ns, elsewhere_tasks_baseline_ns=1_000,
+                       elsewhere_steal_ns=steal_ns, elsewhere_steal_baseline_ns=0.0,
+                       elsewhere_top_tasks=[{"name": name, "ns": ns} for name, ns in top])
+
+
+def test_steal_ticks_are_summed_over_the_repetitions_not_decided_by_one():
+    # One 10 ms steal tick in nine repetitions of 8 MiB: 10 ms / 72 MB, not 10 ms / 8 MB in one sample.
+    samples = [_split_sample(rep, 8 * 2_000 + 1_000, 10_000_000 if rep == 4 else 0) for rep in range(9)]
+    row = costs.summarize_rows(samples)[0]
+    assert row["elsewhere_tasks_us_per_mb"] == pytest.approx(2.0)
+    assert row["elsewhere_steal_us_per_mb"] == pytest.approx(10_000 / 72)
+    assert row["elsewhere_us_per_mb"] == pytest.approx(2.0 + 10_000 / 72)
+    assert row["total_us_per_mb"] == pytest.approx(20 / 8 + 640 + 70 + 2.0 + 10_000 / 72)
+
+
+def test_who_took_the_time_and_a_row_carried_by_one_repetition_are_named():
+    # A steal tick and a compaction burst in the same repetition; little else in the others.
+    samples = [_split_sample(rep, 1_000 + (8 * 200_000 if rep == 1 else 8 * 1_000), 10_000_000 if rep == 1 else 0,
+                             top=[("kcompactd0", 8 * 200_000)] if rep == 1 else [("kworker/0:1", 8 * 1_000)])
+               for rep in range(5)]
+    summary = costs.summarize(samples)
+    row = summary["rows"][0]
+    assert [e["name"] for e in row["elsewhere_by"]][:3] == ["steal (hypervisor)", "kcompactd0", "kworker/0:1"]
+    assert row["elsewhere_one_repetition"]["rep"] == 1
+    assert row["elsewhere_one_repetition"]["share"] > 0.9
+    note = summary["elsewhere_notes"][0]
+    assert "kcompactd0" in note and "one repetition (#1)" in note
+
+
+def test_shootdown_summary_per_mb_and_remote_cost():
+    samples = []
+    for rep in range(3):
+        samples.append({"case": {"part": "shootdowns", "mode": "single", "threads": 1, "size_bytes": 256 * MB,
+                                 "rep": rep, "warmup": False},
+                        "metrics": {"free_after_touch_ns": 256 * 80_000, "tlb_shootdowns": 0}})
+        samples.append({"case": {"part": "shootdowns", "mode": "threads", "threads": 2, "size_bytes": 256 * MB,
+                                 "rep": rep, "warmup": False},
+                        "metrics": {"free_after_touch_ns": 256 * 90_000, "tlb_shootdowns": 8,
+                                    "remote_ns_per_shootdown": 5_000}})
+    entries = {e["mode"]: e for e in costs.summarize_shootdowns(samples)}
+    assert entries["threads"]["shootdowns_per_mb"] == pytest.approx(8 / 256)
+    assert entries["threads"]["remote_us_per_mb"] == pytest.approx(8 / 256 * 5)
+    assert entries["single"]["remote_us_per_mb"] is None
+    assert "sent 8 TLB-shootdown interrupts" in costs.shootdowns_verdict(list(entries.values()))

@@ -17,6 +17,10 @@ ROW_FIELDS = ["alloc_us", "free_us", "first_touch_us_per_mb", "second_touch_us_p
               "huge_fraction"]
 # Below this share of huge pages a huge-page row did not really run on huge pages.
 HUGE_FRACTION_EXPECTED = 0.5
+# "Elsewhere" worth explaining: rows above this get who took it and whether one repetition did.
+ELSEWHERE_NOTABLE_US_PER_MB = 5.0
+# A row whose elsewhere time came this much from one repetition depends on what ran around it.
+ONE_REPETITION_SHARE = 0.5
 
 
 def _per_sample(case: dict, m: dict) -> dict:
@@ -25,7 +29,12 @@ def _per_sample(case: dict, m: dict) -> dict:
     first = m["first_touch_ns"] / 1e3 / mb
     second = m["second_touch_ns"] / 1e3 / mb
     free_after = m["free_after_touch_ns"] / 1e3 / mb
-    elsewhere = m["elsewhere_ns"] / 1e3 / mb if m.get("elsewhere_ns") is not None else None
+    # With the parts apart, the per-sample figure is the nanosecond-exact schedstat part only;
+    # tick-granular steal is added once per row, summed over all its repetitions.
+    if "elsewhere_tasks_ns" in m:
+        elsewhere = max(m["elsewhere_tasks_ns"] - m["elsewhere_tasks_baseline_ns"], 0.0) / 1e3 / mb
+    else:
+        elsewhere = m["elsewhere_ns"] / 1e3 / mb if m.get("elsewhere_ns") is not None else None
     alloc_us = m["alloc_ns"] / 1e3
     fault = first - second
     return {
@@ -68,10 +77,114 @@ def summarize_rows(samples: list) -> list[dict]:
         row["missed_percent"] = 100.0 * (1.0 - row["naive_us"] / total_bytes) if total_bytes > 0 else None
         row["elsewhere_clamped"] = sum(1 for s in group if s["metrics"].get("elsewhere_clamped"))
         row["elsewhere_method"] = group[0]["metrics"].get("elsewhere_method")
+        row.update(explain_elsewhere(group, row))
         rows.append(row)
     rows.sort(key=lambda r: (PAGE_ORDER.index(r["page"]) if r["page"] in PAGE_ORDER else 99,
                              ROUTE_ORDER.index(r["route"]) if r["route"] in ROUTE_ORDER else 99, r["size_bytes"]))
     return rows
+
+
+def explain_elsewhere(group: list, row: dict) -> dict:
+    """Steal summed over the row's repetitions (it comes in 10 ms ticks), who took
+    the time elsewhere, and whether one repetition carried most of it."""
+    metrics = [s["metrics"] for s in group]
+    total_mb = sum(s["case"]["size_bytes"] for s in group) / MB
+    result: dict = {"elsewhere_tasks_us_per_mb": row["elsewhere_us_per_mb"], "elsewhere_steal_us_per_mb": None,
+                    "elsewhere_by": [], "elsewhere_one_repetition": None}
+    if not all("elsewhere_steal_ns" in m for m in metrics) or total_mb <= 0:
+        return result
+    steal = sum(m["elsewhere_steal_ns"] - m["elsewhere_steal_baseline_ns"] for m in metrics) / 1e3 / total_mb
+    result["elsewhere_steal_us_per_mb"] = max(steal, 0.0)
+    if row["elsewhere_us_per_mb"] is not None:
+        row["elsewhere_us_per_mb"] += result["elsewhere_steal_us_per_mb"]
+        row["total_us_per_mb"] += result["elsewhere_steal_us_per_mb"]
+    # Who ran: each top task's share of all the run time other tasks and steal took in
+    # the windows (gross, before the idle baseline is taken off: the baseline has no names).
+    by_name: dict[str, float] = defaultdict(float)
+    for m in metrics:
+        for task in m.get("elsewhere_top_tasks", []):
+            by_name[task["name"]] += task["ns"]
+    steal_ns = sum(m["elsewhere_steal_ns"] for m in metrics)
+    if steal_ns:
+        by_name["steal (hypervisor)"] = steal_ns
+    gross = sum(m.get("elsewhere_tasks_ns", 0) for m in metrics) + steal_ns
+    if gross > 0:
+        result["elsewhere_by"] = [{"name": name, "share": value / gross}
+                                  for name, value in sorted(by_name.items(), key=lambda item: -item[1])[:4]]
+    # Each repetition's own share of the time elsewhere (tasks and steal, net of baseline):
+    # a notable figure that one repetition carried depends on what ran around that moment.
+    gains = [max(m.get("elsewhere_tasks_ns", 0) - m.get("elsewhere_tasks_baseline_ns", 0), 0.0)
+             + max(m["elsewhere_steal_ns"] - m["elsewhere_steal_baseline_ns"], 0.0) for m in metrics]
+    if len(gains) >= 3 and sum(gains) > 0 and (row["elsewhere_us_per_mb"] or 0) >= ELSEWHERE_NOTABLE_US_PER_MB:
+        largest = max(range(len(gains)), key=gains.__getitem__)
+        share = gains[largest] / sum(gains)
+        if share >= ONE_REPETITION_SHARE:
+            result["elsewhere_one_repetition"] = {"rep": group[largest]["case"]["rep"],
+                                                  "sequence": group[largest]["case"].get("sequence"), "share": share}
+    return result
+
+
+def elsewhere_notes(rows: list[dict]) -> list[str]:
+    """One line per row with notable time elsewhere: who took it, and whether one repetition did."""
+    notes = []
+    for row in rows:
+        if (row.get("elsewhere_us_per_mb") or 0) < ELSEWHERE_NOTABLE_US_PER_MB or not row.get("elsewhere_by"):
+            continue
+        who = ", ".join(f"{e['name']} {e['share']:.0%}" for e in row["elsewhere_by"])
+        text = (f"{row['page']} {row['route']} {format_bytes(row['size_bytes'])}: elsewhere "
+                f"{row['elsewhere_us_per_mb']:.1f} µs/MB; who ran meanwhile: {who}")
+        one = row.get("elsewhere_one_repetition")
+        if one:
+            text += (f"; {one['share']:.0%} of it came in one repetition (#{one['rep']}), so it depends on what ran "
+                     "around that moment, not on the allocation: measure the row alone to check")
+        notes.append(text)
+    return notes
+
+
+def summarize_shootdowns(samples: list) -> list[dict]:
+    """The free of a written buffer alone against the same free while other
+    threads of the process still run on the other CPUs: TLB-shootdown
+    interrupts counted, and what they cost the CPUs that receive them."""
+    groups: dict[str, list] = defaultdict(list)
+    for sample in _measured(samples, "shootdowns"):
+        groups[sample["case"]["mode"]].append(sample)
+    result = []
+    for mode in ("single", "threads"):
+        group = groups.get(mode)
+        if not group:
+            continue
+        mb = group[0]["case"]["size_bytes"] / MB
+        free = spread(s["metrics"]["free_after_touch_ns"] / 1e3 / mb for s in group)
+        counts = [s["metrics"]["tlb_shootdowns"] for s in group if s["metrics"].get("tlb_shootdowns") is not None]
+        shootdowns = spread(counts)
+        per_shootdown = spread(s["metrics"]["remote_ns_per_shootdown"] for s in group
+                               if s["metrics"].get("remote_ns_per_shootdown") is not None)
+        entry = {"mode": mode, "threads": group[0]["case"]["threads"], "size_bytes": group[0]["case"]["size_bytes"],
+                 "reps": len(group), "free_after_touch_us_per_mb": free.median,
+                 "shootdowns": shootdowns.median if shootdowns else None,
+                 "shootdowns_per_mb": shootdowns.median / mb if shootdowns else None,
+                 "remote_ns_per_shootdown": per_shootdown.median if per_shootdown else None,
+                 "spread": {"free_after_touch_us_per_mb": free.as_dict()}}
+        entry["remote_us_per_mb"] = (entry["shootdowns_per_mb"] * entry["remote_ns_per_shootdown"] / 1e3
+                                     if entry["shootdowns_per_mb"] is not None and entry["remote_ns_per_shootdown"]
+                                     else None)
+        result.append(entry)
+    return result
+
+
+def shootdowns_verdict(entries: list[dict]) -> Optional[str]:
+    by_mode = {e["mode"]: e for e in entries}
+    threads, single = by_mode.get("threads"), by_mode.get("single")
+    if not threads or threads["shootdowns"] is None:
+        return None
+    text = (f"freeing {format_bytes(threads['size_bytes'])} that {threads['threads']} threads wrote sent "
+            f"{threads['shootdowns']:.0f} TLB-shootdown interrupts to the other CPUs")
+    if single and single["shootdowns"] is not None:
+        text += f" ({single['shootdowns']:.0f} when one thread wrote and freed it)"
+    if threads["remote_ns_per_shootdown"]:
+        text += (f"; each costs a receiving CPU about {threads['remote_ns_per_shootdown'] / 1e3:.1f} µs, "
+                 f"{threads['remote_us_per_mb']:.2f} µs/MB in all")
+    return text
 
 
 def row_warnings(rows: list[dict]) -> list[dict]:
@@ -222,8 +335,11 @@ def summarize(samples: list) -> dict:
     rows = summarize_rows(samples)
     threads = summarize_threads(samples)
     idle = summarize_idle(samples)
-    return {"rows": rows, "reuse": summarize_reuse(samples), "threads": threads,
-            "threads_verdict": threads_verdict(threads), "idle": idle, "idle_verdict": idle_verdict(idle)}
+    shootdowns = summarize_shootdowns(samples)
+    return {"rows": rows, "elsewhere_notes": elsewhere_notes(rows), "reuse": summarize_reuse(samples),
+            "threads": threads, "threads_verdict": threads_verdict(threads), "idle": idle,
+            "idle_verdict": idle_verdict(idle), "shootdowns": shootdowns,
+            "shootdowns_verdict": shootdowns_verdict(shootdowns)}
 
 
 def headline(summary: dict) -> Optional[str]:

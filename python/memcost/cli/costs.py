@@ -15,11 +15,12 @@ from ..results import RunDirectory, make_document
 from ..runner import run_with_progress
 from ..units import format_bytes, short_size
 from . import arguments
+from ..report.tables import shootdowns_table
 from .base import Command, print_closing
 
 PAGES = ["base", "thp", "hugetlb-2M", "hugetlb-1G"]
 ROUTES = ["os", "malloc", "new"]
-PARTS = ["rows", "reuse", "threads", "idle"]
+PARTS = ["rows", "reuse", "threads", "idle", "shootdowns"]
 ORDERS = ["blocks", "rounds"]
 
 
@@ -114,6 +115,8 @@ def render(document: dict) -> None:
                           f"{row['faults_per_mb']:.1f}",
                           f"{row['huge_fraction']:.0%}" if row["huge_fraction"] is not None else "n/a")
         console.print(table)
+    for note in summary.get("elsewhere_notes", []):
+        console.print(f"  {note}", markup=False)
     reuse = summary.get("reuse")
     if reuse:
         table = Table(title=f"Reuse vs reallocate: {format_bytes(reuse['frame_bytes'])} per frame, {reuse['frames']} frames",
@@ -148,6 +151,16 @@ def render(document: dict) -> None:
         console.print(table)
         if summary.get("idle_verdict"):
             console.print(f"  {summary['idle_verdict']}", markup=False)
+    if summary.get("shootdowns"):
+        caption, headings, rows = shootdowns_table(summary["shootdowns"])
+        table = Table(title=caption, title_justify="left")
+        for heading in headings:
+            table.add_column(heading, justify="left" if heading == "who wrote it" else "right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        if summary.get("shootdowns_verdict"):
+            console.print(f"  {summary['shootdowns_verdict']}", markup=False)
     print_closing(document)
 
 
@@ -172,7 +185,7 @@ class CostsCommand(Command):
         parser.add_argument("--routes", type=arguments.choice_list(ROUTES), default=list(ROUTES), metavar="LIST",
                             help="allocation routes: os, malloc, new (default: all)")
         parser.add_argument("--parts", type=arguments.choice_list(PARTS), default=list(PARTS), metavar="LIST",
-                            help="what to measure: rows (the tables), reuse, threads (default: all)")
+                            help="what to measure: rows (the tables), reuse, threads, idle, shootdowns (default: all)")
         parser.add_argument("--reps", type=arguments.positive_int, help="measured repetitions (default 9; --quick 5)")
         parser.add_argument("--warmup", type=arguments.non_negative_int,
                             help="unmeasured repetitions first (default 2; --quick 1)")

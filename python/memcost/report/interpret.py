@@ -30,6 +30,9 @@ def costs(summary: dict) -> list[str]:
     if reuse and reuse.get("ratio"):
         sentences.append(f"Reusing a buffer instead of reallocating it every frame is {reuse['ratio']:.0f}× cheaper "
                          "through the OS; keep big buffers alive.")
+    if summary.get("shootdowns_verdict"):
+        sentences.append(summary["shootdowns_verdict"][0].upper() + summary["shootdowns_verdict"][1:] + ".")
+    sentences.extend(note[0].upper() + note[1:] + "." for note in summary.get("elsewhere_notes", []))
     if summary.get("idle_verdict") and "more to fault in" in summary["idle_verdict"]:
         sentences.append(summary["idle_verdict"][0].upper() + summary["idle_verdict"][1:] + ".")
     return sentences

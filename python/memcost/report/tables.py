@@ -26,7 +26,20 @@ def costs(summary: dict) -> list[Table]:
                        [[e["page"], short_size(e["size_bytes"]), f"{e['idle_seconds']:g} s",
                          _number(e["hot_fault_us_per_mb"]), _number(e["cold_fault_us_per_mb"]),
                          "n/a" if e["ratio"] is None else f"{e['ratio']:.1f}×"] for e in summary["idle"]]))
+    if summary.get("shootdowns"):
+        tables.append(shootdowns_table(summary["shootdowns"]))
     return tables
+
+
+def shootdowns_table(entries: list[dict]) -> Table:
+    headings = ["who wrote it", "free-after-touch µs/MB", "TLB shootdowns", "per MB", "µs per shootdown (receiver)",
+                "on other CPUs µs/MB"]
+    rows = [["one thread" if e["mode"] == "single" else f"{e['threads']} threads, still running",
+             _number(e["free_after_touch_us_per_mb"]), _number(e["shootdowns"]), _number(e["shootdowns_per_mb"], 3),
+             "—" if e["mode"] == "single" else _number(None if e["remote_ns_per_shootdown"] is None
+                                                       else e["remote_ns_per_shootdown"] / 1e3, 1),
+             "—" if e["mode"] == "single" else _number(e["remote_us_per_mb"], 2)] for e in entries]
+    return (f"Freeing a written {format_bytes(entries[0]['size_bytes'])} buffer: TLB shootdowns", headings, rows)
 
 
 def scaling(summary: dict) -> list[Table]:

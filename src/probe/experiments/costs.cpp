@@ -10,12 +10,15 @@
 // Also: reallocating vs reusing a buffer per frame, and first touch with 1..N threads.
 // Raw numbers only; medians and per-MB figures are computed by `memcost costs`.
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include "memcost/measure.hpp"
@@ -97,27 +100,49 @@ void write_all(const Buffer& buffer, int value) {
 void sleep_ms(int milliseconds) { std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds)); }
 
 // CPU time the rest of the machine spends per nanosecond while the probe
-// sleeps: the median of five windows, so that one burst of background work
-// does not become the baseline of a whole case.
-double idle_elsewhere_rate(int total_ms) {
-  std::vector<double> rates;
+// sleeps, split as the windows are: other tasks (schedstat, nanoseconds) and
+// steal (/proc/stat ticks). Each is the median of five windows, so that one
+// burst of background work does not become the baseline of a whole case.
+struct IdleRates {
+  double elsewhere = 0.0;  // all of it, by the interval's own method
+  double tasks = 0.0;
+  double steal = 0.0;
+};
+
+IdleRates idle_elsewhere_rates(int total_ms) {
+  std::vector<double> all, tasks, steal;
   for (int window = 0; window < 5; ++window) {
     auto before = measure::take_snapshot({.machine = true, .kernel_threads = false, .other_tasks = true});
     sleep_ms(std::max(total_ms / 5, 1));
     auto interval = measure::between(before, measure::take_snapshot({.machine = true, .kernel_threads = false, .other_tasks = true}));
     auto elsewhere = interval.elsewhere_ns();
-    if (!elsewhere || interval.wall_ns == 0) return 0.0;
-    rates.push_back(static_cast<double>(std::max<std::int64_t>(*elsewhere, 0)) / static_cast<double>(interval.wall_ns));
+    if (!elsewhere || interval.wall_ns == 0) return {};
+    auto wall = static_cast<double>(interval.wall_ns);
+    all.push_back(static_cast<double>(std::max<std::int64_t>(*elsewhere, 0)) / wall);
+    tasks.push_back(static_cast<double>(interval.other_tasks_ns.value_or(0)) / wall);
+    steal.push_back(interval.machine ? static_cast<double>(interval.machine->steal_ns) / wall : 0.0);
   }
-  std::nth_element(rates.begin(), rates.begin() + 2, rates.end());
-  return rates[2];
+  auto median = [](std::vector<double>& values) {
+    std::nth_element(values.begin(), values.begin() + 2, values.end());
+    return values[2];
+  };
+  return {median(all), median(tasks), median(steal)};
+}
+
+// The tasks that took the most CPU time in a window, by name: who "elsewhere" was.
+json top_tasks(const measure::Interval& window) {
+  json tasks = json::array();
+  for (const auto& [tid, run_ns] : window.top_other_tasks) {
+    tasks.push_back({{"name", os::task_name(tid).value_or("(exited)")}, {"ns", run_ns}});
+  }
+  return tasks;
 }
 
 struct Settings {
   std::string sizes = "8M,32M,128M,1G";
   std::string pages = "base,thp,hugetlb-2M,hugetlb-1G";
   std::string routes = "os,malloc,new";
-  std::string parts = "rows,reuse,threads";
+  std::string parts = "rows,reuse,threads,idle,shootdowns";
   std::string budget;
   int reps = 9;
   int warmup = 2;
@@ -133,7 +158,7 @@ struct Settings {
   bool sizes_given = false;
 };
 
-json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Settings& settings, double idle_rate) {
+json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Settings& settings, const IdleRates& idle) {
   // 1. The untouched pair.
   auto t0 = measure::now_ns();
   Buffer untouched = allocate(route, kind, size);
@@ -163,7 +188,8 @@ json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Setti
   auto window = measure::between(window_start, measure::take_snapshot({.machine = true, .kernel_threads = true, .other_tasks = true}));
 
   auto elsewhere_raw = window.elsewhere_ns();
-  double baseline = idle_rate * static_cast<double>(window.wall_ns);
+  const auto wall = static_cast<double>(window.wall_ns);
+  double baseline = idle.elsewhere * wall;
   json metrics = {
       {"alloc_ns", t1 - t0},
       {"free_ns", t2 - t1},
@@ -190,6 +216,18 @@ json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Setti
     // Tick-granular machine counters can undershoot the process's own CPU time.
     metrics["elsewhere_ns"] = std::max(net, 0.0);
     metrics["elsewhere_clamped"] = net < 0.0;
+    // The parts apart, raw and with their own idle baselines: schedstat is
+    // nanosecond-exact per window, steal comes in 10 ms ticks and is only
+    // meaningful summed over many windows.
+    if (window.other_tasks_ns) {
+      metrics["elsewhere_tasks_ns"] = *window.other_tasks_ns;
+      metrics["elsewhere_tasks_baseline_ns"] = idle.tasks * wall;
+      metrics["elsewhere_top_tasks"] = top_tasks(window);
+    }
+    if (window.machine) {
+      metrics["elsewhere_steal_ns"] = window.machine->steal_ns;
+      metrics["elsewhere_steal_baseline_ns"] = idle.steal * wall;
+    }
   } else {
     metrics["elsewhere_ns"] = nullptr;
   }
@@ -346,6 +384,142 @@ void run_threads_part(Emitter& emitter, const Settings& settings, std::size_t si
   }
 }
 
+// Gaps between a spinning thread's clock reads longer than this are time its
+// CPU spent elsewhere (an interrupt, a TLB shootdown); shorter ones are the loop.
+constexpr std::uint64_t kGapThresholdNs = 500;
+// Single-page unmaps that calibrate the cost of one shootdown on a receiving CPU.
+constexpr int kCalibrationUnmaps = 400;
+
+// Threads that spin on other CPUs and, while asked to, note every gap in their clock reads.
+struct Spinners {
+  std::atomic<bool> stop{false};
+  std::atomic<bool> recording{false};
+  std::atomic<unsigned> ready{0};
+  std::mutex gaps_lock;
+  std::vector<std::uint64_t> gaps_ns;
+};
+
+std::optional<std::uint64_t> total_of(const std::optional<std::vector<std::uint64_t>>& counts, std::size_t first_cpu = 0) {
+  if (!counts) return std::nullopt;
+  std::uint64_t total = 0;
+  for (std::size_t cpu = first_cpu; cpu < counts->size(); ++cpu) total += (*counts)[cpu];
+  return total;
+}
+
+json per_cpu_growth(const std::optional<std::vector<std::uint64_t>>& before,
+                    const std::optional<std::vector<std::uint64_t>>& after) {
+  if (!before || !after || before->size() != after->size()) return nullptr;
+  json growth = json::array();
+  for (std::size_t cpu = 0; cpu < before->size(); ++cpu) growth.push_back((*after)[cpu] - (*before)[cpu]);
+  return growth;
+}
+
+// What one shootdown costs the CPU that receives it: the owner unmaps one
+// written page at a time while the spinners run (each unmap interrupts them
+// once); the median gap they saw is the cost of one. The median, because the
+// hypervisor also takes whole milliseconds now and then, which a sum would keep.
+json calibrate_one_shootdown(Spinners& spinners) {
+  const std::size_t page = os::base_page_size();
+  auto before = os::tlb_shootdowns_per_cpu();
+  spinners.recording = true;
+  for (int i = 0; i < kCalibrationUnmaps; ++i) {
+    os::Mapping mapping = os::map({page, os::PageKind::base});
+    if (!mapping.status.ok()) break;
+    static_cast<volatile unsigned char*>(mapping.address)[0] = 1;
+    (void)os::release(mapping.address, page);
+  }
+  spinners.recording = false;
+  auto after = os::tlb_shootdowns_per_cpu();
+  std::vector<std::uint64_t> gaps;
+  {
+    std::lock_guard lock(spinners.gaps_lock);
+    gaps.swap(spinners.gaps_ns);
+  }
+  json result = {{"calibration_unmaps", kCalibrationUnmaps}, {"calibration_gaps", gaps.size()}};
+  auto received_before = total_of(before, 1);
+  auto received_after = total_of(after, 1);
+  result["calibration_shootdowns"] = received_before && received_after ? json(*received_after - *received_before) : json(nullptr);
+  if (!gaps.empty()) {
+    std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+    result["remote_ns_per_shootdown"] = gaps[gaps.size() / 2];
+  } else {
+    result["remote_ns_per_shootdown"] = nullptr;
+  }
+  return result;
+}
+
+// One free of a written buffer: alone ("single": no other thread of the
+// process exists), or while threads that wrote parts of it still run on the
+// other CPUs ("threads"). Unmapping then has to flush those CPUs' TLBs: the
+// kernel interrupts them and waits. Counted from /proc/interrupts; what the
+// interrupts cost the other CPUs is their count × the calibrated cost of one.
+json shootdown_cycle(bool with_threads, std::size_t size, unsigned cpus) {
+  json metrics;
+  std::thread owner([&] {
+    (void)os::pin_current_thread(0);
+    Buffer buffer = allocate(Route::os, os::PageKind::base, size);
+    const unsigned others = with_threads ? cpus - 1 : 0;
+    const std::size_t share = (size / (others + 1) + 4095) & ~std::size_t{4095};
+    Spinners spinners;
+    spinners.gaps_ns.reserve(64 * kCalibrationUnmaps);
+    std::vector<std::thread> workers;
+    for (unsigned i = 1; i <= others; ++i) {
+      workers.emplace_back([&, i] {
+        (void)os::pin_current_thread(i);
+        std::size_t begin = std::min(size, i * share);
+        std::memset(buffer.data + begin, 1, std::min(size, begin + share) - begin);
+        keep(buffer.data);
+        spinners.ready.fetch_add(1);
+        std::uint64_t last = measure::now_ns();
+        while (!spinners.stop.load(std::memory_order_relaxed)) {
+          std::uint64_t now = measure::now_ns();
+          if (now - last > kGapThresholdNs && spinners.recording.load(std::memory_order_relaxed)) {
+            std::lock_guard lock(spinners.gaps_lock);
+            if (spinners.gaps_ns.size() < spinners.gaps_ns.capacity()) spinners.gaps_ns.push_back(now - last);
+          }
+          last = now;
+        }
+      });
+    }
+    std::memset(buffer.data, 1, std::min(size, share));
+    keep(buffer.data);
+    while (spinners.ready.load() < others) std::this_thread::yield();
+
+    auto interrupts_before = os::tlb_shootdowns_per_cpu();
+    auto t0 = measure::now_ns();
+    release(buffer);
+    auto t1 = measure::now_ns();
+    auto interrupts_after = os::tlb_shootdowns_per_cpu();
+    json calibration = others ? calibrate_one_shootdown(spinners) : json::object();
+    spinners.stop = true;
+    for (auto& worker : workers) worker.join();
+
+    auto before_total = total_of(interrupts_before);
+    auto after_total = total_of(interrupts_after);
+    metrics = {{"free_after_touch_ns", t1 - t0},
+               {"tlb_shootdowns", before_total && after_total ? json(*after_total - *before_total) : json(nullptr)},
+               {"tlb_shootdowns_per_cpu", per_cpu_growth(interrupts_before, interrupts_after)}};
+    metrics.update(calibration);
+  });
+  owner.join();
+  return metrics;
+}
+
+void run_shootdowns_part(Emitter& emitter, const Settings& settings, std::size_t size, int reps, std::size_t& step,
+                         std::size_t total_steps) {
+  const unsigned cpus = os::logical_cpu_count();
+  for (const char* mode : {"single", "threads"}) {
+    const bool with_threads = std::strcmp(mode, "threads") == 0;
+    for (int rep = -settings.warmup; rep < reps; ++rep) {
+      json metrics = shootdown_cycle(with_threads, size, cpus);
+      emitter.sample({{"part", "shootdowns"}, {"mode", mode}, {"threads", with_threads ? cpus : 1u}, {"size_bytes", size},
+                      {"rep", rep}, {"warmup", rep < 0}},
+                     metrics);
+      emitter.progress(++step, total_steps, std::string("shootdowns ") + mode);
+    }
+  }
+}
+
 void run_reuse_part(Emitter& emitter, const Settings& settings, std::size_t frame_size, int reps, std::size_t& step,
                     std::size_t total_steps) {
   for (Route route : {Route::malloc, Route::os}) {
@@ -383,7 +557,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
   command.add_option("--sizes", settings->sizes, "buffer sizes, e.g. 8M,32M,128M,1G (default: those the budget allows)");
   command.add_option("--pages", settings->pages, "page kinds: base,thp,hugetlb-2M,hugetlb-1G");
   command.add_option("--routes", settings->routes, "allocation routes: os,malloc,new");
-  command.add_option("--parts", settings->parts, "what to measure: rows,reuse,threads");
+  command.add_option("--parts", settings->parts, "what to measure: rows,reuse,threads,idle,shootdowns");
   command.add_option("--reps", settings->reps, "measured repetitions per case")->check(CLI::Range(1, 1000));
   command.add_option("--warmup", settings->warmup, "unmeasured repetitions first")->check(CLI::Range(0, 100));
   command.add_option("--settle-ms", settings->settle_ms, "window after the free in which work elsewhere is still charged")
@@ -415,9 +589,9 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     }
     auto parts = split_list(s.parts);
     for (const auto& part : parts) {
-      if (part != "rows" && part != "reuse" && part != "threads" && part != "idle") {
+      if (part != "rows" && part != "reuse" && part != "threads" && part != "idle" && part != "shootdowns") {
         throw ProbeError(exit_bad_arguments, "bad_arguments",
-                         "--parts '" + part + "': unknown part; use rows, reuse, threads or idle");
+                         "--parts '" + part + "': unknown part; use rows, reuse, threads, idle or shootdowns");
       }
     }
     auto wants = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
@@ -432,7 +606,11 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
       else emitter.warning("size_over_budget", human_size(size) + " is over the memory budget of " + human_size(budget.budget_bytes) + " and was left out");
     }
     if (wants("reuse")) require_within_budget(frame_size, budget, "--frame-size");
-    if (wants("threads")) require_within_budget(threads_size, budget, "--threads-size");
+    if (wants("threads") || wants("shootdowns")) require_within_budget(threads_size, budget, "--threads-size");
+    const bool shootdowns = wants("shootdowns") && os::logical_cpu_count() > 1;
+    if (wants("shootdowns") && !shootdowns) {
+      emitter.warning("shootdowns_need_two_cpus", "the shootdowns part needs a second CPU to send interrupts to; skipped");
+    }
     std::size_t idle_size = parse_size(s.idle_size, "--idle-size");
     if (wants("idle")) require_within_budget(idle_size, budget, "--idle-size");
     std::vector<os::PageKind> idle_kinds;
@@ -479,7 +657,8 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     std::size_t total_steps = cases.size() * static_cast<std::size_t>(s.reps + s.warmup) +
                               (wants("reuse") ? 4 * static_cast<std::size_t>(reuse_reps) : 0) +
                               (wants("threads") ? thread_counts * static_cast<std::size_t>(thread_reps + s.warmup) : 0) +
-                              idle_kinds.size() * static_cast<std::size_t>(idle_reps);
+                              idle_kinds.size() * static_cast<std::size_t>(idle_reps) +
+                              (shootdowns ? 2 * static_cast<std::size_t>(thread_reps + s.warmup) : 0);
     std::size_t step = 0;
     emitter.progress(0, total_steps, "start");
 
@@ -497,12 +676,12 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     const std::size_t outer = rounds ? static_cast<std::size_t>(s.reps + s.warmup) : cases.size();
     const std::size_t inner = rounds ? cases.size() : static_cast<std::size_t>(s.reps + s.warmup);
     for (std::size_t i = 0; i < outer; ++i) {
-      double idle_rate = idle_elsewhere_rate(s.baseline_ms);
+      IdleRates idle = idle_elsewhere_rates(s.baseline_ms);
       for (std::size_t j = 0; j < inner; ++j) {
         const Case& c = cases[rounds ? j : i];
         const int rep = static_cast<int>(rounds ? i : j) - s.warmup;
-        json metrics = cycle_metrics(c.route, c.kind, c.size, s, idle_rate);
-        metrics["idle_elsewhere_rate"] = idle_rate;
+        json metrics = cycle_metrics(c.route, c.kind, c.size, s, idle);
+        metrics["idle_elsewhere_rate"] = idle.elsewhere;
         emitter.sample({{"part", "rows"},
                         {"page", os::page_kind_name(c.kind)},
                         {"route", route_name(c.route)},
@@ -517,6 +696,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     }
 
     if (wants("threads")) run_threads_part(emitter, s, threads_size, thread_reps, step, total_steps);
+    if (shootdowns) run_shootdowns_part(emitter, s, threads_size, thread_reps, step, total_steps);
     for (os::PageKind kind : idle_kinds) run_idle_part(emitter, s, kind, idle_size, idle_reps, step, total_steps);
   };
 }
