@@ -255,4 +255,30 @@ struct PerfHandle {
 void perf_close(PerfHandle& handle);
 [[nodiscard]] std::optional<int> perf_event_paranoid();
 
+// Pages the kernel zeroed as it handed them out, counted machine-wide by the
+// kernel itself (Linux: the kmem:mm_page_alloc tracepoint with __GFP_ZERO in
+// its flags, one counter per CPU; needs root or CAP_PERFMON). Anonymous
+// faults on base pages and page tables are zeroed this way; THP faults are
+// not (the kernel clears those pages itself: count them from vmstat's
+// thp_fault_alloc), nor are hugetlb pages.
+struct ZeroedAllocations {
+  std::uint64_t base_pages = 0;     // order-0 allocations: one base page each
+  std::uint64_t larger_blocks = 0;  // higher-order allocations, of 2+ pages each
+};
+class ZeroingCounter {
+ public:
+  ZeroingCounter();
+  ~ZeroingCounter();
+  ZeroingCounter(const ZeroingCounter&) = delete;
+  ZeroingCounter& operator=(const ZeroingCounter&) = delete;
+  [[nodiscard]] const Status& status() const { return status_; }  // why it cannot count, when it cannot
+  [[nodiscard]] std::optional<ZeroedAllocations> read() const;    // since construction
+  [[nodiscard]] static const char* method();
+
+ private:
+  std::vector<int> base_fds_;
+  std::vector<int> larger_fds_;
+  Status status_;
+};
+
 }  // namespace memcost::os

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #ifndef MADV_POPULATE_WRITE
@@ -611,5 +612,82 @@ std::optional<int> perf_event_paranoid() {
   if (!text) return std::nullopt;
   return std::stoi(*text);
 }
+
+namespace {
+
+// The bit of __GFP_ZERO on this kernel, read from the tracepoint's own format
+// description (it names every flag with its bit), not assumed.
+std::optional<unsigned> gfp_zero_bit() {
+  for (const char* root : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
+    std::ifstream file(std::string(root) + "/events/kmem/mm_page_alloc/format");
+    if (!file) continue;
+    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    auto name = text.find("\"__GFP_ZERO\"");
+    if (name == std::string::npos) return std::nullopt;
+    auto shift = text.rfind("<< (", name);
+    if (shift == std::string::npos) return std::nullopt;
+    return static_cast<unsigned>(std::strtoul(text.c_str() + shift + 4, nullptr, 10));
+  }
+  return std::nullopt;
+}
+
+Status open_filtered_counters(std::uint64_t id, const std::string& filter, std::vector<int>& fds) {
+  for (unsigned cpu = 0; cpu < logical_cpu_count(); ++cpu) {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_TRACEPOINT;
+    attr.config = id;
+    long fd = syscall(SYS_perf_event_open, &attr, -1, static_cast<int>(cpu), -1, 0);
+    if (fd < 0) return failed("perf_event_open(kmem:mm_page_alloc, all tasks)");
+    fds.push_back(static_cast<int>(fd));
+    if (ioctl(static_cast<int>(fd), PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) {
+      return failed("ioctl(PERF_EVENT_IOC_SET_FILTER)");
+    }
+  }
+  return {};
+}
+
+std::optional<std::uint64_t> sum_counters(const std::vector<int>& fds) {
+  std::uint64_t total = 0;
+  for (int fd : fds) {
+    std::uint64_t value = 0;
+    if (::read(fd, &value, sizeof(value)) != static_cast<ssize_t>(sizeof(value))) return std::nullopt;
+    total += value;
+  }
+  return total;
+}
+
+}  // namespace
+
+ZeroingCounter::ZeroingCounter() {
+  auto id = tracepoint_id("kmem", "mm_page_alloc");
+  if (!id) {
+    status_ = Status{ENOENT, "tracefs events/kmem/mm_page_alloc (mount tracefs at /sys/kernel/tracing)"};
+    return;
+  }
+  auto bit = gfp_zero_bit();
+  if (!bit) {
+    status_ = Status{ENOENT, "the __GFP_ZERO flag in events/kmem/mm_page_alloc/format"};
+    return;
+  }
+  const std::string zeroed = "gfp_flags & " + std::to_string(1UL << *bit);
+  status_ = open_filtered_counters(*id, zeroed + " && order == 0", base_fds_);
+  if (status_.ok()) status_ = open_filtered_counters(*id, zeroed + " && order > 0", larger_fds_);
+}
+
+ZeroingCounter::~ZeroingCounter() {
+  for (int fd : base_fds_) close(fd);
+  for (int fd : larger_fds_) close(fd);
+}
+
+std::optional<ZeroedAllocations> ZeroingCounter::read() const {
+  if (!status_.ok()) return std::nullopt;
+  auto base = sum_counters(base_fds_);
+  auto larger = sum_counters(larger_fds_);
+  if (!base || !larger) return std::nullopt;
+  return ZeroedAllocations{*base, *larger};
+}
+
+const char* ZeroingCounter::method() { return "tracepoint kmem:mm_page_alloc, gfp_flags & __GFP_ZERO"; }
 
 }  // namespace memcost::os

@@ -269,4 +269,11 @@ std::optional<std::uint64_t> perf_read(const PerfHandle&) { return std::nullopt;
 void perf_close(PerfHandle& handle) { handle.fd = -1; }
 std::optional<int> perf_event_paranoid() { return std::nullopt; }
 
+// Windows zeroes freed pages in the System process's zero-page thread; no documented
+// counter of zeroed pages exists to read here.
+ZeroingCounter::ZeroingCounter() : status_{ERROR_NOT_SUPPORTED, "a count of zeroed pages (none on Windows)"} {}
+ZeroingCounter::~ZeroingCounter() = default;
+std::optional<ZeroedAllocations> ZeroingCounter::read() const { return std::nullopt; }
+const char* ZeroingCounter::method() { return "none"; }
+
 }  // namespace memcost::os

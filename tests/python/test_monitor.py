@@ -1,6 +1,7 @@
 """`memcost monitor`: lifetime totals of a command, records, the Prometheus endpoint, robustness."""
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -66,6 +67,8 @@ def test_a_vanished_pid_does_not_crash_it(tmp_path):
     assert result.returncode == 0, result.stderr
     [record] = _records(result.stdout)
     assert record["processes"] == [] and record["hidden_processes"] == 1
+    # Only the chosen process was read: the kernel threads were not measured, which is not 0 %.
+    assert record["cpu"]["kswapd_percent"] is None and record["cpu"]["kworker_percent"] is None
 
 
 def test_unknown_flags_exit_2():
@@ -133,3 +136,53 @@ def test_a_command_still_running_at_the_end_is_stopped_and_accounted(tmp_path):
     total = _records(result.stdout)[-1]
     assert total["type"] == "total" and total["exit_code"] == -15  # SIGTERM
     assert total["elapsed_s"] < 10
+
+
+ANONYMOUS_WRITER = """
+import mmap, time
+m = mmap.mmap(-1, 256 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for offset in range(0, 256 << 20, 4096):
+    m[offset] = 1
+time.sleep(0.8)
+"""
+# A private writable mapping of a cached file: every write faults and copies a page-cache
+# page (copy-on-write), so the faults are there and the zeroing is not.
+FILE_COPIER = """
+import mmap, sys, time
+with open(sys.argv[1], "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+    for offset in range(0, len(m), 4096):
+        m[offset] = 2
+time.sleep(0.8)
+"""
+
+
+def _zeroed_mb(records: list[dict], field: str) -> float:
+    return sum((r["zeroing"][field] or 0.0) * r["interval_s"] for r in records if r["type"] == "interval")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the kernel's count of zeroed pages needs root")
+def test_the_kernel_count_moves_for_anonymous_memory_and_not_for_copies_of_the_page_cache(tmp_path):
+    data = tmp_path / "256m.bin"
+    with open(data, "wb") as handle:  # written now, so its pages are in the page cache
+        for _ in range(256):
+            handle.write(b"\x01" * (1 << 20))
+    writer = run_memcost("--results-dir", str(tmp_path), "monitor", "--json", "--interval", "0.2", "--",
+                         sys.executable, "-c", ANONYMOUS_WRITER)
+    reader = run_memcost("--results-dir", str(tmp_path), "monitor", "--json", "--interval", "0.2", "--",
+                         sys.executable, "-c", FILE_COPIER, str(data))
+    assert writer.returncode == 0 and reader.returncode == 0, writer.stderr + reader.stderr
+    written, read = _records(writer.stdout), _records(reader.stdout)
+    assert all(r["zeroing"]["kernel_count_method"] for r in written[:-1]), written[0]["zeroing"]
+    # The 256 MiB written were zeroed first, and the kernel counted them (other programs add a little).
+    assert _zeroed_mb(written, "kernel_zeroed_mb_per_s") >= 0.8 * 256
+    # Copying the cached file's pages took as many faults, which the upper bound counts and the kernel does not.
+    assert _zeroed_mb(read, "upper_bound_mb_per_s") >= 0.8 * 256
+    assert _zeroed_mb(read, "kernel_zeroed_mb_per_s") <= 64
+
+
+def test_without_the_kernel_count_the_figure_is_an_upper_bound_and_says_why():
+    record = Sampler(pids=[]).zeroing({"minor_faults_per_s": 1000.0, "thp_faults_per_s": 0.0})
+    assert record["kernel_zeroed_mb_per_s"] is None and record["kernel_count_note"] == "not asked for"
+    assert record["upper_bound_mb_per_s"] == pytest.approx(1000 * os.sysconf("SC_PAGE_SIZE") / (1 << 20))
+    assert "file-backed" in record["upper_bound_why"]

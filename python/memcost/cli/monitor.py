@@ -19,6 +19,7 @@ from rich.table import Table
 from .. import exit_codes
 from ..console import console
 from ..monitor.sampler import CostModel, Sampler
+from ..monitor.zeroing import KernelZeroingStream
 from ..errors import MemcostError
 from ..units import format_bytes
 from . import arguments
@@ -31,7 +32,7 @@ MACHINE_LABELS = [("minor_faults_per_s", "minor faults/s"), ("major_faults_per_s
                   ("pages_reclaimed_per_s", "pages reclaimed/s")]
 CSV_FIELDS = ["time", "interval_s"] + [name for name, _ in MACHINE_LABELS] + [
     "system_percent", "steal_percent", "kswapd_percent", "khugepaged_percent", "kcompactd_percent", "kworker_percent",
-    "estimated_zeroing_cpu_percent"]
+    "kernel_zeroed_mb_per_s", "upper_bound_zeroed_mb_per_s", "estimated_zeroing_cpu_percent"]
 
 
 def _value(value, digits: int = 0) -> str:
@@ -49,7 +50,13 @@ def view(record: dict) -> Table:
     table.add_row("kswapd / khugepaged / kcompactd / kworkers",
                   " / ".join(f"{_value(cpu[f'{k}_percent'], 1)} %" for k in ("kswapd", "khugepaged", "kcompactd", "kworker")))
     zeroing = record["zeroing"]
-    table.add_row("estimated zeroing cost", f"{_value(zeroing['estimated_cpu_percent'], 1)} % of a core"
+    table.add_row("zeroed by the kernel (its count)",
+                  f"{_value(zeroing['kernel_zeroed_mb_per_s'], 1)} MB/s" if zeroing["kernel_zeroed_mb_per_s"] is not None
+                  else f"n/a: {escape(zeroing['kernel_count_note'] or '')}")
+    table.add_row("zeroed at most (from faults)", f"{_value(zeroing['upper_bound_mb_per_s'], 1)} MB/s, an upper bound")
+    table.add_row("estimated zeroing cost",
+                  f"{_value(zeroing['estimated_cpu_percent'], 1)} % of a core ({zeroing['estimate_basis']}; "
+                  f"cost per fault from {escape(zeroing['source'])})"
                   if zeroing["estimated_cpu_percent"] is not None else escape(zeroing["note"]))
     for process in record["processes"]:
         table.add_row(f"  {escape(process['comm'])} ({process['pid']})",
@@ -63,6 +70,8 @@ def view(record: dict) -> Table:
 def csv_row(record: dict) -> dict:
     return {"time": record["time"], "interval_s": record["interval_s"], **record["machine"],
             **{k: v for k, v in record["cpu"].items()},
+            "kernel_zeroed_mb_per_s": record["zeroing"]["kernel_zeroed_mb_per_s"],
+            "upper_bound_zeroed_mb_per_s": record["zeroing"]["upper_bound_mb_per_s"],
             "estimated_zeroing_cpu_percent": record["zeroing"]["estimated_cpu_percent"]}
 
 
@@ -103,9 +112,17 @@ class MonitorCommand(Command):
             raise MemcostError("memcost monitor reads /proc/vmstat, which this system does not have (Linux only)",
                                exit_codes.UNSUPPORTED)
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        child: Optional[subprocess.Popen] = start_command(command) if command else None
+        # The kernel's own count of zeroed pages comes from a probe beside the monitor (root only);
+        # counting before the command starts, so that none of its work comes before the first count.
+        stream = KernelZeroingStream(args.interval)
+        stream.wait_ready()
+        try:
+            child: Optional[subprocess.Popen] = start_command(command) if command else None
+        except MemcostError:
+            stream.close()
+            raise
         pids = list(args.pid or []) + ([child.pid] if child else [])
-        sampler = Sampler(pids=pids or None, top=args.top, cost=CostModel.load(args.results_dir))
+        sampler = Sampler(pids=pids or None, top=args.top, cost=CostModel.load(args.results_dir), kernel_zeroing=stream)
         exporter = None
         if args.serve:
             from ..monitor.prometheus import Exporter
@@ -125,6 +142,8 @@ class MonitorCommand(Command):
             while True:
                 time.sleep(args.interval)
                 current = sampler.read()
+                sampler.page_bytes = stream.page_bytes() or sampler.page_bytes
+                sampler.huge_bytes = stream.thp_bytes() or sampler.huge_bytes
                 record = sampler.interval(previous, current)
                 previous = current
                 if exporter:
@@ -148,6 +167,7 @@ class MonitorCommand(Command):
         except KeyboardInterrupt:
             exit_code = exit_codes.INTERRUPTED
         finally:
+            stream.close()
             if live:
                 live.stop()
             if exporter:

@@ -24,7 +24,8 @@ HELP = {
     "memcost_pages_reclaimed_per_second": "Pages reclaimed per second (pgsteal_*)",
     "memcost_cpu_percent": "Machine CPU time by kind, percent of one core",
     "memcost_kernel_thread_cpu_percent": "CPU of memory-management kernel threads, percent of one core",
-    "memcost_estimated_zeroing_cpu_percent": "Faults/s times this machine's measured cost per fault, percent of one core",
+    "memcost_estimated_zeroing_cpu_percent": "Zeroed pages/s (kernel count, else faults/s) times this machine's measured cost per fault, percent of one core",
+    "memcost_zeroed_bytes_per_second": "Bytes the kernel zeroed per second: source=kernel (its count) or upper_bound (from faults)",
     "memcost_process_minor_faults_per_second": "Minor faults per second of the busiest processes",
 }
 
@@ -35,7 +36,7 @@ class Exporter:
         self.gauges: dict[str, Gauge] = {}
         labels = {"memcost_page_faults_per_second": ["kind"], "memcost_thp_events_per_second": ["event"],
                   "memcost_cpu_percent": ["kind"], "memcost_kernel_thread_cpu_percent": ["family"],
-                  "memcost_process_minor_faults_per_second": ["pid", "comm"]}
+                  "memcost_process_minor_faults_per_second": ["pid", "comm"], "memcost_zeroed_bytes_per_second": ["source"]}
         for name, text in HELP.items():
             self.gauges[name] = Gauge(name, text, labels.get(name, []), registry=self.registry)
         self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
@@ -53,6 +54,9 @@ class Exporter:
             value = record["cpu"][f"{family}_percent"]
             if value is not None:
                 self.gauges["memcost_kernel_thread_cpu_percent"].labels(family=family).set(value)
+        for source, field in (("kernel", "kernel_zeroed_mb_per_s"), ("upper_bound", "upper_bound_mb_per_s")):
+            if record["zeroing"][field] is not None:
+                self.gauges["memcost_zeroed_bytes_per_second"].labels(source=source).set(record["zeroing"][field] * (1 << 20))
         if record["zeroing"]["estimated_cpu_percent"] is not None:
             self.gauges["memcost_estimated_zeroing_cpu_percent"].set(record["zeroing"]["estimated_cpu_percent"])
         processes = self.gauges["memcost_process_minor_faults_per_second"]

@@ -10,6 +10,7 @@ from typing import Optional
 
 from ..results import documents_of_host
 from . import procfs
+from .zeroing import KernelZeroingStream, ZeroedCount
 
 KERNEL_THREADS = {"kswapd": "kswapd", "khugepaged": "khugepaged", "kcompactd": "kcompactd", "kworker": "kworker"}
 MACHINE_RATES = {
@@ -23,7 +24,17 @@ MACHINE_RATES = {
     "compaction_stalls_per_s": ("compact_stall",),
     "pages_reclaimed_per_s": ("pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged"),
 }
-PAGES_PER_MB = (1 << 20) // 4096
+MB = 1 << 20
+UPPER_BOUND_WHY = ("every minor fault counted as one zeroed page, though file-backed and copy-on-write faults "
+                   "zero nothing")
+
+
+def thp_bytes_here() -> int:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return 2 * MB
 
 
 @dataclass
@@ -33,6 +44,7 @@ class Reading:
     cpu: dict
     processes: dict  # pid -> ProcessStat
     hidden: int
+    zeroed: Optional[ZeroedCount] = None  # the kernel's cumulative count, when it can be read
 
 
 def _delta(before: Optional[int], after: Optional[int]) -> Optional[int]:
@@ -53,12 +65,16 @@ class CostModel:
     def load(cls, results_root: Path, host: Optional[str] = None) -> "CostModel":
         for path, document in documents_of_host(results_root, "costs", host or socket.gethostname()):
             rows = document.get("summary", {}).get("rows", [])
+            # That run's own page sizes, from its context; this machine's where the context lacks them.
+            pages = (document.get("context") or {}).get("pages") or {}
+            page_bytes = pages.get("base_page_bytes") or procfs.PAGE_BYTES
+            huge_bytes = (pages.get("thp") or {}).get("pmd_size_bytes") or thp_bytes_here()
             model = cls(source=str(path))
-            for page, per_mb in (("base", PAGES_PER_MB), ("thp", 0.5)):
+            for page, faults_per_mb in (("base", MB / page_bytes), ("thp", MB / huge_bytes)):
                 matching = [r for r in rows if r["page"] == page and r["route"] == "os"]
                 if matching:
                     largest = max(matching, key=lambda r: r["size_bytes"])
-                    value = max(largest["fault_us_per_mb"], 0.0) / per_mb
+                    value = max(largest["fault_us_per_mb"], 0.0) / faults_per_mb
                     setattr(model, "base_fault_us" if page == "base" else "huge_fault_us", value)
             if model.base_fault_us is not None:
                 return model
@@ -70,6 +86,9 @@ class Sampler:
     pids: Optional[list[int]] = None  # None: every process
     top: int = 5
     cost: CostModel = field(default_factory=CostModel)
+    kernel_zeroing: Optional[KernelZeroingStream] = None
+    page_bytes: int = procfs.PAGE_BYTES
+    huge_bytes: int = field(default_factory=thp_bytes_here)
 
     def read(self) -> Reading:
         processes, hidden = {}, 0
@@ -79,7 +98,8 @@ class Sampler:
                 hidden += 1
             else:
                 processes[pid] = stat
-        return Reading(time.monotonic(), procfs.vmstat(), procfs.cpu_ticks(), processes, hidden)
+        zeroed = self.kernel_zeroing.latest if self.kernel_zeroing else None
+        return Reading(time.monotonic(), procfs.vmstat(), procfs.cpu_ticks(), processes, hidden, zeroed)
 
     def interval(self, before: Reading, after: Reading) -> dict:
         seconds = max(after.time_s - before.time_s, 1e-9)
@@ -97,6 +117,9 @@ class Sampler:
         percent_of_core = lambda t: None if t is None else 100.0 * t / procfs.TICKS_PER_S / seconds  # noqa: E731
         cpu = {"system_percent": percent_of_core(ticks("system")), "steal_percent": percent_of_core(ticks("steal"))}
         for family in KERNEL_THREADS:
+            if self.pids is not None:
+                cpu[f"{family}_percent"] = None  # only the chosen processes were read: not measured
+                continue
             total = 0
             for pid, stat in after.processes.items():
                 old = before.processes.get(pid)
@@ -117,15 +140,51 @@ class Sampler:
                               "system_cpu_percent": percent_of_core(max(stat.system_ticks - old.system_ticks, 0))})
         processes.sort(key=lambda p: p["minor_faults_per_s"], reverse=True)
         return {"type": "interval", "time": time.time(), "interval_s": seconds, "machine": machine, "cpu": cpu,
-                "zeroing": self.zeroing(machine), "processes": processes[: self.top], "hidden_processes": after.hidden}
+                "zeroing": self.zeroing(machine, self.kernel_rates(before, after)), "processes": processes[: self.top],
+                "hidden_processes": after.hidden}
 
-    def zeroing(self, machine: dict) -> dict:
-        """Faults per second × this machine's measured cost per fault, as % of one core."""
+    def kernel_rates(self, before: Reading, after: Reading) -> Optional[dict]:
+        """Zeroed allocations per second by the kernel's count, between the probe's two newest samples."""
+        old, new = before.zeroed, after.zeroed
+        if old is None or new is None or new.elapsed_s <= old.elapsed_s:
+            return None
+        seconds = new.elapsed_s - old.elapsed_s
+        return {"base_pages_per_s": (new.base_pages - old.base_pages) / seconds,
+                "larger_blocks_per_s": (new.larger_blocks - old.larger_blocks) / seconds}
+
+    def zeroing(self, machine: dict, kernel: Optional[dict] = None) -> dict:
+        """Bytes zeroed per second — counted by the kernel where it lets us, else an upper bound
+        from the fault counts — and their CPU cost at this machine's measured cost per fault."""
+        huge = machine.get("thp_faults_per_s")
+        minor = machine.get("minor_faults_per_s")
+        small = None if minor is None else max(minor - (huge or 0.0), 0.0)
+        result: dict = {"page_size_bytes": self.page_bytes, "huge_page_bytes": self.huge_bytes,
+                        "kernel_zeroed_mb_per_s": None, "kernel_larger_blocks_per_s": None,
+                        "kernel_count_method": None, "kernel_count_note": None,
+                        "upper_bound_mb_per_s": None if small is None else
+                        (small * self.page_bytes + (huge or 0.0) * self.huge_bytes) / MB,
+                        "upper_bound_why": UPPER_BOUND_WHY}
+        if kernel is not None:
+            # Anonymous THP faults are zeroed by the kernel outside the tracepoint's count: vmstat has them.
+            result.update(kernel_zeroed_mb_per_s=(kernel["base_pages_per_s"] * self.page_bytes
+                                                  + (huge or 0.0) * self.huge_bytes) / MB,
+                          kernel_larger_blocks_per_s=kernel["larger_blocks_per_s"],
+                          kernel_count_method=f"{self.kernel_zeroing.method} + vmstat thp_fault_alloc")
+        else:
+            stream = self.kernel_zeroing
+            result["kernel_count_note"] = (stream.unavailable if stream and stream.unavailable else
+                                           "not counted yet" if stream else "not asked for")
         if self.cost.base_fault_us is None:
-            return {"estimated_cpu_percent": None,
-                    "note": "no `memcost costs` result for this machine: run `memcost costs --quick` to measure the cost per fault"}
-        huge = machine.get("thp_faults_per_s") or 0.0
-        small = max((machine.get("minor_faults_per_s") or 0.0) - huge, 0.0)
-        microseconds = small * self.cost.base_fault_us + huge * (self.cost.huge_fault_us or 0.0)
-        return {"estimated_cpu_percent": microseconds / 1e4, "base_fault_us": self.cost.base_fault_us,
-                "huge_fault_us": self.cost.huge_fault_us, "source": self.cost.source}
+            result.update(estimated_cpu_percent=None,
+                          note="no `memcost costs` result for this machine: run `memcost costs --quick` to measure "
+                               "the cost per fault")
+            return result
+        if kernel is not None:
+            pages, basis = kernel["base_pages_per_s"], "kernel count"
+        else:
+            pages, basis = small or 0.0, "minor faults (upper bound)"
+        microseconds = pages * self.cost.base_fault_us + (huge or 0.0) * (self.cost.huge_fault_us or 0.0)
+        result.update(estimated_cpu_percent=microseconds / 1e4, estimate_basis=basis,
+                      base_fault_us=self.cost.base_fault_us, huge_fault_us=self.cost.huge_fault_us,
+                      source=self.cost.source)
+        return result
