@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <sys/prctl.h>
@@ -323,4 +324,44 @@ TEST_F(WithHugetlbPool, MoreThanThePoolHoldsFailsWhenStrictAndFallsBackOtherwise
   EXPECT_NE(a.report().page_kind, "hugetlb-2M");
   ASSERT_FALSE(a.report().fallbacks.empty());
   EXPECT_NE(a.report().fallbacks.front().find("hugetlb-2M"), std::string::npos) << a.report().fallbacks.front();
+}
+
+// THP switched to "never" machine-wide for the test (as root), and set back after.
+class WithThpNever : public ::testing::Test {
+ protected:
+  static constexpr const char* kEnabled = "/sys/kernel/mm/transparent_hugepage/enabled";
+  void SetUp() override {
+    std::ifstream current(kEnabled);
+    std::string modes;
+    if (!current || !std::getline(current, modes)) GTEST_SKIP() << "this kernel has no THP settings";
+    auto open = modes.find('['), close = modes.find(']');
+    if (open == std::string::npos || close == std::string::npos) GTEST_SKIP() << "unexpected THP setting: " << modes;
+    original_ = modes.substr(open + 1, close - open - 1);
+    if (!write("never")) GTEST_SKIP() << "setting THP to never needs root";
+    changed_ = true;
+  }
+  void TearDown() override {
+    if (changed_) {
+      EXPECT_TRUE(write(original_));
+    }
+  }
+  static bool write(const std::string& mode) {
+    std::ofstream file(kEnabled);
+    file << mode;
+    file.flush();
+    return static_cast<bool>(file);
+  }
+
+ private:
+  std::string original_;
+  bool changed_ = false;
+};
+
+TEST_F(WithThpNever, AThpRequestReportsTheBasePagesItGot) {
+  auto a = make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp});
+  EXPECT_EQ(a.report().page_kind, "base");
+  EXPECT_LT(a.huge_fraction(), 0.5);
+  EXPECT_FALSE(a.report().fallbacks.empty());
+  EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](std::uint64_t v) { return v == 0; }));
+  EXPECT_THROW((void)make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp, .strict = true}), big_array_error);
 }

@@ -41,10 +41,12 @@ def find_library(pattern: str) -> Optional[str]:
 
 @dataclass
 class BigarrayOptions:
-    size: Optional[int] = None  # None: 8 GiB, capped by the budget
+    size: Optional[int] = None  # None: 1 GiB, capped by the budget
     inits: list[str] = field(default_factory=lambda: list(INITS))
     strategies: Optional[str] = None
-    reps: int = 1
+    # Five, so that `memcost compare` can test each row (it needs four) and medians hold;
+    # at 1 GiB the whole run stays under three minutes here.
+    reps: int = 5
     allocators: bool = True
     budget: Optional[int] = None
     reserve_hugepages: Optional[int] = None
@@ -52,7 +54,7 @@ class BigarrayOptions:
 
     @classmethod
     def quick(cls) -> "BigarrayOptions":
-        return cls(size=1 << 30)
+        return cls(size=512 << 20, reps=4)
 
     def probe_arguments(self) -> list[str]:
         args = ["--inits", ",".join(self.inits), "--reps", str(self.reps)]
@@ -154,7 +156,7 @@ def render(document: dict) -> None:
 class BigarrayCommand(Command):
     """Allocate and initialize one big array by every common strategy, against the machine's limit.
 
-    An array of 16-byte work items holding a std::atomic (default 8 GiB,
+    An array of 16-byte work items holding a std::atomic (default 1 GiB,
     capped by the budget), made with zero and with a non-zero value by new[],
     std::vector, make_unique_for_overwrite, malloc, calloc, mmap (serial,
     parallel, MAP_POPULATE, MADV_POPULATE_WRITE; base pages, THP, hugetlb where
@@ -165,12 +167,12 @@ class BigarrayCommand(Command):
     name = "bigarray"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--size", type=arguments.size, metavar="SIZE", help="array size (default 8G, capped by the budget)")
+        parser.add_argument("--size", type=arguments.size, metavar="SIZE", help="array size (default 1G, capped by the budget; 8G and more for the big picture)")
         parser.add_argument("--inits", type=arguments.choice_list(INITS), default=list(INITS), metavar="LIST",
                             help="zero, value (default both)")
         parser.add_argument("--strategies", metavar="LIST", help="only strategies whose names contain one of these")
-        parser.add_argument("--reps", type=arguments.positive_int, default=1,
-                            help="repetitions per strategy (default 1: at 8 GiB each takes seconds)")
+        parser.add_argument("--reps", type=arguments.positive_int, default=5,
+                            help="repetitions per strategy (default 5: enough for `memcost compare`, which needs 4)")
         parser.add_argument("--no-allocators", action="store_true", help="skip the runs under other allocators")
         parser.add_argument("--quick", action="store_true", help="1 GiB, as `memcost run` does")
         arguments.add_budget(parser)

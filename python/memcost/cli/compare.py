@@ -52,8 +52,11 @@ def render(result: dict) -> None:
             table.add_row(*[escape(t) for t in _key_text(row, comparison["key"])],
                           *[f"{m:,.3g}" for m in row["medians"]], *ratios)
         console.print(table)
-        differing = sum(1 for r in comparison["rows"] for v in r["versus_first"] if v["significant"])
-        console.print(f"  {differing} of {len(comparison['rows'])} rows differ beyond noise (Mann–Whitney, Holm-corrected "
+        columns = len(comparison["rows"][0]["versus_first"]) if comparison["rows"] else 0
+        differing = ", ".join(str(sum(1 for r in comparison["rows"] if r["versus_first"][column]["significant"]))
+                              for column in range(columns))
+        console.print(f"  {differing} of {len(comparison['rows'])} rows differ beyond noise (per later run against the "
+                      f"first; Welch's t on the logarithms, Holm-corrected "
                       f"over the rows, p < {ALPHA}, and the whole interval beyond ±{NOISE_FLOOR:.0%}, the drift between "
                       "runs of the same settings; ? = too few samples to tell)", markup=False)
     for line in result["missing"]:

@@ -240,12 +240,12 @@ double limit_gb_per_s(std::size_t bytes, unsigned threads) {
 }
 
 struct Settings {
-  std::string size = "8G";
+  std::string size = "1G";
   std::string strategies_filter;
   std::string inits = "zero,value";
   std::string label = "glibc";
   std::string budget;
-  int reps = 1;
+  int reps = 5;
   int limit_reps = 3;
   unsigned threads = 0;
   bool libc_only = false;
@@ -260,7 +260,7 @@ bool verified(const WorkItem* items, std::size_t count, bool zero) {
 }
 
 Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
-  command.add_option("--size", settings->size, "array size (default 8G, capped by the budget)");
+  command.add_option("--size", settings->size, "array size (default 1G, capped by the budget)");
   command.add_option("--strategies", settings->strategies_filter, "only the strategies whose names contain one of these (comma-separated)");
   command.add_option("--inits", settings->inits, "zero, value");
   command.add_option("--reps", settings->reps, "repetitions per strategy")->check(CLI::Range(1, 100));
