@@ -126,9 +126,11 @@ def _power(n: np.ndarray, ns: np.ndarray) -> Optional[Model]:
 
 
 def _knee(n: np.ndarray, ns: np.ndarray, block_size_bytes: int) -> Optional[Model]:
-    """Flat to n0, then linear: ns = a + s·max(n - n0, 0), n0 searched over the points."""
+    """Flat to n0, then linear: ns = a + s·max(n - n0, 0), n0 searched over the points. The knee
+    must leave a tenth of the points on either side: a few slow bins at one end are not a shape."""
     best = None
-    for n0 in n[2:-3]:
+    margin = max(3, len(n) // 10)
+    for n0 in n[margin:-margin]:
         x = np.maximum(n - n0, 0.0)
         design = np.column_stack([np.ones_like(n), x])
         (a, slope), *_ = np.linalg.lstsq(design, ns, rcond=None)
