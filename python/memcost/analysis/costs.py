@@ -21,6 +21,8 @@ HUGE_FRACTION_EXPECTED = 0.5
 ELSEWHERE_NOTABLE_US_PER_MB = 5.0
 # A row whose elsewhere time came this much from one repetition depends on what ran around it.
 ONE_REPETITION_SHARE = 0.5
+# /proc/stat counts steal in USER_HZ ticks, 100 a second on every Linux memcost runs on.
+STEAL_TICK_NS = 10_000_000
 
 
 def _per_sample(case: dict, m: dict) -> dict:
@@ -90,11 +92,13 @@ def explain_elsewhere(group: list, row: dict) -> dict:
     metrics = [s["metrics"] for s in group]
     total_mb = sum(s["case"]["size_bytes"] for s in group) / MB
     result: dict = {"elsewhere_tasks_us_per_mb": row["elsewhere_us_per_mb"], "elsewhere_steal_us_per_mb": None,
-                    "elsewhere_by": [], "elsewhere_one_repetition": None}
+                    "elsewhere_steal_resolution_us_per_mb": None, "elsewhere_by": [], "elsewhere_one_repetition": None}
     if not all("elsewhere_steal_ns" in m for m in metrics) or total_mb <= 0:
         return result
     steal = sum(m["elsewhere_steal_ns"] - m["elsewhere_steal_baseline_ns"] for m in metrics) / 1e3 / total_mb
     result["elsewhere_steal_us_per_mb"] = max(steal, 0.0)
+    # One tick more or less over all the row's repetitions moves the figure by this much.
+    result["elsewhere_steal_resolution_us_per_mb"] = STEAL_TICK_NS / 1e3 / total_mb
     if row["elsewhere_us_per_mb"] is not None:
         row["elsewhere_us_per_mb"] += result["elsewhere_steal_us_per_mb"]
         row["total_us_per_mb"] += result["elsewhere_steal_us_per_mb"]
@@ -133,6 +137,9 @@ def elsewhere_notes(rows: list[dict]) -> list[str]:
         who = ", ".join(f"{e['name']} {e['share']:.0%}" for e in row["elsewhere_by"])
         text = (f"{row['page']} {row['route']} {format_bytes(row['size_bytes'])}: elsewhere "
                 f"{row['elsewhere_us_per_mb']:.1f} µs/MB; who ran meanwhile: {who}")
+        if row.get("elsewhere_steal_us_per_mb"):
+            text += (f"; steal {row['elsewhere_steal_us_per_mb']:.1f} µs/MB, counted in 10 ms ticks over all "
+                     f"repetitions: ±{row['elsewhere_steal_resolution_us_per_mb']:.1f} µs/MB per tick")
         one = row.get("elsewhere_one_repetition")
         if one:
             text += (f"; {one['share']:.0%} of it came in one repetition (#{one['rep']}), so it depends on what ran "
