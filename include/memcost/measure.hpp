@@ -18,6 +18,16 @@ namespace memcost::measure {
 // Monotonic clock in nanoseconds (std::chrono::steady_clock).
 [[nodiscard]] std::uint64_t now_ns();
 
+// Keeps the compiler from dropping writes to memory that nothing reads before
+// it is freed (as Google Benchmark's DoNotOptimize does): the writes are what is measured.
+inline void keep_writes(const void* pointer) {
+#if defined(__GNUC__) || defined(__clang__)
+  asm volatile("" : : "g"(pointer) : "memory");
+#else
+  static_cast<void>(*static_cast<const volatile char*>(pointer));
+#endif
+}
+
 // CPU time of the memory-management kernel threads (Linux), by family.
 struct KernelThreadCpu {
   std::uint64_t kswapd_ns = 0;

@@ -3,6 +3,7 @@
 
 #include "memcost/big_array.hpp"
 #include "memcost/measure.hpp"
+#include "os/capabilities.hpp"
 #include "os/os.hpp"
 
 namespace memcost::detail {
@@ -39,24 +40,9 @@ std::vector<pages> ladder(std::size_t bytes, const big_array_options& options) {
 }
 
 // Why this kind cannot hold `bytes` here, or "" if it may.
-std::string unavailable(pages kind, std::size_t bytes) {
-  if (kind == pages::thp) {
-    os::ThpSettings thp = os::thp_settings();
-    if (!thp.present) return "thp: this kernel has no transparent huge pages";
-    if (thp.enabled == "never") return "thp: transparent huge pages are 'never' here";
-    return "";
-  }
-  if (kind != pages::hugetlb_1g && kind != pages::hugetlb_2m) return "";
-  const std::size_t page = os::page_kind_bytes(os_kind(kind));
-  const std::string name = os::page_kind_name(os_kind(kind));
-  for (const auto& pool : os::hugetlb_pools()) {
-    if (pool.page_size_bytes != page) continue;
-    std::uint64_t free_pages = pool.free_pages > pool.reserved_pages ? pool.free_pages - pool.reserved_pages : 0;
-    std::uint64_t needed = round_up(bytes, page) / page;
-    if (free_pages >= needed) return "";
-    return name + ": the pool has " + std::to_string(free_pages) + " free pages, " + std::to_string(needed) + " needed";
-  }
-  return name + ": this system has no such pool";
+std::string unavailable(const os::Capabilities& offered, pages kind, std::size_t bytes) {
+  os::Verdict verdict = os::page_kind_verdict(offered, os_kind(kind), bytes);
+  return verdict.usable ? "" : std::string(os::page_kind_name(os_kind(kind))) + ": " + verdict.why_not;
 }
 
 }  // namespace
@@ -77,14 +63,15 @@ mapping::mapping(std::size_t bytes, const big_array_options& options, allocation
                                                              std::to_string(usable) + " bytes of memory available");
   }
   std::string last_error;
+  const os::Capabilities offered = os::capabilities();
   for (pages kind : ladder(bytes, options)) {
-    std::string reason = unavailable(kind, bytes);
+    std::string reason = unavailable(offered, kind, bytes);
     if (reason.empty()) {
       const os::PageKind os_page = os_kind(kind);
       const std::size_t page = os::page_kind_bytes(os_page);
       const std::size_t mapped_bytes = round_up(bytes, page);
       os::MapRequest request{mapped_bytes, os_page};
-      if (kind == pages::thp) request.alignment_bytes = std::max<std::size_t>(os::thp_settings().pmd_size_bytes, page);
+      if (kind == pages::thp) request.alignment_bytes = std::max<std::size_t>(offered.thp.pmd_size_bytes, page);
       os::Mapping result = os::map(request);
       if (result.status.ok()) {
         address_ = result.address;

@@ -97,7 +97,8 @@ enum class PopulateMethod { populate_write, touch };
 [[nodiscard]] const char* populate_method_name(PopulateMethod method);
 // Fault the range in for writing without changing its contents.
 // Linux: MADV_POPULATE_WRITE; when the kernel lacks it (EINVAL) the call reports
-// that, and the caller may choose touch_pages(). Windows: not available.
+// that, and the caller may choose touch_pages(). Windows: VirtualLock then
+// VirtualUnlock, which fails beyond the process's working-set quota.
 // Test hook: with MEMCOST_INJECT_FAILURE containing "populate_write" it fails with EINVAL.
 [[nodiscard]] Status populate_write(void* address, std::size_t size_bytes);
 // Write one byte per `stride_bytes` (read-modify-write of the existing value,
@@ -124,6 +125,12 @@ void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes
 // ---- queries -------------------------------------------------------------
 
 [[nodiscard]] std::size_t base_page_size();
+// Whether a mapping can be asked to go to the top of the address space (Windows'
+// MEM_TOP_DOWN). Linux: no such flag; its default layout already allocates top-down.
+[[nodiscard]] bool top_down_on_request();
+// The hypervisor this machine runs under, from CPUID ("KVM", "Microsoft Hyper-V", …);
+// "" on bare metal; absent where it cannot be told (not x86).
+[[nodiscard]] std::optional<std::string> hypervisor_vendor();
 [[nodiscard]] unsigned logical_cpu_count();
 
 struct MultiSizeThp {

@@ -2,6 +2,11 @@
 #include "os/os.hpp"
 
 #include <atomic>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 namespace memcost::os {
 
@@ -53,6 +58,28 @@ void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes
   for (std::size_t offset = 0; offset < size_bytes; offset += stride_bytes) {
     std::atomic_ref<unsigned char>(bytes[offset]).fetch_or(0, std::memory_order_relaxed);
   }
+}
+
+// CPUID leaf 1 ECX bit 31 is set by every hypervisor; leaf 0x40000000 names it.
+std::optional<std::string> hypervisor_vendor() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1U << 31)) == 0) return std::string();
+  __cpuid(0x40000000, eax, ebx, ecx, edx);
+  char signature[13] = {};
+  std::memcpy(signature, &ebx, 4);
+  std::memcpy(signature + 4, &ecx, 4);
+  std::memcpy(signature + 8, &edx, 4);
+  const std::string id(signature);
+  if (id == "KVMKVMKVM") return "KVM";
+  if (id == "Microsoft Hv") return "Microsoft Hyper-V";
+  if (id == "VMwareVMware") return "VMware";
+  if (id == "XenVMMXenVMM") return "Xen";
+  if (id == "TCGTCGTCGTCG") return "QEMU (TCG)";
+  return id;
+#else
+  return std::nullopt;
+#endif
 }
 
 }  // namespace memcost::os

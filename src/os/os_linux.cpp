@@ -487,6 +487,8 @@ std::optional<std::vector<TaskTime>> other_tasks_cpu() {
   return tasks;
 }
 
+bool top_down_on_request() { return false; }
+
 std::optional<std::string> task_name(int tid) {
   std::ifstream file("/proc/" + std::to_string(tid) + "/comm");
   std::string name;

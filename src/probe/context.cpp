@@ -3,42 +3,19 @@
 #include <cstring>
 
 #include "memcost/measure.hpp"
+#include "os/capabilities.hpp"
 #include "os/os.hpp"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 namespace memcost::probe {
 namespace {
 
 json optional_value(const auto& value) { return value ? json(*value) : json(nullptr); }
 
-// CPUID leaf 1 ECX bit 31 is set by every hypervisor; leaf 0x40000000 names it.
-json hypervisor() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1U << 31)) == 0) return {{"present", false}, {"vendor", nullptr}};
-  __cpuid(0x40000000, eax, ebx, ecx, edx);
-  char signature[13] = {};
-  std::memcpy(signature, &ebx, 4);
-  std::memcpy(signature + 4, &ecx, 4);
-  std::memcpy(signature + 8, &edx, 4);
-  std::string id(signature);
-  std::string vendor = id == "KVMKVMKVM" ? "KVM"
-                       : id == "Microsoft Hv" ? "Microsoft Hyper-V"
-                       : id == "VMwareVMware" ? "VMware"
-                       : id == "XenVMMXenVMM" ? "Xen"
-                       : id == "TCGTCGTCGTCG" ? "QEMU (TCG)"
-                       : id;
-  return {{"present", true}, {"vendor", vendor}};
-#else
-  return {{"present", nullptr}, {"vendor", nullptr}};
-#endif
-}
-
 json hypervisor_with_reporting() {
-  json result = hypervisor();
+  auto vendor = os::hypervisor_vendor();
+  json result = {{"present", vendor ? json(!vendor->empty()) : json(nullptr)},
+                 {"vendor", vendor && !vendor->empty() ? json(*vendor) : json(nullptr)}};
   result["free_page_reporting"] = optional_value(os::free_page_reporting());
   return result;
 }
@@ -53,13 +30,16 @@ std::string compiler() {
 #endif
 }
 
-// Whether MADV_POPULATE_WRITE works here, tried on one page.
-bool populate_write_supported() {
-  os::Mapping page = os::map({os::base_page_size(), os::PageKind::base});
-  if (!page.status.ok()) return false;
-  bool works = os::populate_write(page.address, page.size_bytes).ok();
-  (void)os::release(page.address, page.size_bytes);
-  return works;
+// The capability layer's verdict on each page kind for one page of it: what
+// `memcost info` shows, so that it never decides again on its own.
+json page_kind_verdicts(const os::Capabilities& offered) {
+  json verdicts = json::object();
+  for (os::PageKind kind : {os::PageKind::base, os::PageKind::thp, os::PageKind::huge_2mb, os::PageKind::huge_1gb}) {
+    os::Verdict verdict = os::page_kind_verdict(offered, kind, os::page_kind_bytes(kind));
+    verdicts[os::page_kind_name(kind)] = {{"usable", verdict.usable},
+                                          {"why_not", verdict.usable ? json(nullptr) : json(verdict.why_not)}};
+  }
+  return verdicts;
 }
 
 json perf_counters() {
@@ -76,18 +56,20 @@ json perf_counters() {
 json machine_context() {
   os::SystemInfo system = os::system_info();
   measure::Budget budget = measure::memory_budget();
-  os::ThpSettings thp = os::thp_settings();
+  const os::Capabilities offered = os::capabilities();
+  const os::ThpSettings& thp = offered.thp;
   auto machine = os::machine_times();
 
   json thp_sizes = json::array();
   for (const auto& size : thp.sizes) thp_sizes.push_back({{"size_bytes", size.size_bytes}, {"enabled", size.enabled}});
   json pools = json::array();
-  for (const auto& pool : os::hugetlb_pools()) {
+  for (const auto& pool : offered.hugetlb_pools) {
     pools.push_back({{"page_size_bytes", pool.page_size_bytes},
                      {"total_pages", pool.total_pages},
                      {"free_pages", pool.free_pages},
                      {"reserved_pages", pool.reserved_pages},
-                     {"surplus_pages", pool.surplus_pages}});
+                     {"surplus_pages", pool.surplus_pages},
+                     {"available_pages", os::hugetlb_pages_available(pool)}});
   }
 
   return {
@@ -116,14 +98,15 @@ json machine_context() {
           {"defrag", thp.present ? json(thp.defrag) : json(nullptr)},
           {"pmd_size_bytes", thp.present ? json(thp.pmd_size_bytes) : json(nullptr)},
           {"sizes", thp_sizes}}},
-        {"hugetlb", pools}}},
+        {"hugetlb", pools},
+        {"verdicts", page_kind_verdicts(offered)}}},
       {"limits", {{"max_map_count", optional_value(os::max_map_count())}, {"mappings_in_probe", optional_value(os::mapping_count())}}},
       {"counters",
        {{"machine_cpu", machine.has_value()},
         {"steal", machine && machine->steal_available},
         {"kernel_threads", os::kernel_thread_times().has_value()},
         {"perf", perf_counters()}}},
-      {"capabilities", {{"populate_write", populate_write_supported()}, {"legacy_layout_active", os::legacy_layout_active()}}},
+      {"capabilities", {{"populate_write", offered.populate_write}, {"legacy_layout_active", os::legacy_layout_active()}}},
       {"build",
        {{"compiler", compiler()}, {"build_type", MEMCOST_BUILD_TYPE}, {"sanitized", static_cast<bool>(MEMCOST_SANITIZED)}}},
   };

@@ -40,10 +40,8 @@ struct WorkItem {
 };
 
 bool hugetlb_pool_empty(std::size_t page) {
-  for (const auto& pool : os::hugetlb_pools()) {
-    if (pool.page_size_bytes == page) return pool.free_pages <= pool.reserved_pages;
-  }
-  return true;
+  auto pool = os::hugetlb_pool(os::capabilities(), page);
+  return !pool || os::hugetlb_pages_available(*pool) == 0;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "os/capabilities.hpp"
 #include "os/os.hpp"
 
 namespace memcost::test {
@@ -46,8 +47,7 @@ struct AlignedThpRange {
 };
 
 inline bool thp_usable() {
-  auto thp = os::thp_settings();
-  return thp.present && (thp.enabled == "madvise" || thp.enabled == "always");
+  return os::page_kind_verdict(os::capabilities(), os::PageKind::thp, 2 * MiB).usable;
 }
 
 }  // namespace memcost::test

@@ -29,7 +29,14 @@ def test_info_prints_one_json_line_with_the_documented_keys():
     assert context["pages"]["base_page_bytes"] >= 4096
     assert context["cpu"]["logical_cpus"] == os.cpu_count()
     for pool in context["pages"]["hugetlb"]:
-        assert set(pool) == {"page_size_bytes", "total_pages", "free_pages", "reserved_pages", "surplus_pages"}
+        assert set(pool) == {"page_size_bytes", "total_pages", "free_pages", "reserved_pages", "surplus_pages",
+                             "available_pages"}
+        assert pool["available_pages"] == max(pool["free_pages"] - pool["reserved_pages"], 0)
+    # The capability layer's verdicts: one per page kind, a reason whenever a kind is not usable.
+    verdicts = context["pages"]["verdicts"]
+    assert set(verdicts) == {"base", "thp", "hugetlb-2M", "hugetlb-1G"} and verdicts["base"]["usable"]
+    for verdict in verdicts.values():
+        assert verdict["usable"] or verdict["why_not"]
     for state in context["counters"]["perf"].values():
         # Unavailable is said with a reason, never a silent zero.
         assert state["available"] or state["reason"]

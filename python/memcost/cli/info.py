@@ -31,16 +31,19 @@ def notes(context: dict) -> list[str]:
     result = []
     memory, pages = context["memory"], context["pages"]
     thp = pages["thp"]
-    if not thp["present"]:
-        result.append("THP: not offered by this kernel — THP rows will be skipped.")
+    # Usable or not is the probe's capability layer's verdict; info only explains it.
+    # (A context from before the verdicts were recorded falls back to the mode itself.)
+    thp_verdict = pages.get("verdicts", {}).get("thp") or {"usable": thp["present"] and thp["enabled"] != "never",
+                                                          "why_not": f"THP is '{thp['enabled']}' here"}
+    if not thp_verdict["usable"]:
+        mode, hint = (thp["enabled"], "; as root, `echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` to "
+                      "enable them") if thp["present"] else ("not offered", "")
+        result.append(f"THP: {mode} — THP rows will be skipped ({thp_verdict['why_not']}){hint}.")
     elif thp["enabled"] == "madvise":
         result.append("THP: madvise — memcost will request huge pages explicitly (MADV_HUGEPAGE).")
     elif thp["enabled"] == "always":
         result.append("THP: always — any large mapping may get huge pages; memcost turns them off explicitly "
                       "(MADV_NOHUGEPAGE) for base-page rows.")
-    else:
-        result.append("THP: never — THP rows will be skipped; as root, "
-                      "`echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` to enable them.")
     if thp["present"] and thp["enabled"] != "never" and thp["defrag"] in ("never", "defer"):
         result.append(f"THP defrag: {thp['defrag']} — a fault does not compact memory, so THP may fall back to "
                       "base pages when memory is fragmented; memcost reports what it really got.")
@@ -51,7 +54,8 @@ def notes(context: dict) -> list[str]:
         result.append(f"Multi-size THP enabled for {sizes}: base-page faults may be served in larger folios.")
     for pool in pages["hugetlb"]:
         label = _pool_label(pool["page_size_bytes"])
-        free = pool["free_pages"] - pool["reserved_pages"]
+        # The probe's capability layer says how many a mapping may take (free minus reserved, never below 0).
+        free = pool.get("available_pages", max(pool["free_pages"] - pool["reserved_pages"], 0))
         if pool["total_pages"] == 0:
             kib = pool["page_size_bytes"] // 1024
             result.append(f"{label} pool: 0 pages — {label} modes will be skipped; as root, "
@@ -127,6 +131,10 @@ def render(document: dict) -> None:
         table.add_row(f"{_pool_label(pool['page_size_bytes'])} pool",
                       f"total {pool['total_pages']}, free {pool['free_pages']}, reserved {pool['reserved_pages']}, "
                       f"surplus {pool['surplus_pages']}")
+    verdicts = pages.get("verdicts", {})
+    if verdicts:
+        table.add_row("Usable page kinds", "; ".join(kind if v["usable"] else f"{kind}: no, {v['why_not']}"
+                                                     for kind, v in verdicts.items()))
     section("Limits and counters")
     table.add_row("vm.max_map_count", f"{context['limits']['max_map_count']:,}" if context['limits']['max_map_count'] else "n/a")
     perf = context["counters"]["perf"]

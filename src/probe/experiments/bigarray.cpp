@@ -17,6 +17,7 @@
 
 #include "memcost/big_array.hpp"
 #include "memcost/measure.hpp"
+#include "os/capabilities.hpp"
 #include "os/os.hpp"
 #include "probe/arguments.hpp"
 #include "probe/experiment.hpp"
@@ -63,8 +64,6 @@ bool matches(const WorkItem& item, bool zero) {
               : item.state.load(std::memory_order_relaxed) == 1 && item.payload == value_item.payload;
 }
 
-inline void keep(const void* pointer) { asm volatile("" : : "g"(pointer) : "memory"); }
-
 void parallel_for(unsigned threads, std::size_t count, const std::function<void(std::size_t, std::size_t)>& work) {
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t) {
@@ -80,13 +79,13 @@ void fill_items(WorkItem* items, std::size_t first, std::size_t last, bool zero)
   } else {
     for (std::size_t i = first; i < last; ++i) std::memcpy(static_cast<void*>(items + i), &value_item, sizeof(WorkItem));
   }
-  keep(items);
+  measure::keep_writes(items);
 }
 
 // An array made by one strategy: where it is, and how to free it.
-struct Made {
-  Made() = default;
-  Made(WorkItem* made_items, std::function<void()> release_items, std::string kind)
+struct BuiltArray {
+  BuiltArray() = default;
+  BuiltArray(WorkItem* made_items, std::function<void()> release_items, std::string kind)
       : items(made_items), release(std::move(release_items)), page_kind(std::move(kind)) {}
   WorkItem* items = nullptr;
   std::function<void()> release;
@@ -97,15 +96,15 @@ struct Made {
   std::vector<std::string> fallbacks;
 };
 
-struct Context {
+struct StrategyInputs {
   std::size_t count = 0;
   unsigned threads = 1;
   bool zero = true;
 };
 
-using Strategy = std::function<Made(const Context&)>;
+using Strategy = std::function<BuiltArray(const StrategyInputs&)>;
 
-Made from_os(const Context& c, os::PageKind kind, bool populate, bool parallel_fill, bool populate_write) {
+BuiltArray from_os(const StrategyInputs& c, os::PageKind kind, bool populate, bool parallel_fill, bool populate_write) {
   std::size_t bytes = c.count * sizeof(WorkItem);
   std::size_t page = os::page_kind_bytes(kind);
   std::size_t mapped = (bytes + page - 1) / page * page;
@@ -126,7 +125,7 @@ Made from_os(const Context& c, os::PageKind kind, bool populate, bool parallel_f
     // A zero-init row that populated nothing would read back zero and rank first: it failed.
     if (!failure.empty()) {
       (void)os::release(mapping.address, mapping.size_bytes);
-      Made nothing;
+      BuiltArray nothing;
       nothing.failure = failure;
       return nothing;
     }
@@ -151,65 +150,65 @@ struct NamedStrategy {
 std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
   std::vector<NamedStrategy> list = {
       {"new[]", "libc",
-       [](const Context& c) {
+       [](const StrategyInputs& c) {
          auto* items = new WorkItem[c.count];  // one constructor per element, on one thread
          if (!c.zero) std::fill(items, items + c.count, value_item);
-         return Made{items, [items] { delete[] items; }, "libc"};
+         return BuiltArray{items, [items] { delete[] items; }, "libc"};
        }},
       {"std::vector", "libc",
-       [](const Context& c) {
+       [](const StrategyInputs& c) {
          auto vector = std::make_shared<std::vector<WorkItem>>();
          if (c.zero) vector->resize(c.count);
          else vector->assign(c.count, value_item);
-         return Made{vector->data(), [vector]() mutable { vector.reset(); }, "libc"};
+         return BuiltArray{vector->data(), [vector]() mutable { vector.reset(); }, "libc"};
        }},
       {"make_unique_for_overwrite + parallel fill", "libc",
-       [](const Context& c) {
+       [](const StrategyInputs& c) {
          // Default-initialization still runs WorkItem's constructor (the atomic's initializer), serially.
          std::shared_ptr<WorkItem[]> items(std::make_unique_for_overwrite<WorkItem[]>(c.count).release(),
                                            std::default_delete<WorkItem[]>());
          parallel_for(c.threads, c.count, [&](std::size_t first, std::size_t last) { fill_items(items.get(), first, last, c.zero); });
-         return Made{items.get(), [items]() mutable { items.reset(); }, "libc"};
+         return BuiltArray{items.get(), [items]() mutable { items.reset(); }, "libc"};
        }},
       {"malloc + memset", "libc",
-       [](const Context& c) {
+       [](const StrategyInputs& c) {
          auto* items = static_cast<WorkItem*>(std::malloc(c.count * sizeof(WorkItem)));
          if (!items) throw ProbeError(exit_not_enough_memory, "out_of_memory", "malloc failed");
-         keep(items);  // else the compiler turns malloc + memset(0) into calloc, which writes nothing
+         measure::keep_writes(items);  // else the compiler turns malloc + memset(0) into calloc, which writes nothing
          fill_items(items, 0, c.count, c.zero);
-         return Made{items, [items] { std::free(items); }, "libc"};
+         return BuiltArray{items, [items] { std::free(items); }, "libc"};
        }},
       {"calloc + first touch", "libc",
-       [](const Context& c) {
+       [](const StrategyInputs& c) {
          auto* items = static_cast<WorkItem*>(std::calloc(c.count, sizeof(WorkItem)));
          if (!items) throw ProbeError(exit_not_enough_memory, "out_of_memory", "calloc failed");
          if (c.zero) os::touch_pages(items, c.count * sizeof(WorkItem), os::base_page_size());
          else fill_items(items, 0, c.count, false);
-         return Made{items, [items] { std::free(items); }, "libc"};
+         return BuiltArray{items, [items] { std::free(items); }, "libc"};
        }},
   };
   for (os::PageKind kind : kinds) {
     std::string suffix = kind == os::PageKind::system ? "" : std::string(" [") + os::page_kind_name(kind) + "]";
-    list.push_back({"mmap + memset" + suffix, "os", [kind](const Context& c) { return from_os(c, kind, false, false, false); }});
-    list.push_back({"mmap + parallel memset" + suffix, "os", [kind](const Context& c) { return from_os(c, kind, false, true, false); }});
+    list.push_back({"mmap + memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, false, false); }});
+    list.push_back({"mmap + parallel memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, false); }});
     // With THP the advice must precede the faults, which MAP_POPULATE cannot do.
     if (kind != os::PageKind::thp) {
-      list.push_back({"MAP_POPULATE" + suffix, "os", [kind](const Context& c) { return from_os(c, kind, true, true, false); }});
+      list.push_back({"MAP_POPULATE" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); }});
     }
     list.push_back({"parallel MADV_POPULATE_WRITE" + suffix, "os",
-                    [kind](const Context& c) { return from_os(c, kind, false, true, true); }});
+                    [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, true); }});
   }
-  list.push_back({"make_big_array auto", "memcost", [](const Context& c) {
+  list.push_back({"make_big_array auto", "memcost", [](const StrategyInputs& c) {
                     big_array_options options{.threads = c.threads};
                     auto array = std::make_shared<big_array<WorkItem>>(
                         c.zero ? make_big_array<WorkItem>(c.count, construct, options)
                                : make_big_array<WorkItem>(c.count, fill(value_item), options));
-                    Made made{array->data(), [array]() mutable { array.reset(); }, array->report().page_kind};
+                    BuiltArray made{array->data(), [array]() mutable { array.reset(); }, array->report().page_kind};
                     made.auto_choice = array->report().page_kind;
                     made.fallbacks = array->report().fallbacks;
                     return made;
                   }});
-  list.push_back({"make_big_array auto async", "memcost", [](const Context& c) {
+  list.push_back({"make_big_array auto async", "memcost", [](const StrategyInputs& c) {
                     big_array_options options{.prefault = prefault::async, .threads = c.threads};
                     auto start = measure::now_ns();
                     auto array = std::make_shared<big_array<WorkItem>>(
@@ -220,7 +219,7 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
                     while (!array->ready(one_percent)) std::this_thread::yield();
                     double first = static_cast<double>(measure::now_ns() - start) / 1e9;
                     array->wait();
-                    Made made{array->data(), [array]() mutable { array.reset(); }, array->report().page_kind};
+                    BuiltArray made{array->data(), [array]() mutable { array.reset(); }, array->report().page_kind};
                     made.first_percent_s = first;
                     return made;
                   }});
@@ -234,7 +233,7 @@ double limit_gb_per_s(std::size_t bytes, unsigned threads) {
   auto start = measure::now_ns();
   parallel_for(threads, bytes, [data](std::size_t first, std::size_t last) {
     std::memset(data + first, 0x11, last - first);
-    keep(data);
+    measure::keep_writes(data);
   });
   return static_cast<double>(bytes) / static_cast<double>(measure::now_ns() - start);
 }
@@ -290,22 +289,20 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
 
     std::vector<os::PageKind> kinds = {os::PageKind::system};
-    os::ThpSettings thp = os::thp_settings();
-    if (thp.present && thp.enabled != "never") kinds.push_back(os::PageKind::thp);
-    else emitter.warning("page_kind_unavailable", "THP is not available here: no [thp] strategies");
+    const os::Capabilities offered = os::capabilities();
+    os::Verdict thp = os::page_kind_verdict(offered, os::PageKind::thp, bytes);
+    if (thp.usable) kinds.push_back(os::PageKind::thp);
+    else emitter.warning("page_kind_unavailable", "no [thp] strategies: " + thp.why_not);
     for (os::PageKind kind : {os::PageKind::huge_2mb, os::PageKind::huge_1gb}) {
-      std::size_t page = os::page_kind_bytes(kind);
-      std::uint64_t needed = (bytes + page - 1) / page, free_pages = 0;
-      for (const auto& pool : os::hugetlb_pools()) {
-        if (pool.page_size_bytes == page) free_pages = pool.free_pages > pool.reserved_pages ? pool.free_pages - pool.reserved_pages : 0;
-      }
-      if (free_pages >= needed) {
+      os::Verdict verdict = os::page_kind_verdict(offered, kind, bytes);
+      if (verdict.usable) {
         kinds.push_back(kind);
       } else {
-        emitter.warning("hugetlb_pool_too_small", std::string("no [") + os::page_kind_name(kind) + "] strategies: the pool has " +
-                                                      std::to_string(free_pages) + " free pages, " + std::to_string(needed) +
-                                                      " needed; `memcost hugepages reserve " + flag_size(needed * page) +
-                                                      " --size " + (kind == os::PageKind::huge_2mb ? "2M" : "1G") + "` as root");
+        const std::size_t page = os::page_kind_bytes(kind);
+        emitter.warning("hugetlb_pool_too_small", std::string("no [") + os::page_kind_name(kind) + "] strategies: " +
+                                                      verdict.why_not + "; `memcost hugepages reserve " +
+                                                      flag_size((bytes + page - 1) / page * page) + " --size " +
+                                                      (kind == os::PageKind::huge_2mb ? "2M" : "1G") + "` as root");
       }
     }
     std::vector<NamedStrategy> chosen;
@@ -336,9 +333,9 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     for (bool zero_init : inits) {
       for (const auto& strategy : chosen) {
         for (int rep = 0; rep < s.reps; ++rep) {
-          Context context{count, threads, zero_init};
+          StrategyInputs context{count, threads, zero_init};
           auto before = measure::take_snapshot({.machine = false});
-          Made made = strategy.make(context);
+          BuiltArray made = strategy.make(context);
           auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
           if (!made.failure.empty()) {
             if (failed.insert(strategy.name).second) {

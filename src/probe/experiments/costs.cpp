@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "memcost/measure.hpp"
+#include "os/capabilities.hpp"
 #include "os/os.hpp"
 #include "probe/arguments.hpp"
 #include "probe/experiment.hpp"
@@ -38,9 +39,6 @@ const char* route_name(Route route) {
   }
   return "?";
 }
-
-// Keeps the compiler from dropping writes to memory that is freed right after.
-inline void keep(const void* pointer) { asm volatile("" : : "g"(pointer) : "memory"); }
 
 struct Buffer {
   unsigned char* data = nullptr;
@@ -94,7 +92,7 @@ void release(const Buffer& buffer) {
 
 void write_all(const Buffer& buffer, int value) {
   std::memset(buffer.data, value, buffer.size_bytes);
-  keep(buffer.data);
+  measure::keep_writes(buffer.data);
 }
 
 void sleep_ms(int milliseconds) { std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds)); }
@@ -251,51 +249,42 @@ std::string size_list(const std::vector<std::size_t>& sizes) {
 }
 
 // The sizes a page kind can be measured at here; one warning for the rest.
-std::vector<std::size_t> usable_sizes(os::PageKind kind, const std::vector<std::size_t>& sizes, Emitter& emitter) {
+std::vector<std::size_t> usable_sizes(const os::Capabilities& offered, os::PageKind kind,
+                                      const std::vector<std::size_t>& sizes, Emitter& emitter) {
   const std::string name = os::page_kind_name(kind);
-  auto skip_all = [&](const std::string& reason) {
-    emitter.warning("page_kind_unavailable", name + " rows skipped: " + reason);
-    return std::vector<std::size_t>{};
-  };
-  if (kind == os::PageKind::base) return sizes;
-  if (kind == os::PageKind::thp) {
-    os::ThpSettings thp = os::thp_settings();
-    if (!thp.present) return skip_all("this kernel offers no transparent huge pages");
-    if (thp.enabled == "never") {
-      return skip_all("THP is 'never' here; as root, `echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` to measure it");
-    }
-    return sizes;
-  }
+  const bool hugetlb = kind == os::PageKind::huge_2mb || kind == os::PageKind::huge_1gb;
   const std::size_t page = os::page_kind_bytes(kind);
   const std::string flag = kind == os::PageKind::huge_2mb ? "2M" : "1G";
-  auto pools = os::hugetlb_pools();
-  auto pool = std::find_if(pools.begin(), pools.end(), [&](const os::HugetlbPool& p) { return p.page_size_bytes == page; });
-  if (pool == pools.end()) return skip_all("this kernel has no " + name + " pool");
-  std::uint64_t free_pages = pool->free_pages > pool->reserved_pages ? pool->free_pages - pool->reserved_pages : 0;
   std::vector<std::size_t> usable, unaligned, too_big;
+  std::string why_not;
   for (std::size_t size : sizes) {
-    if (size % page != 0) unaligned.push_back(size);
-    else if (size / page > free_pages) too_big.push_back(size);
-    else usable.push_back(size);
+    os::Verdict verdict = os::page_kind_verdict(offered, kind, size);
+    if (hugetlb && size % page != 0) unaligned.push_back(size);
+    else if (verdict.usable) usable.push_back(size);
+    else {
+      too_big.push_back(size);
+      why_not = verdict.why_not;
+    }
   }
   if (!unaligned.empty()) {
     emitter.warning("page_kind_unavailable", name + " rows need sizes that are multiples of " + human_size(page) + "; skipped " +
                                                  size_list(unaligned));
   }
-  if (!too_big.empty()) {
-    std::size_t largest = *std::max_element(too_big.begin(), too_big.end());
-    emitter.warning("hugetlb_pool_too_small",
-                    name + " pool has " + std::to_string(free_pages) + " free pages, too few for " + size_list(too_big) +
-                        ": run `memcost hugepages reserve " + flag_size(largest) + " --size " + flag +
-                        "` as root, or pass `--reserve-hugepages " + flag_size(largest) + " --hugepage-size " + flag +
-                        "` to `memcost costs`");
+  if (too_big.empty()) return usable;
+  if (!hugetlb || !os::hugetlb_pool(offered, page)) {
+    std::string hint = kind == os::PageKind::thp && offered.thp.present
+                           ? "; as root, `echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` to measure it"
+                           : "";
+    emitter.warning("page_kind_unavailable", name + " rows skipped: " + why_not + hint);
+    return usable;
   }
+  std::size_t largest = *std::max_element(too_big.begin(), too_big.end());
+  emitter.warning("hugetlb_pool_too_small",
+                  name + " pool has " + std::to_string(os::hugetlb_pages_available(*os::hugetlb_pool(offered, page))) +
+                      " free pages, too few for " + size_list(too_big) + ": run `memcost hugepages reserve " +
+                      flag_size(largest) + " --size " + flag + "` as root, or pass `--reserve-hugepages " +
+                      flag_size(largest) + " --hugepage-size " + flag + "` to `memcost costs`");
   return usable;
-}
-
-bool thp_usable() {
-  os::ThpSettings thp = os::thp_settings();
-  return thp.present && thp.enabled != "never";
 }
 
 struct Touch {
@@ -358,7 +347,7 @@ void run_threads_part(Emitter& emitter, const Settings& settings, std::size_t si
           for (int value : {1, 2}) {
             sync.arrive_and_wait();  // start
             std::memset(buffer.data + begin, value, length);
-            keep(buffer.data);
+            measure::keep_writes(buffer.data);
             sync.arrive_and_wait();  // done
           }
         });
@@ -468,7 +457,7 @@ json shootdown_cycle(bool with_threads, std::size_t size, unsigned cpus) {
         (void)os::pin_current_thread(i);
         std::size_t begin = std::min(size, i * share);
         std::memset(buffer.data + begin, 1, std::min(size, begin + share) - begin);
-        keep(buffer.data);
+        measure::keep_writes(buffer.data);
         spinners.ready.fetch_add(1);
         std::uint64_t last = measure::now_ns();
         while (!spinners.stop.load(std::memory_order_relaxed)) {
@@ -482,7 +471,7 @@ json shootdown_cycle(bool with_threads, std::size_t size, unsigned cpus) {
       });
     }
     std::memset(buffer.data, 1, std::min(size, share));
-    keep(buffer.data);
+    measure::keep_writes(buffer.data);
     while (spinners.ready.load() < others) std::this_thread::yield();
 
     auto interrupts_before = os::tlb_shootdowns_per_cpu();
@@ -613,10 +602,11 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     }
     std::size_t idle_size = parse_size(s.idle_size, "--idle-size");
     if (wants("idle")) require_within_budget(idle_size, budget, "--idle-size");
+    const os::Capabilities offered = os::capabilities();
     std::vector<os::PageKind> idle_kinds;
     for (os::PageKind kind : {os::PageKind::base, os::PageKind::thp}) {
       if (wants("idle") && std::find(kinds.begin(), kinds.end(), kind) != kinds.end() &&
-          (kind == os::PageKind::base || thp_usable())) {
+          os::page_kind_verdict(offered, kind, idle_size).usable) {
         idle_kinds.push_back(kind);
       }
     }
@@ -630,7 +620,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     bool said_routes = false;
     if (wants("rows")) {
       for (os::PageKind kind : kinds) {
-        for (std::size_t size : usable_sizes(kind, fitting, emitter)) {
+        for (std::size_t size : usable_sizes(offered, kind, fitting, emitter)) {
           for (Route route : routes) {
             bool hugetlb = kind == os::PageKind::huge_2mb || kind == os::PageKind::huge_1gb;
             if (hugetlb && route != Route::os) {

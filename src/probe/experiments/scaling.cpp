@@ -158,7 +158,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
   command.add_option("--budget", settings->budget, "memory budget (default 80% of available memory)");
   return [settings](Emitter& emitter) {
     const Settings& s = *settings;
-    const bool windows = os::system_info().os_name == "Windows";
+    const bool top_down_on_request = os::top_down_on_request();
     BudgetChoice budget = choose_budget(s.budget);
 
     std::vector<std::size_t> counts = s.counts.empty() ? default_counts() : std::vector<std::size_t>{};
@@ -174,7 +174,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
 
     std::vector<std::size_t> block_sizes = parse_sizes(s.block_sizes, "--block-sizes");
     std::vector<std::string> placements =
-        split_list(s.placements.empty() ? (os::legacy_layout_active() ? "legacy" : windows ? "default,top-down" : "default,bottom-up")
+        split_list(s.placements.empty() ? (os::legacy_layout_active() ? "legacy" : top_down_on_request ? "default,top-down" : "default,bottom-up")
                                         : s.placements);
     for (const auto& placement : placements) {
       if (placement != "default" && placement != "top-down" && placement != "bottom-up" && placement != "legacy") {
@@ -185,7 +185,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
         throw ProbeError(exit_unsupported, "legacy_layout_inactive",
                          "placement 'legacy' needs the legacy mmap layout: run the probe with --legacy-layout");
       }
-      if (placement == "top-down" && !windows) {
+      if (placement == "top-down" && !top_down_on_request) {
         throw ProbeError(exit_unsupported, "not_supported_here",
                          "placement 'top-down' is Windows' MEM_TOP_DOWN; Linux's default placement is already top-down");
       }
