@@ -53,7 +53,8 @@ def summarize(samples: list) -> dict:
 
 def auto_choice(samples: list, rows: list[dict]) -> Optional[dict]:
     """What make_big_array's automatic ladder chose and why, and how it placed."""
-    chosen = next((s["metrics"] for s in samples if s["case"].get("strategy") == AUTO), None)
+    chosen = next((s["metrics"] for s in samples
+                   if s["case"]["part"] == "strategy" and s["case"]["strategy"] == AUTO), None)
     if chosen is None:
         return None
     result = {"page_kind": chosen.get("auto_choice"), "fallbacks": chosen.get("auto_fallbacks", [])}

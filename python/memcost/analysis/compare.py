@@ -16,6 +16,8 @@ from typing import Callable, Optional
 import numpy as np
 from scipy import stats
 
+from .derived import fault_us_per_mb
+
 MB = 1 << 20
 ALPHA = 0.05
 # Two same-settings runs on a 2-vCPU KVM guest a minute apart differed by up to ≈ 1.15× in a row
@@ -33,8 +35,7 @@ def _costs(sample: dict) -> Optional[tuple[tuple, float]]:
     case, m = sample["case"], sample["metrics"]
     if case.get("part") != "rows" or case.get("warmup"):
         return None
-    mb = case["size_bytes"] / MB
-    return (case["page"], case["route"], case["size_bytes"]), (m["first_touch_ns"] - m["second_touch_ns"]) / 1e3 / mb
+    return (case["page"], case["route"], case["size_bytes"]), fault_us_per_mb(case, m)
 
 
 def _bigarray(sample: dict) -> Optional[tuple[tuple, float]]:

@@ -7,9 +7,9 @@ from collections import defaultdict
 from typing import Optional
 
 from ..stats import spread
+from .derived import MB, fault_us_per_mb, largest_os_row
 from ..units import format_bytes
 
-MB = 1 << 20  # memcost's "MB" in µs/MB is a mebibyte
 PAGE_ORDER = ["base", "thp", "hugetlb-2M", "hugetlb-1G"]
 ROUTE_ORDER = ["os", "malloc", "new"]
 ROW_FIELDS = ["alloc_us", "free_us", "first_touch_us_per_mb", "second_touch_us_per_mb", "fault_us_per_mb",
@@ -38,7 +38,7 @@ def _per_sample(case: dict, m: dict) -> dict:
     else:
         elsewhere = m["elsewhere_ns"] / 1e3 / mb if m.get("elsewhere_ns") is not None else None
     alloc_us = m["alloc_ns"] / 1e3
-    fault = first - second
+    fault = fault_us_per_mb(case, m)
     return {
         "alloc_us": alloc_us,
         "free_us": m["free_ns"] / 1e3,
@@ -352,8 +352,7 @@ def summarize(samples: list) -> dict:
 def headline(summary: dict) -> Optional[str]:
     """One sentence: first-touch fault cost on base pages against huge pages, at the largest size."""
     def largest(page: str) -> Optional[dict]:
-        rows = [r for r in summary["rows"] if r["page"] == page and r["route"] == "os"]
-        return max(rows, key=lambda r: r["size_bytes"]) if rows else None
+        return largest_os_row(summary["rows"], page)
     base = largest("base")
     if not base:
         return None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+from .derived import largest_os_row
 
 MB = 1 << 20
 PAGE = 4096
@@ -54,9 +55,8 @@ class CostModel:
     @classmethod
     def from_costs_summary(cls, summary: dict, source: str) -> Optional["CostModel"]:
         def largest(page: str) -> Optional[float]:
-            rows = [r for r in summary.get("rows", []) if r["page"] == page and r["route"] == "os"
-                    and r.get("fault_us_per_mb") is not None]
-            return max(rows, key=lambda r: r["size_bytes"])["fault_us_per_mb"] if rows else None
+            row = largest_os_row(summary.get("rows", []), page)
+            return row["fault_us_per_mb"] if row else None
         base = largest("base")
         if base is None or base <= 0:
             return None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..analysis.derived import largest_os_row
 from ..results import documents_of_host
 from . import procfs
 from .zeroing import KernelZeroingStream, ZeroedCount
@@ -71,9 +72,8 @@ class CostModel:
             huge_bytes = (pages.get("thp") or {}).get("pmd_size_bytes") or thp_bytes_here()
             model = cls(source=str(path))
             for page, faults_per_mb in (("base", MB / page_bytes), ("thp", MB / huge_bytes)):
-                matching = [r for r in rows if r["page"] == page and r["route"] == "os"]
-                if matching:
-                    largest = max(matching, key=lambda r: r["size_bytes"])
+                largest = largest_os_row(rows, page)
+                if largest:
                     value = max(largest["fault_us_per_mb"], 0.0) / faults_per_mb
                     setattr(model, "base_fault_us" if page == "base" else "huge_fault_us", value)
             if model.base_fault_us is not None:

@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 
-def _largest(rows: list[dict], page: str, route: str = "os") -> Optional[dict]:
-    matching = [r for r in rows if r["page"] == page and r["route"] == route]
-    return max(matching, key=lambda r: r["size_bytes"]) if matching else None
+from ..analysis.derived import largest_os_row as _largest
 
 
 def costs(summary: dict) -> list[str]:

@@ -1,0 +1,126 @@
+"""The probe contract of docs/probe.md, enforced both ways: the probe emits exactly the keys listed
+there (small sizes), and the Python analysis reads no key that is not listed."""
+
+import json
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import run_probe
+
+DOC = Path(__file__).parents[2] / "docs" / "probe.md"
+ROW = re.compile(r"^\| (\w+) \| (case|metrics) \| `(\w+)` \| [^|]+ \| (.*) \|$")
+
+# Each experiment at the smallest sizes that still run every part.
+RUNS = {
+    "costs": ["costs", "--sizes", "8M", "--pages", "base,thp", "--routes", "os,malloc", "--reps", "1", "--warmup", "1",
+              "--frames", "3", "--threads-size", "16M", "--idle-size", "16M", "--idle-seconds", "0.1",
+              "--idle-reps", "1"],
+    "scaling": ["scaling", "--counts", "100,200", "--block-sizes", "64K", "--reps", "1"],
+    "bigarray": ["bigarray", "--size", "32M", "--reps", "1", "--limit-reps", "1"],
+    "monitor": ["monitor", "--duration", "0.1", "--interval-ms", "50"],
+}
+
+
+def contract() -> dict:
+    """experiment -> part -> "case"/"metrics" -> key -> conditional (its meaning starts with *when*)."""
+    keys: dict = defaultdict(lambda: defaultdict(lambda: {"case": {}, "metrics": {}}))
+    experiment = None
+    for line in DOC.read_text().splitlines():
+        heading = re.match(r"^### `(\w+)`", line)
+        if heading:
+            experiment = heading.group(1)
+            continue
+        row = ROW.match(line)
+        if row and experiment:
+            part, where, key, meaning = row.groups()
+            keys[experiment][part][where][key] = meaning.startswith("*")
+    return keys
+
+
+def part_of(experiment: str, case: dict) -> str:
+    return case.get("part", "sweep" if experiment == "scaling" else "")
+
+
+def samples_of(experiment: str) -> list[dict]:
+    result = run_probe(*RUNS[experiment])
+    if experiment == "monitor" and result.returncode == 4:
+        pytest.skip("the kernel's zeroing count needs root")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    return [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
+
+
+@pytest.fixture(scope="module")
+def emitted() -> dict:
+    return {}
+
+
+@pytest.mark.parametrize("experiment", list(RUNS))
+def test_the_probe_emits_exactly_the_documented_keys(experiment, emitted):
+    documented = contract()[experiment]
+    assert documented, f"docs/probe.md lists no keys for {experiment}"
+    samples = samples_of(experiment)
+    emitted[experiment] = samples
+    seen = defaultdict(lambda: {"case": set(), "metrics": set()})
+    for sample in samples:
+        part = part_of(experiment, sample["case"])
+        assert part in documented, f"{experiment}: part {part!r} is not in docs/probe.md"
+        for where in ("case", "metrics"):
+            keys = set(sample[where])
+            listed = documented[part][where]
+            assert keys <= set(listed), f"{experiment}/{part} {where}: not documented: {sorted(keys - set(listed))}"
+            required = {key for key, conditional in listed.items() if not conditional}
+            assert required <= keys, f"{experiment}/{part} {where}: documented but missing: {sorted(required - keys)}"
+            seen[part][where] |= keys
+    # Every documented part showed up in the run, so the run covered the contract.
+    assert set(seen) == set(documented), f"{experiment}: parts never emitted: {sorted(set(documented) - set(seen))}"
+
+
+class Recording(dict):
+    """A dict that notes every key read from it."""
+
+    def __init__(self, data, reads: set):
+        super().__init__(data)
+        self.reads = reads
+
+    def __getitem__(self, key):
+        self.reads.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.reads.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.reads.add(key)
+        return super().__contains__(key)
+
+
+def recorded(experiment: str, samples: list[dict]) -> tuple[list[dict], dict]:
+    reads: dict = defaultdict(lambda: {"case": set(), "metrics": set()})
+    wrapped = []
+    for sample in samples:
+        part = part_of(experiment, sample["case"])
+        wrapped.append({"case": Recording(sample["case"], reads[part]["case"]),
+                        "metrics": Recording(sample["metrics"], reads[part]["metrics"])})
+    return wrapped, reads
+
+
+@pytest.mark.parametrize("experiment", ["costs", "scaling", "bigarray"])
+def test_the_analysis_reads_only_documented_keys(experiment, emitted):
+    from memcost.analysis import bigarray, compare, costs, scaling
+    samples = emitted.get(experiment) or samples_of(experiment)
+    wrapped, reads = recorded(experiment, samples)
+    summarize = {"costs": costs.summarize, "scaling": scaling.summarize, "bigarray": bigarray.summarize}[experiment]
+    summarize(wrapped)
+    compare.samples_by_key({"experiment": experiment, "samples": wrapped})
+    documented = contract()[experiment]
+    for part, where_reads in reads.items():
+        for where, keys in where_reads.items():
+            unlisted = keys - set(documented[part][where])
+            assert not unlisted, f"{experiment}/{part} {where}: the analysis reads undocumented {sorted(unlisted)}"
+    assert any(reads[part]["metrics"] for part in reads), "the recording saw no reads at all"
