@@ -11,14 +11,12 @@ shows (NOISE_FLOOR)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 from scipy import stats
 
-from .derived import fault_us_per_mb
 
-MB = 1 << 20
 ALPHA = 0.05
 # Two same-settings runs on a 2-vCPU KVM guest a minute apart differed by up to ≈ 1.15× in a row
 # (host state, memory the hypervisor took back): a ratio inside ±20 % is not called a difference.
@@ -27,51 +25,15 @@ BOOTSTRAP_RESAMPLES = 2000
 # Below 4 samples a side, a run's own spread is too poorly known to test against.
 MIN_SAMPLES = 4
 
-# For each experiment: what identifies a comparable row, and the measure compared.
-Extractor = Callable[[dict], Optional[tuple[tuple, float]]]
-
-
-def _costs(sample: dict) -> Optional[tuple[tuple, float]]:
-    case, m = sample["case"], sample["metrics"]
-    if case.get("part") != "rows" or case.get("warmup"):
-        return None
-    return (case["page"], case["route"], case["size_bytes"]), fault_us_per_mb(case, m)
-
-
-def _bigarray(sample: dict) -> Optional[tuple[tuple, float]]:
-    case = sample["case"]
-    if case.get("part") != "strategy":
-        return None
-    allocator = case.get("allocator") or ""
-    name = case["strategy"] + (f" ({allocator})" if allocator and allocator != "glibc" else "")
-    return (name, case["init"]), sample["metrics"]["elapsed_s"]
-
-
-def _scaling_values(sample: dict) -> tuple[tuple, list[float]]:
-    case, m = sample["case"], sample["metrics"]
-    # The sweep's length is part of the key: bin i covers other counts in a longer or shorter sweep.
-    key = (case["block_size_bytes"], case["placement"], case["shape"], case["commit"], m["reached"])
-    return key, [total / m["bin_calls"] for total in m["alloc_bin_ns"]]
-
-
-MEASURES = {
-    "costs": ("fault µs/MB", ("page", "route", "size_bytes")),
-    "scaling": ("ns per allocation call", ("block_size_bytes", "placement", "shape", "commit", "count")),
-    "bigarray": ("seconds", ("strategy", "init")),
-}
-
-
 def samples_by_key(document: dict) -> dict[tuple, list[float]]:
+    """Each comparable row's raw values, as the experiment's declaration (experiments/) extracts them."""
+    from ..experiments import REGISTRY
+    comparison = REGISTRY[document["experiment"]].comparison
     values: dict[tuple, list[float]] = defaultdict(list)
     for sample in document["samples"]:
-        if document["experiment"] == "scaling":
-            key, bins = _scaling_values(sample)
-            values[key].extend(bins)
-            continue
-        extractor = {"costs": _costs, "bigarray": _bigarray}.get(document["experiment"])
-        found = extractor(sample) if extractor else None
+        found = comparison.values_of(sample)
         if found:
-            values[found[0]].append(found[1])
+            values[found[0]].extend(found[1])
     return values
 
 
@@ -140,7 +102,8 @@ def holm_flags(results: list[dict], floor: float = NOISE_FLOOR) -> None:
 
 
 def compare_experiment(name: str, documents: list[dict]) -> dict:
-    measure, key_names = MEASURES[name]
+    from ..experiments import REGISTRY
+    measure, key_names = REGISTRY[name].comparison.measure, REGISTRY[name].comparison.key_names
     per_run = [samples_by_key(document) for document in documents]
     keys = [key for key in per_run[0] if all(key in run for run in per_run[1:])]
     rows = []
@@ -158,7 +121,8 @@ def compare(runs: list[dict[str, dict]], names: list[str]) -> dict:
     """`runs`: per run, its documents by experiment."""
     experiments = {}
     missing = []
-    for experiment in MEASURES:
+    from ..experiments import REGISTRY
+    for experiment in (name for name, declared in REGISTRY.items() if declared.comparison):
         present = [run.get(experiment) for run in runs]
         if all(present):
             experiments[experiment] = compare_experiment(experiment, present)

@@ -11,7 +11,7 @@ from ..errors import MemcostError
 from ..results import DEFAULT_ROOT
 from ..console import fail
 from .. import entry, journal
-from . import arguments
+from .. import arguments
 from .base import Command
 from .bigarray import BigarrayCommand
 from .compare import CompareCommand

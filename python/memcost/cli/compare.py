@@ -14,7 +14,7 @@ from ..console import console
 from ..report import load_run
 from ..results import ResultsError, load_document, reading
 from ..units import format_bytes
-from . import arguments
+from .. import arguments
 from .base import Command
 
 
@@ -83,7 +83,7 @@ class CompareCommand(Command):
             raise ResultsError("compare needs at least two runs: name two or more run folders or results files",
                                exit_codes.BAD_ARGUMENTS)
         from ..analysis.compare import compare  # scipy and matplotlib load only here
-        from ..plots import compare as plots
+        from ..experiments import REGISTRY
         runs = [load_input(path) for path in args.inputs]
         names = [path.resolve().name if path.is_dir() else path.stem for path in args.inputs]
         if len(set(names)) < len(names):
@@ -95,10 +95,8 @@ class CompareCommand(Command):
         out = args.out or args.results_dir / f"compare-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
         figures = []
         with reading("one of " + ", ".join(str(path) for path in args.inputs)):
-            if "costs" in result["experiments"]:
-                figures += plots.costs_bars(result["experiments"]["costs"], names, out)
-            if "scaling" in result["experiments"]:
-                figures += plots.scaling_curves(runs, names, out)
+            for name, comparison in result["experiments"].items():
+                figures += REGISTRY[name].comparison.figures(comparison, runs, names, out)
         result["figures"] = [str(path) for path in figures]
         render(result)
         export.export_requested(result, args)

@@ -10,7 +10,7 @@ from .. import exit_codes, journal
 from ..console import console, fail
 from ..hugepool import PAGE_SIZES, pool_status, reserve, set_pool
 from ..units import format_bytes
-from . import arguments
+from .. import arguments
 from .base import Command
 
 

@@ -22,7 +22,7 @@ from ..monitor.sampler import CostModel, Sampler
 from ..monitor.zeroing import KernelZeroingStream
 from ..errors import MemcostError
 from ..units import format_bytes
-from . import arguments
+from .. import arguments
 from .base import Command
 
 MACHINE_LABELS = [("minor_faults_per_s", "minor faults/s"), ("major_faults_per_s", "major faults/s"),

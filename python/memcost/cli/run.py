@@ -14,7 +14,10 @@ from ..console import console, fail
 from ..errors import MemcostError
 from ..results import RunDirectory
 from ..runner import suite_progress
-from . import arguments, bigarray, costs, info, scaling
+from ..experiments import REGISTRY, Experiment
+from ..report import terminal
+from .. import arguments
+from . import info
 from .base import Command
 from .report import write_report
 
@@ -44,30 +47,18 @@ def _info_headline(document: dict) -> str:
             f"budget {document['context']['memory']['budget_bytes'] / (1 << 30):.1f} GiB")
 
 
-def _run_costs(directory: RunDirectory, full: bool) -> dict:
-    document = costs.measure(costs.CostsOptions() if full else costs.CostsOptions.quick(), directory)
-    costs.render(document)
-    return document
+def _experiment_runner(experiment: Experiment) -> Callable[[RunDirectory, bool], dict]:
+    """Its quick mode (the full one with --full), measured, stored and printed."""
+    def run(directory: RunDirectory, full: bool) -> dict:
+        document = experiment.measure(experiment.values(quick=not full), directory)
+        terminal.render(experiment, document)
+        return document
+    return run
 
 
-def _run_scaling(directory: RunDirectory, full: bool) -> dict:
-    document = scaling.measure(scaling.ScalingOptions() if full else scaling.ScalingOptions.quick(), directory)
-    scaling.render(document)
-    return document
-
-
-def _run_bigarray(directory: RunDirectory, full: bool) -> dict:
-    document = bigarray.measure(bigarray.BigarrayOptions() if full else bigarray.BigarrayOptions.quick(), directory)
-    bigarray.render(document)
-    return document
-
-
-SUITE = [
-    SuiteEntry("info", _run_info, _info_headline),
-    SuiteEntry("costs", _run_costs, lambda document: document["summary"].get("headline")),
-    SuiteEntry("scaling", _run_scaling, lambda document: document["summary"].get("headline")),
-    SuiteEntry("bigarray", _run_bigarray, lambda document: document["summary"].get("headline")),
-]
+SUITE = [SuiteEntry("info", _run_info, _info_headline)] + [
+    SuiteEntry(experiment.name, _experiment_runner(experiment), lambda document: document["summary"].get("headline"))
+    for experiment in REGISTRY.values() if experiment.in_suite]
 
 
 class RunCommand(Command):

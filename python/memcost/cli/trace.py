@@ -19,7 +19,7 @@ from .. import exit_codes, export, journal
 from ..console import console, warn
 from ..errors import MemcostError
 from ..results import RunDirectory, documents_of_host, make_document
-from . import arguments
+from .. import arguments
 from .base import Command, print_closing
 
 TRACEFS = "/sys/kernel/tracing"
@@ -99,15 +99,11 @@ def untraced_wall_s(command: list[str]) -> float:
 
 
 def render(document: dict, top: int) -> None:
-    from ..report import tables
+    from ..experiments import trace as experiment
+    from ..report.terminal import print_table
     summary, totals = document["summary"], document["summary"]["totals"]
-    for caption, headings, rows in tables.trace(summary, top):
-        table = Table(title=caption, title_justify="left")
-        for heading in headings:
-            table.add_column(heading, justify="left" if heading in ("site", "call", "memory allocated at") else "right")
-        for row in rows:
-            table.add_row(*[escape(cell) for cell in row])
-        console.print(table)
+    for table in experiment.tables(summary, top):
+        print_table(table)
     advice = [(row["site"], item) for row in summary["rows"] for item in row["advice"]]
     if advice:
         console.print("[bold]Advice[/bold] (what-if figures from this machine's measured costs)")

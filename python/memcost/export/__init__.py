@@ -10,7 +10,7 @@ FORMATS = {"json": json_format.write, "csv": csv_format.write, "markdown": markd
 
 
 def add_arguments(parser) -> None:
-    from ..cli.arguments import output_file
+    from ..arguments import output_file
     parser.add_argument("--export-json", type=output_file, metavar="PATH", help="also write the data as JSON")
     parser.add_argument("--export-csv", type=output_file, metavar="PATH", help="also write its rows as CSV")
     parser.add_argument("--export-markdown", type=output_file, metavar="PATH", help="also write its tables as Markdown")

@@ -23,16 +23,9 @@ def save(figure, directory: Path, stem: str) -> list[Path]:
 
 
 def draw(document: dict, directory: Path) -> list[Path]:
-    """Every figure of a results document, drawn from its summary."""
-    from . import bigarray, costs, scaling  # the experiment modules import this one
-
-    summary, host = document["summary"], document["context"].get("host", "")
-    if document["experiment"] == "costs":
-        return costs.parts_chart(summary, host, directory) + costs.threads_chart(summary, host, directory)
-    if document["experiment"] == "scaling":
-        return (scaling.totals_grid(summary["cases"], host, directory)
-                + scaling.totals_together(summary["cases"], host, directory)
-                + scaling.marginal(summary["cases"], host, directory))
-    if document["experiment"] == "bigarray":
-        return bigarray.strategies_chart(summary, host, directory)
-    return []
+    """Every figure of a results document, drawn from its summary by its experiment."""
+    from ..experiments import REGISTRY
+    experiment = REGISTRY.get(document["experiment"])
+    if experiment is None:
+        return []
+    return experiment.figures(document["summary"], document["context"].get("host", ""), directory)

@@ -6,7 +6,15 @@ from pathlib import Path
 
 from ..results import ResultsError, load_document
 
-EXPERIMENT_ORDER = ["info", "costs", "scaling", "bigarray", "trace"]
+from ..experiments import REGISTRY
+
+EXPERIMENT_ORDER = ["info", *REGISTRY]
+INFO_TITLE = "The machine"
+
+
+def title_of(name: str) -> str:
+    """A report section's title: the machine's, or the experiment's own."""
+    return INFO_TITLE if name == "info" else REGISTRY[name].title if name in REGISTRY else name
 
 
 def load_run(directory: Path) -> dict[str, dict]:

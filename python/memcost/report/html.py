@@ -5,10 +5,9 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import jinja2
-
 from ..results import write_atomically
-from . import flamegraph, interpret, tables
+from ..experiments import REGISTRY
+from . import tables, title_of
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en">
@@ -51,16 +50,11 @@ TEMPLATE = """<!DOCTYPE html>
 </html>
 """
 
-TITLES = {"info": "The machine", "costs": "What a large allocation costs (costs)",
-          "scaling": "Allocation cost against outstanding allocations (scaling)",
-          "bigarray": "Allocating and initializing a big array (bigarray)",
-          "trace": "What a program's allocations cost (trace)"}
-
-
 def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
     from .. import plots  # matplotlib loads only when a report is drawn
     result = []
     for name, document in documents.items():
+        experiment = REGISTRY.get(name)
         # Results copied without their figures (another machine, a test) get them redrawn.
         if any(not (directory / figure).exists() for figure in document["summary"].get("figures", [])):
             plots.draw(document, directory)
@@ -70,31 +64,20 @@ def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
             if figure.endswith(".png") and path.exists():
                 images.append({"name": figure, "data": base64.b64encode(path.read_bytes()).decode("ascii")})
         result.append({
-            "name": name, "title": TITLES.get(name, name),
-            "interpretation": interpret.interpret(document),
+            "name": name, "title": title_of(name),
+            "interpretation": experiment.interpret(document["summary"]) if experiment else [],
             "images": images,
             # Drawn here, from our own data and escaped text: safe to inline.
-            "drawings": [flamegraph_of(document)] if name == "trace" else [],
-            "tables": tables.info(document) if name == "info" else tables.tables_for(document),
-            "notes": document["summary"].get("notes", []) if name == "info" else [],
+            "drawings": experiment.drawings(document) if experiment else [],
+            "tables": experiment.tables(document["summary"]) if experiment else tables.info(document),
+            "notes": experiment.notes(document["summary"]) if experiment else document["summary"].get("notes", []),
             "warnings": [w["message"] for w in document.get("warnings", [])],
         })
     return result
 
 
-def flamegraph_of(document: dict) -> str:
-    """Estimated fault time by allocation stack (each site's stack, root first)."""
-    from ..analysis.trace import frame_name
-    stacks = {}
-    for sample in document["samples"]:
-        if sample["case"].get("record") == "stack":
-            stacks[sample["metrics"]["stack"]] = sample["metrics"]["frames"]
-    flames = [([frame_name(frame) for frame in reversed(stacks.get(row["stack"], []))], row["fault_ms"])
-              for row in document["summary"]["rows"]]
-    return flamegraph.svg(flames, "Estimated fault time by allocation stack (ms); hover for figures", "ms")
-
-
 def write(documents: dict[str, dict], directory: Path) -> Path:
+    import jinja2  # loads only when a report is written
     first = next(iter(documents.values()))
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     page = environment.from_string(TEMPLATE).render(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..results import write_atomically
-from . import interpret, tables
-from .html import TITLES
+from ..experiments import REGISTRY
+from . import tables, title_of
 
 
 def table_markdown(caption: str, headings: list[str], rows: list[list[str]]) -> str:
@@ -21,9 +21,10 @@ def render(documents: dict[str, dict]) -> str:
     first = next(iter(documents.values()))
     parts = [f"# memcost — {first['context'].get('host', '')}\n"]
     for name, document in documents.items():
-        parts.append(f"## {TITLES.get(name, name)}\n")
-        parts += [sentence + "\n" for sentence in interpret.interpret(document)]
-        found = tables.info(document) if name == "info" else tables.tables_for(document)
+        experiment = REGISTRY.get(name)
+        parts.append(f"## {title_of(name)}\n")
+        parts += [sentence + "\n" for sentence in (experiment.interpret(document["summary"]) if experiment else [])]
+        found = experiment.tables(document["summary"]) if experiment else tables.info(document)
         parts += [table_markdown(*table) for table in found]
     return "\n".join(parts)
 

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..hugepool import PAGE_SIZES
-from ..units import parse_size, parse_size_list
+from .hugepool import PAGE_SIZES
+from .units import parse_size, parse_size_list
 
 
 def size(text: str) -> int:

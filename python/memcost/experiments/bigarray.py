@@ -1,0 +1,159 @@
+"""bigarray: allocate and initialize one big array by every common strategy, against the
+machine's limit (docs/bigarray.md; src/probe/experiments/bigarray.cpp; analysis/bigarray.py;
+plots/bigarray.py)."""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Optional
+
+from .. import arguments
+from ..units import format_bytes
+from .base import Comparison, Experiment, Option, Table, comma_list, number
+from .shared import budget_option, finish, hugepage_options
+
+INITS = ["zero", "value"]
+# Other allocators, preloaded into the probe when their library is installed.
+ALLOCATORS = {
+    "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
+    "mimalloc": ("libmimalloc.so.2*", "libmimalloc2.0"),
+    "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
+}
+LIBRARY_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"]
+GLIBC_HUGE = ("glibc hugetlb=1", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})
+
+OPTIONS = [
+    Option("size", "array size (default 1G, capped by the budget; 8G and more for the big picture)",
+           quick=512 << 20, parse=arguments.size, metavar="SIZE"),
+    Option("inits", "zero, value (default both)", default=list(INITS), parse=arguments.choice_list(INITS),
+           metavar="LIST", to_probe=comma_list),
+    Option("strategies", "only strategies whose names contain one of these", metavar="LIST"),
+    # Five, so that `memcost compare` can test each row (it needs four) and medians hold;
+    # at 1 GiB the whole run stays under three minutes here.
+    Option("reps", "repetitions per strategy (default 5: enough for `memcost compare`, which needs 4; --quick 4)",
+           default=5, quick=4, parse=arguments.positive_int),
+    Option("no_allocators", "skip the runs under other allocators", flag_only=True, to_probe=None),
+    budget_option(),
+    *hugepage_options(),
+]
+
+
+def find_library(pattern: str) -> Optional[str]:
+    for directory in LIBRARY_DIRS:
+        matches = sorted(glob.glob(os.path.join(directory, pattern)))
+        if matches:
+            return matches[0]
+    return None
+
+
+def _variants(values: dict) -> tuple[list[tuple[str, dict]], list[dict]]:
+    """(label, environment) for each extra run of the libc strategies, and notes on what is missing."""
+    variants, notes_ = [], []
+    if values.get("no_allocators"):
+        return variants, notes_
+    for name, (pattern, package) in ALLOCATORS.items():
+        library = find_library(pattern)
+        if library:
+            variants.append((name, {"LD_PRELOAD": library}))
+        else:
+            notes_.append({"code": "allocator_absent",
+                           "message": f"{name} is not installed, so its rows are skipped (Debian: apt-get install {package})"})
+    variants.append(GLIBC_HUGE)
+    return variants, notes_
+
+
+def measure(values: dict, directory) -> dict:
+    from ..analysis import bigarray as analysis  # numpy loads only when measuring
+    from ..hugepool import reserved_for_run
+    from ..runner import run_with_progress
+    variants, missing = _variants(values)
+    params = {**values, "allocators": [label for label, _ in variants]}
+    with reserved_for_run(values.get("reserve_hugepages"), values.get("hugepage_size", "2M"), params):
+        run = run_with_progress("bigarray", EXPERIMENT.probe_arguments(values), "bigarray")
+        samples = list(run.samples)
+        for label, extra_env in variants:
+            # Zero-init only: the allocator decides how memory arrives; the value pass is the same code.
+            extra = run_with_progress("bigarray", EXPERIMENT.probe_arguments({**values, "inits": ["zero"]})
+                                      + ["--libc-only", "--label", label], f"bigarray ({label})",
+                                      env={**os.environ, **extra_env})
+            samples += extra.samples
+    summary = analysis.summarize(samples)
+    unverified = [{"code": "not_verified", "message": f"{row['strategy']} ({row['init']}): sampled elements did not "
+                                                      "hold the expected value; its row is not trustworthy"}
+                  for row in summary["rows"] if not row["verified"]]
+    return finish(EXPERIMENT, run.context, params, samples, summary, list(run.warnings) + missing + unverified, directory)
+
+
+def tables(summary: dict) -> list[Table]:
+    result: list[Table] = []
+    limit = summary.get("limit_gb_per_s")
+    for init in INITS:
+        rows = [r for r in summary["rows"] if r["init"] == init]
+        if rows:
+            caption = (f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked (limit {limit:.1f} GB/s)"
+                       if limit else f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked")
+            result.append((caption, ["#", "strategy", "seconds", "GB/s", "of limit", "faults", "huge", "first 1 %", "free s"],
+                           [[str(r["rank"]), r["strategy"], number(r["median_s"], 3), number(r["gb_per_s"], 1),
+                             "n/a" if r["ratio_to_limit"] is None else f"{r['ratio_to_limit']:.0%}", number(r["faults"]),
+                             "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
+                             "" if r["first_percent_s"] is None else f"{r['first_percent_s']:.3f} s",
+                             number(r["free_s"], 3)] for r in rows]))
+    return result
+
+
+def notes(summary: dict) -> list[str]:
+    choice = summary.get("auto_choice")
+    if not choice:
+        return []
+    lines = [f"make_big_array auto {choice['why']}"]
+    for init in INITS:
+        if init in choice:
+            placed = choice[init]
+            lines.append(f"  {init}: rank {placed['rank']} of {placed['of']}, "
+                         f"{placed['slower_than_fastest_percent']:+.0f}% against the fastest ({placed['fastest']})")
+    return lines
+
+
+def interpret(summary: dict) -> list[str]:
+    rows = summary["rows"]
+    if not rows:
+        return []
+    sentences = [summary["headline"][0].upper() + summary["headline"][1:] + "."]
+    choice = summary.get("auto_choice")
+    if choice and "zero" in choice:
+        sentences.append(f"memcost::make_big_array {choice['why']}, and ranked {choice['zero']['rank']} of "
+                         f"{choice['zero']['of']} for zero initialization.")
+    zero = [r for r in rows if r["init"] == "zero"]
+    if zero and summary.get("limit_gb_per_s"):
+        sentences.append(f"The best zero initialization reached {zero[0]['ratio_to_limit']:.0%} of this machine's "
+                         f"limit ({summary['limit_gb_per_s']:.1f} GB/s, a parallel memset of memory already faulted in).")
+    return sentences
+
+
+def _compared(sample: dict) -> Optional[tuple[tuple, list[float]]]:
+    case = sample["case"]
+    if case.get("part") != "strategy":
+        return None
+    allocator = case.get("allocator") or ""
+    name = case["strategy"] + (f" ({allocator})" if allocator and allocator != "glibc" else "")
+    return (name, case["init"]), [sample["metrics"]["elapsed_s"]]
+
+
+def _figures(summary: dict, host: str, folder):
+    from ..plots import bigarray as plots
+    return plots.strategies_chart(summary, host, folder)
+
+
+EXPERIMENT = Experiment(
+    name="bigarray",
+    title="Allocating and initializing a big array (bigarray)",
+    summary="Allocate and initialize one big array by every common strategy, against the machine's limit.",
+    options=OPTIONS,
+    measure=measure,
+    figures=_figures,
+    tables=tables,
+    notes=notes,
+    interpret=interpret,
+    comparison=Comparison("seconds", ("strategy", "init"), _compared),
+)

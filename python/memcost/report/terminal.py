@@ -1,0 +1,34 @@
+"""The terminal reporter: an experiment's tables and the lines under them, as rich tables."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table as RichTable
+
+from ..console import console
+from ..experiments.base import Table
+
+# Columns of names, read left-aligned; the rest are figures, right-aligned.
+TEXT_HEADINGS = {"page", "route", "size", "strategy", "block", "placement", "shape", "commit", "class", "site", "call",
+                 "who wrote it", "memory allocated at", "churn"}
+
+
+def print_table(table: Table) -> None:
+    caption, headings, rows = table
+    shown = RichTable(title=caption, title_justify="left")
+    for heading in headings:
+        shown.add_column(heading, justify="left" if heading in TEXT_HEADINGS else "right")
+    for row in rows:
+        shown.add_row(*[escape(str(cell)) for cell in row])
+    console.print(shown)
+
+
+def render(experiment, document: dict) -> None:
+    """Tables, the lines under them, then the warnings, the headline and where the results are."""
+    from ..cli.base import print_closing
+    summary = document["summary"]
+    for table in experiment.tables(summary):
+        print_table(table)
+    for line in experiment.notes(summary):
+        console.print(f"  {line}", markup=False)
+    print_closing(document)
