@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -227,6 +228,26 @@ struct TaskTime {
   std::uint64_t run_ns = 0;
 };
 [[nodiscard]] std::optional<std::vector<TaskTime>> other_tasks_cpu();  // sorted by tid
+// The kernel's memory counters by name (Linux: /proc/vmstat); absent where there are none.
+[[nodiscard]] std::optional<std::map<std::string, std::uint64_t>> vmstat();
+
+// One process's fault and CPU counters, cumulative since it started.
+struct ProcessSample {
+  int pid = 0;
+  std::string name;
+  std::uint64_t minor_faults = 0;
+  std::uint64_t major_faults = 0;
+  std::uint64_t user_ns = 0;    // clock-tick resolution (10 ms)
+  std::uint64_t system_ns = 0;  // clock-tick resolution (10 ms)
+  std::uint64_t rss_bytes = 0;
+};
+struct ProcessScan {
+  std::vector<ProcessSample> processes;
+  std::size_t unreadable = 0;  // asked for or listed, but gone or not ours to read
+};
+// Every process (`pids` empty) or those named. Absent where processes cannot be listed (Windows, for now).
+[[nodiscard]] std::optional<ProcessScan> scan_processes(const std::vector<int>& pids);
+
 // The name the kernel gives a task ("kworker/1:2-mm_percpu_wq"); absent when it is gone.
 [[nodiscard]] std::optional<std::string> task_name(int tid);
 

@@ -489,6 +489,59 @@ std::optional<std::vector<TaskTime>> other_tasks_cpu() {
 
 bool top_down_on_request() { return false; }
 
+std::optional<std::map<std::string, std::uint64_t>> vmstat() {
+  std::ifstream file("/proc/vmstat");
+  if (!file) return std::nullopt;
+  std::map<std::string, std::uint64_t> counters;
+  std::string name;
+  std::uint64_t value = 0;
+  while (file >> name >> value) counters[name] = value;
+  return counters;
+}
+
+namespace {
+std::optional<ProcessSample> process_sample(int pid) {
+  auto stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  // "pid (comm) state ...": comm may hold spaces and parentheses, so split at the last ')'.
+  auto open = stat->find('(');
+  auto close = stat->rfind(')');
+  if (open == std::string::npos || close == std::string::npos) return std::nullopt;
+  ProcessSample sample;
+  sample.pid = pid;
+  sample.name = stat->substr(open + 1, close - open - 1);
+  std::istringstream fields(stat->substr(close + 2));
+  std::string field;
+  // Field 3 is the state; minflt 10, majflt 12, utime 14, stime 15, rss 24 (pages).
+  for (int index = 3; index <= 24 && fields >> field; ++index) {
+    if (index == 10) sample.minor_faults = std::stoull(field);
+    if (index == 12) sample.major_faults = std::stoull(field);
+    if (index == 14) sample.user_ns = ticks_to_ns(std::stoull(field));
+    if (index == 15) sample.system_ns = ticks_to_ns(std::stoull(field));
+    if (index == 24) sample.rss_bytes = std::stoull(field) * base_page_size();
+  }
+  return sample;
+}
+}  // namespace
+
+std::optional<ProcessScan> scan_processes(const std::vector<int>& pids) {
+  ProcessScan scan;
+  std::vector<int> wanted = pids;
+  if (wanted.empty()) {
+    DIR* proc = opendir("/proc");
+    if (!proc) return std::nullopt;
+    while (dirent* entry = readdir(proc)) {
+      if (std::isdigit(static_cast<unsigned char>(entry->d_name[0]))) wanted.push_back(std::atoi(entry->d_name));
+    }
+    closedir(proc);
+  }
+  for (int pid : wanted) {
+    if (auto sample = process_sample(pid)) scan.processes.push_back(std::move(*sample));
+    else ++scan.unreadable;
+  }
+  return scan;
+}
+
 std::optional<std::string> task_name(int tid) {
   std::ifstream file("/proc/" + std::to_string(tid) + "/comm");
   std::string name;

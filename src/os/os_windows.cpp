@@ -232,6 +232,8 @@ std::optional<MachineTimes> machine_times() {
 std::optional<KernelThreadTimes> kernel_thread_times() { return std::nullopt; }
 std::optional<bool> free_page_reporting() { return std::nullopt; }
 bool top_down_on_request() { return true; }
+std::optional<std::map<std::string, std::uint64_t>> vmstat() { return std::nullopt; }
+std::optional<ProcessScan> scan_processes(const std::vector<int>&) { return std::nullopt; }
 std::optional<std::string> task_name(int) { return std::nullopt; }
 // Windows counts no TLB-shootdown interrupts where a program can read them.
 std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu() { return std::nullopt; }

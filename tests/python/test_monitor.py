@@ -183,6 +183,6 @@ def test_the_kernel_count_moves_for_anonymous_memory_and_not_for_copies_of_the_p
 
 def test_without_the_kernel_count_the_figure_is_an_upper_bound_and_says_why():
     record = Sampler(pids=[]).zeroing({"minor_faults_per_s": 1000.0, "thp_faults_per_s": 0.0})
-    assert record["kernel_zeroed_mb_per_s"] is None and record["kernel_count_note"] == "not asked for"
+    assert record["kernel_zeroed_mb_per_s"] is None and record["kernel_count_note"] == "not counted"
     assert record["upper_bound_mb_per_s"] == pytest.approx(1000 * os.sysconf("SC_PAGE_SIZE") / (1 << 20))
     assert "file-backed" in record["upper_bound_why"]

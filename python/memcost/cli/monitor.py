@@ -3,76 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Optional
 
-from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
-
-from .. import exit_codes
+from .. import arguments, exit_codes
 from ..console import console
-from ..monitor.sampler import CostModel, Sampler
-from ..monitor.zeroing import KernelZeroingStream
 from ..errors import MemcostError
-from ..units import format_bytes
-from .. import arguments
+from ..monitor.sampler import CostModel, Sampler
+from ..monitor.sinks import sinks_for
+from ..monitor.stream import MonitorStream
 from .base import Command
-
-MACHINE_LABELS = [("minor_faults_per_s", "minor faults/s"), ("major_faults_per_s", "major faults/s"),
-                  ("pages_allocated_per_s", "pages allocated/s"), ("pages_freed_per_s", "pages freed/s"),
-                  ("thp_faults_per_s", "THP faults/s"), ("thp_fallbacks_per_s", "THP fallbacks/s"),
-                  ("thp_collapses_per_s", "THP collapses/s"), ("compaction_stalls_per_s", "compaction stalls/s"),
-                  ("pages_reclaimed_per_s", "pages reclaimed/s")]
-CSV_FIELDS = ["time", "interval_s"] + [name for name, _ in MACHINE_LABELS] + [
-    "system_percent", "steal_percent", "kswapd_percent", "khugepaged_percent", "kcompactd_percent", "kworker_percent",
-    "kernel_zeroed_mb_per_s", "upper_bound_zeroed_mb_per_s", "estimated_zeroing_cpu_percent"]
-
-
-def _value(value, digits: int = 0) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
-def view(record: dict) -> Table:
-    table = Table(title=f"memcost monitor — every {record['interval_s']:.1f} s", title_justify="left", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value", justify="right")
-    for name, label in MACHINE_LABELS:
-        table.add_row(label, _value(record["machine"][name]))
-    cpu = record["cpu"]
-    table.add_row("system CPU / steal", f"{_value(cpu['system_percent'], 1)} % / {_value(cpu['steal_percent'], 1)} % of a core")
-    table.add_row("kswapd / khugepaged / kcompactd / kworkers",
-                  " / ".join(f"{_value(cpu[f'{k}_percent'], 1)} %" for k in ("kswapd", "khugepaged", "kcompactd", "kworker")))
-    zeroing = record["zeroing"]
-    table.add_row("zeroed by the kernel (its count)",
-                  f"{_value(zeroing['kernel_zeroed_mb_per_s'], 1)} MB/s" if zeroing["kernel_zeroed_mb_per_s"] is not None
-                  else f"n/a: {escape(zeroing['kernel_count_note'] or '')}")
-    table.add_row("zeroed at most (from faults)", f"{_value(zeroing['upper_bound_mb_per_s'], 1)} MB/s, an upper bound")
-    table.add_row("estimated zeroing cost",
-                  f"{_value(zeroing['estimated_cpu_percent'], 1)} % of a core ({zeroing['estimate_basis']}; "
-                  f"cost per fault from {escape(zeroing['source'])})"
-                  if zeroing["estimated_cpu_percent"] is not None else escape(zeroing["note"]))
-    for process in record["processes"]:
-        table.add_row(f"  {escape(process['comm'])} ({process['pid']})",
-                      f"{_value(process['minor_faults_per_s'])} faults/s, RSS {format_bytes(process['rss_growth_bytes_per_s'])}/s, "
-                      f"system {_value(process['system_cpu_percent'], 1)} %")
-    if record["hidden_processes"]:
-        table.add_row("not readable or gone", f"{record['hidden_processes']} processes")
-    return table
-
-
-def csv_row(record: dict) -> dict:
-    return {"time": record["time"], "interval_s": record["interval_s"], **record["machine"],
-            **{k: v for k, v in record["cpu"].items()},
-            "kernel_zeroed_mb_per_s": record["zeroing"]["kernel_zeroed_mb_per_s"],
-            "upper_bound_zeroed_mb_per_s": record["zeroing"]["upper_bound_mb_per_s"],
-            "estimated_zeroing_cpu_percent": record["zeroing"]["estimated_cpu_percent"]}
 
 
 def serve_address(text: str) -> tuple[str, int]:
@@ -108,55 +52,31 @@ class MonitorCommand(Command):
                             help="run COMMAND and monitor it until it exits")
 
     def run(self, args: argparse.Namespace) -> int:
-        if not Path("/proc/vmstat").exists():
-            raise MemcostError("memcost monitor reads /proc/vmstat, which this system does not have (Linux only)",
-                               exit_codes.UNSUPPORTED)
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        # The kernel's own count of zeroed pages comes from a probe beside the monitor (root only);
-        # counting before the command starts, so that none of its work comes before the first count.
-        stream = KernelZeroingStream(args.interval)
-        stream.wait_ready()
-        try:
-            child: Optional[subprocess.Popen] = start_command(command) if command else None
-        except MemcostError:
-            stream.close()
-            raise
-        pids = list(args.pid or []) + ([child.pid] if child else [])
-        sampler = Sampler(pids=pids or None, top=args.top, cost=CostModel.load(args.results_dir), kernel_zeroing=stream)
-        exporter = None
-        if args.serve:
-            from ..monitor.prometheus import Exporter
-            exporter = Exporter(*args.serve)
-        csv_file = args.csv.open("a", newline="") if args.csv else None
-        writer = csv.DictWriter(csv_file, fieldnames=CSV_FIELDS, extrasaction="ignore") if csv_file else None
-        if writer and csv_file.tell() == 0:
-            writer.writeheader()
-        live = Live(console=console, auto_refresh=False) if console.is_terminal and not args.json and not args.once else None
+        # The probe samples; its first sample comes before the command starts, so none of the
+        # command's work falls before the first reading.
+        stream = MonitorStream(args.interval)
         started = time.monotonic()
+        sinks: list = []
+        child: Optional[subprocess.Popen] = None
         exit_code = exit_codes.OK
         ended = None  # (wait status, rusage) of the command once it exits
         try:
-            if live:
-                live.start()
-            previous = sampler.read()
+            previous = stream.next_reading()
+            child = start_command(command) if command else None
+            pids = list(args.pid or []) + ([child.pid] if child else [])
+            stream.pids = pids or None
+            sampler = Sampler(pids=stream.pids, top=args.top, cost=CostModel.load(args.results_dir),
+                              zeroing_method=stream.zeroing_method, zeroing_unavailable=stream.zeroing_unavailable)
+            sampler.page_bytes = stream.page_bytes() or sampler.page_bytes
+            sampler.huge_bytes = stream.thp_bytes() or sampler.huge_bytes
+            sinks = sinks_for(args, watching_a_command=child is not None)
             while True:
-                time.sleep(args.interval)
-                current = sampler.read()
-                sampler.page_bytes = stream.page_bytes() or sampler.page_bytes
-                sampler.huge_bytes = stream.thp_bytes() or sampler.huge_bytes
+                current = stream.next_reading()
                 record = sampler.interval(previous, current)
                 previous = current
-                if exporter:
-                    exporter.update(record)
-                if writer:
-                    writer.writerow(csv_row(record))
-                    csv_file.flush()
-                if args.json:
-                    print(json.dumps(record), flush=True)
-                elif live:
-                    live.update(view(record), refresh=True)
-                elif args.once or not child:
-                    console.print(view(record))
+                for sink in sinks:
+                    sink.write(record)
                 if args.once or (args.duration and time.monotonic() - started >= args.duration):
                     break
                 if child and ended is None:
@@ -168,12 +88,8 @@ class MonitorCommand(Command):
             exit_code = exit_codes.INTERRUPTED
         finally:
             stream.close()
-            if live:
-                live.stop()
-            if exporter:
-                exporter.close()
-            if csv_file:
-                csv_file.close()
+            for sink in sinks:
+                sink.close()
         if child:
             if ended is None:
                 # Stopped first (--duration, --once, Ctrl-C): the command gets the same end. Not

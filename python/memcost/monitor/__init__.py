@@ -1,1 +1,1 @@
-"""Live page-fault and page-zeroing activity (Linux): readers of /proc, and the sampler."""
+"""Live page-fault and page-zeroing activity (Linux): the stream of `memcost-probe monitor` samples, the sampler that turns them into rates, and the sinks."""

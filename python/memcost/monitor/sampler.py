@@ -1,7 +1,8 @@
-"""Two readings of the counters make one interval record of rates."""
+"""Two readings of the counters (samples of `memcost-probe monitor`) make one interval record of rates."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -10,10 +11,9 @@ from typing import Optional
 
 from ..analysis.derived import largest_os_row
 from ..results import documents_of_host
-from . import procfs
-from .zeroing import KernelZeroingStream, ZeroedCount
+from .stream import Reading
 
-KERNEL_THREADS = {"kswapd": "kswapd", "khugepaged": "khugepaged", "kcompactd": "kcompactd", "kworker": "kworker"}
+KERNEL_THREADS = ("kswapd", "khugepaged", "kcompactd", "kworker")
 MACHINE_RATES = {
     # record name: (vmstat fields summed)
     "major_faults_per_s": ("pgmajfault",),
@@ -38,16 +38,6 @@ def thp_bytes_here() -> int:
         return 2 * MB
 
 
-@dataclass
-class Reading:
-    time_s: float
-    vmstat: dict
-    cpu: dict
-    processes: dict  # pid -> ProcessStat
-    hidden: int
-    zeroed: Optional[ZeroedCount] = None  # the kernel's cumulative count, when it can be read
-
-
 def _delta(before: Optional[int], after: Optional[int]) -> Optional[int]:
     """A counter's growth; None when missing, or when it went backwards (wrap or reset)."""
     if before is None or after is None or after < before:
@@ -68,7 +58,7 @@ class CostModel:
             rows = document.get("summary", {}).get("rows", [])
             # That run's own page sizes, from its context; this machine's where the context lacks them.
             pages = (document.get("context") or {}).get("pages") or {}
-            page_bytes = pages.get("base_page_bytes") or procfs.PAGE_BYTES
+            page_bytes = pages.get("base_page_bytes") or os.sysconf("SC_PAGE_SIZE")
             huge_bytes = (pages.get("thp") or {}).get("pmd_size_bytes") or thp_bytes_here()
             model = cls(source=str(path))
             for page, faults_per_mb in (("base", MB / page_bytes), ("thp", MB / huge_bytes)):
@@ -86,20 +76,11 @@ class Sampler:
     pids: Optional[list[int]] = None  # None: every process
     top: int = 5
     cost: CostModel = field(default_factory=CostModel)
-    kernel_zeroing: Optional[KernelZeroingStream] = None
-    page_bytes: int = procfs.PAGE_BYTES
+    # How the kernel's zeroing was counted, or why it was not ("" until the stream says).
+    zeroing_method: Optional[str] = None
+    zeroing_unavailable: Optional[str] = None
+    page_bytes: int = field(default_factory=lambda: os.sysconf("SC_PAGE_SIZE"))
     huge_bytes: int = field(default_factory=thp_bytes_here)
-
-    def read(self) -> Reading:
-        processes, hidden = {}, 0
-        for pid in (self.pids if self.pids is not None else procfs.all_pids()):
-            stat = procfs.process_stat(pid)
-            if stat is None:
-                hidden += 1
-            else:
-                processes[pid] = stat
-        zeroed = self.kernel_zeroing.latest if self.kernel_zeroing else None
-        return Reading(time.monotonic(), procfs.vmstat(), procfs.cpu_ticks(), processes, hidden, zeroed)
 
     def interval(self, before: Reading, after: Reading) -> dict:
         seconds = max(after.time_s - before.time_s, 1e-9)
@@ -113,19 +94,15 @@ class Sampler:
         major = _delta(before.vmstat.get("pgmajfault"), after.vmstat.get("pgmajfault")) or 0
         machine["minor_faults_per_s"] = None if faults is None else rate(max(faults - major, 0))
 
-        ticks = lambda name: _delta(before.cpu.get(name), after.cpu.get(name))  # noqa: E731
-        percent_of_core = lambda t: None if t is None else 100.0 * t / procfs.TICKS_PER_S / seconds  # noqa: E731
-        cpu = {"system_percent": percent_of_core(ticks("system")), "steal_percent": percent_of_core(ticks("steal"))}
+        nanoseconds = lambda name: _delta(before.cpu.get(name), after.cpu.get(name))  # noqa: E731
+        percent_of_core = lambda ns: None if ns is None else 100.0 * ns / 1e9 / seconds  # noqa: E731
+        cpu = {"system_percent": percent_of_core(nanoseconds("system")),
+               "steal_percent": percent_of_core(nanoseconds("steal"))}
         for family in KERNEL_THREADS:
-            if self.pids is not None:
-                cpu[f"{family}_percent"] = None  # only the chosen processes were read: not measured
-                continue
-            total = 0
-            for pid, stat in after.processes.items():
-                old = before.processes.get(pid)
-                if old and stat.comm.startswith(family):
-                    total += max(stat.user_ticks + stat.system_ticks - old.user_ticks - old.system_ticks, 0)
-            cpu[f"{family}_percent"] = percent_of_core(total)
+            # With --pid or a command only those processes are watched: the threads were not, which is not 0 %.
+            threads = None if self.pids is not None or not before.kernel_threads or not after.kernel_threads else \
+                _delta(before.kernel_threads.get(family), after.kernel_threads.get(family))
+            cpu[f"{family}_percent"] = percent_of_core(threads)
 
         processes = []
         for pid, stat in after.processes.items():
@@ -137,7 +114,7 @@ class Sampler:
                               "major_faults_per_s": rate(max(stat.major_faults - old.major_faults, 0)),
                               "rss_growth_bytes_per_s": rate(stat.rss_bytes - old.rss_bytes) if stat.rss_bytes >= old.rss_bytes
                               else -rate(old.rss_bytes - stat.rss_bytes),
-                              "system_cpu_percent": percent_of_core(max(stat.system_ticks - old.system_ticks, 0))})
+                              "system_cpu_percent": percent_of_core(max(stat.system_ns - old.system_ns, 0))})
         processes.sort(key=lambda p: p["minor_faults_per_s"], reverse=True)
         return {"type": "interval", "time": time.time(), "interval_s": seconds, "machine": machine, "cpu": cpu,
                 "zeroing": self.zeroing(machine, self.kernel_rates(before, after)), "processes": processes[: self.top],
@@ -169,11 +146,9 @@ class Sampler:
             result.update(kernel_zeroed_mb_per_s=(kernel["base_pages_per_s"] * self.page_bytes
                                                   + (huge or 0.0) * self.huge_bytes) / MB,
                           kernel_larger_blocks_per_s=kernel["larger_blocks_per_s"],
-                          kernel_count_method=f"{self.kernel_zeroing.method} + vmstat thp_fault_alloc")
+                          kernel_count_method=f"{self.zeroing_method} + vmstat thp_fault_alloc")
         else:
-            stream = self.kernel_zeroing
-            result["kernel_count_note"] = (stream.unavailable if stream and stream.unavailable else
-                                           "not counted yet" if stream else "not asked for")
+            result["kernel_count_note"] = self.zeroing_unavailable or "not counted"
         if self.cost.base_fault_us is None:
             result.update(estimated_cpu_percent=None,
                           note="no `memcost costs` result for this machine: run `memcost costs --quick` to measure "

@@ -1,8 +1,11 @@
-// `memcost-probe monitor`: streams what the front end's live monitor cannot read
-// from /proc itself — the kernel's own count of the pages it zeroed as it handed
-// them out — as one sample per interval, cumulative since the start, until
-// --duration ends or the front end stops the probe.
+// `memcost-probe monitor`: the samples behind `memcost monitor`, streamed. Every
+// --interval-ms one `sample` with the machine's cumulative counters — /proc/vmstat,
+// CPU time by kind, the memory-management kernel threads, each watched process —
+// and, where the kernel lets the probe count them, the pages it zeroed as it handed
+// them out. The front end turns consecutive samples into rates; the probe only reads.
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "memcost/measure.hpp"
@@ -13,34 +16,74 @@ namespace memcost::probe {
 namespace {
 
 struct Settings {
-  int interval_ms = 250;
+  int interval_ms = 1000;
   double duration_s = 0.0;  // 0: until stopped
+  std::vector<int> pids;    // empty: every process
+  bool processes = true;
 };
+
+json machine_cpu() {
+  auto cpu = os::machine_times();
+  if (!cpu) return nullptr;
+  return {{"user_ns", cpu->user_ns},     {"system_ns", cpu->system_ns}, {"irq_ns", cpu->irq_ns},
+          {"softirq_ns", cpu->softirq_ns}, {"idle_ns", cpu->idle_ns},
+          {"steal_ns", cpu->steal_available ? json(cpu->steal_ns) : json(nullptr)}};
+}
+
+json kernel_threads() {
+  auto threads = os::kernel_thread_times();
+  if (!threads) return nullptr;
+  return {{"kswapd", threads->kswapd_ns}, {"khugepaged", threads->khugepaged_ns},
+          {"kcompactd", threads->kcompactd_ns}, {"kworker", threads->kworker_ns}};
+}
 
 Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
   command.add_option("--interval-ms", settings->interval_ms, "milliseconds between samples")->check(CLI::Range(10, 3600000));
   command.add_option("--duration", settings->duration_s, "seconds to run (default: until stopped)")
       ->check(CLI::Range(0.0, 1e7));
+  command.add_option("--pid", settings->pids, "only these processes (repeatable; default every process)")
+      ->check(CLI::Range(1, 1 << 30));
+  command.add_flag("!--no-processes", settings->processes, "no per-process counters");
   return [settings](Emitter& emitter) {
-    os::ZeroingCounter counter;
-    if (!counter.status().ok()) {
-      throw ProbeError(exit_unsupported, "zeroing_count_unavailable",
-                       "the kernel's count of zeroed pages cannot be read here (" + counter.status().message() +
-                           "); it needs root or CAP_PERFMON and tracefs");
+    const Settings& s = *settings;
+    os::ZeroingCounter zeroing;
+    if (!zeroing.status().ok()) {
+      emitter.warning("zeroing_count_unavailable",
+                      "the kernel's count of zeroed pages cannot be read here (" + zeroing.status().message() +
+                          "); it needs root or CAP_PERFMON and tracefs");
+    }
+    if (!os::vmstat()) {
+      throw ProbeError(exit_unsupported, "not_supported_here", "this system has no /proc/vmstat to monitor (Linux only)");
     }
     const auto start = measure::now_ns();
-    const auto interval = std::chrono::milliseconds(settings->interval_ms);
     for (std::uint64_t sequence = 0;; ++sequence) {
-      auto counts = counter.read();
-      auto now = measure::now_ns();
-      if (!counts) throw ProbeError(exit_failure, "zeroing_count_failed", "reading the zeroed-page counters failed");
-      emitter.sample({{"part", "zeroing"}, {"sequence", sequence}},
-                     {{"elapsed_ns", now - start},
-                      {"zeroed_base_pages", counts->base_pages},
-                      {"zeroed_larger_blocks", counts->larger_blocks},
-                      {"method", os::ZeroingCounter::method()}});
-      if (settings->duration_s > 0 && static_cast<double>(now - start) / 1e9 >= settings->duration_s) return;
-      std::this_thread::sleep_for(interval);
+      json metrics = {{"vmstat", *os::vmstat()}, {"cpu", machine_cpu()}, {"kernel_threads_ns", kernel_threads()}};
+      if (s.processes) {
+        auto scan = os::scan_processes(s.pids);
+        json processes = json::array();
+        if (scan) {
+          for (const auto& p : scan->processes) {
+            processes.push_back({{"pid", p.pid}, {"name", p.name}, {"minor_faults", p.minor_faults},
+                                 {"major_faults", p.major_faults}, {"user_ns", p.user_ns}, {"system_ns", p.system_ns},
+                                 {"rss_bytes", p.rss_bytes}});
+          }
+        }
+        metrics["processes"] = processes;
+        metrics["unreadable_processes"] = scan ? scan->unreadable : 0;
+      }
+      if (auto zeroed = zeroing.read()) {
+        metrics["zeroed_base_pages"] = zeroed->base_pages;
+        metrics["zeroed_larger_blocks"] = zeroed->larger_blocks;
+        metrics["zeroing_method"] = os::ZeroingCounter::method();
+      }
+      const auto now = measure::now_ns();
+      metrics["elapsed_ns"] = now - start;
+      emitter.sample({{"part", "monitor"}, {"sequence", sequence}}, metrics);
+      if (s.duration_s > 0 && static_cast<double>(now - start) / 1e9 >= s.duration_s) return;
+      // Sample on a fixed grid, so that reading /proc does not stretch the intervals.
+      const auto next = start + (sequence + 1) * static_cast<std::uint64_t>(s.interval_ms) * 1'000'000ULL;
+      const auto after = measure::now_ns();
+      if (next > after) std::this_thread::sleep_for(std::chrono::nanoseconds(next - after));
     }
   };
 }
@@ -48,7 +91,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
 }  // namespace
 
 Experiment monitor_experiment() {
-  return {"monitor", "The kernel's own count of pages it zeroed, streamed (for `memcost monitor`)",
+  return {"monitor", "Stream the machine's memory counters for `memcost monitor` (Linux)",
           [](CLI::App& command) { return attach(command, std::make_shared<Settings>()); }};
 }
 
