@@ -31,6 +31,7 @@ class ProbeFailed(MemcostError):
 class ProbeRun:
     context: dict
     samples: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict)  # the values the probe ran with, its defaults included
     warnings: list = field(default_factory=list)
 
 
@@ -84,7 +85,8 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
             record = _parse_line(line)
             kind = record.get("type")
             if kind == "context":
-                run = ProbeRun(context={k: v for k, v in record.items() if k != "type"})
+                run = ProbeRun(context={k: v for k, v in record.items() if k not in ("type", "settings")},
+                               settings=record.get("settings", {}))
             elif kind == "progress" and on_progress:
                 on_progress(record["done"], record["total"], record.get("label", ""))
             elif kind == "sample" and run is not None:

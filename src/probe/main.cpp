@@ -10,6 +10,28 @@
 
 using namespace memcost::probe;
 
+namespace {
+
+// Every flag of a command with the value it runs with: as given, or its default.
+json settings_of(const CLI::App& command) {
+  json values = json::object();
+  for (const CLI::Option* option : command.get_options()) {
+    const std::string name = option->get_single_name();
+    if (name.empty() || name == "help" || option->get_positional()) continue;
+    if (option->count() > 0) {
+      const auto& given = option->results();
+      std::string joined;
+      for (const auto& item : given) joined += (joined.empty() ? "" : ",") + item;
+      values[name] = joined;
+    } else {
+      values[name] = option->get_default_str();
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Not fatal when unavailable: the probe only loses the guarantee, and says nothing on stdout.
   (void)memcost::os::exit_with_parent();
@@ -26,6 +48,8 @@ int main(int argc, char** argv) {
   std::vector<std::pair<CLI::App*, Runner>> commands;
   for (Experiment& experiment : experiments) {
     CLI::App* command = app.add_subcommand(experiment.name, experiment.summary);
+    // Defaults are shown in --help and written in the `settings` line: they live here only.
+    command->option_defaults()->always_capture_default();
     commands.emplace_back(command, experiment.attach(*command));
   }
 
@@ -55,7 +79,13 @@ int main(int argc, char** argv) {
   }
 
   try {
-    emitter.context(machine_context());
+    json context = machine_context();
+    for (auto& [command, runner] : commands) {
+      // The values the experiment runs with, given or default: its defaults live here only.
+      json values = command->parsed() ? settings_of(*command) : json::object();
+      if (!values.empty()) context["settings"] = values;
+    }
+    emitter.context(std::move(context));
     for (auto& [command, runner] : commands) {
       if (command->parsed()) runner(emitter);
     }

@@ -70,6 +70,14 @@ def test_elsewhere_is_never_negative_and_clamping_is_flagged(costs_run):
         assert row["elsewhere_us_per_mb"] >= 0
 
 
+def test_the_probes_own_defaults_are_recorded_beside_the_flags_given(costs_run):
+    _, document, _ = costs_run
+    settings = document["params"]["probe_settings"]
+    assert settings["reps"] == "3" and settings["sizes"] == "8388608,16777216"  # given
+    assert settings["settle-ms"] == "20" and settings["order"] == "blocks"  # the probe's defaults
+    assert document["params"]["order"] is None  # the front end holds no default of its own
+
+
 def test_summary_has_the_documented_fields(costs_run):
     _, document, _ = costs_run
     summary = document["summary"]

@@ -26,13 +26,13 @@ GLIBC_HUGE = ("glibc hugetlb=1", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})
 OPTIONS = [
     Option("size", "array size (default 1G, capped by the budget; 8G and more for the big picture)",
            quick=512 << 20, parse=arguments.size, metavar="SIZE"),
-    Option("inits", "zero, value (default both)", default=list(INITS), parse=arguments.choice_list(INITS),
+    Option("inits", "zero, value (default both)", parse=arguments.choice_list(INITS),
            metavar="LIST", to_probe=comma_list),
     Option("strategies", "only strategies whose names contain one of these", metavar="LIST"),
     # Five, so that `memcost compare` can test each row (it needs four) and medians hold;
     # at 1 GiB the whole run stays under three minutes here.
     Option("reps", "repetitions per strategy (default 5: enough for `memcost compare`, which needs 4; --quick 4)",
-           default=5, quick=4, parse=arguments.positive_int),
+           quick=4, parse=arguments.positive_int),
     Option("no_allocators", "skip the runs under other allocators", flag_only=True, to_probe=None),
     budget_option(),
     *hugepage_options(),
@@ -78,6 +78,7 @@ def measure(values: dict, directory) -> dict:
                                       + ["--libc-only", "--label", label], f"bigarray ({label})",
                                       env={**os.environ, **extra_env})
             samples += extra.samples
+    params["probe_settings"] = run.settings
     summary = analysis.summarize(samples)
     unverified = [{"code": "not_verified", "message": f"{row['strategy']} ({row['init']}): sampled elements did not "
                                                       "hold the expected value; its row is not trustworthy"}

@@ -28,15 +28,14 @@ def count_list(text: str) -> list[int]:
 OPTIONS = [
     Option("counts", "outstanding counts (default 4000,8000,...,64000; capped below vm.max_map_count)",
            quick=[2000 * step for step in range(1, 17)], parse=count_list, metavar="LIST", to_probe=comma_list),
-    Option("block_sizes", "block sizes (default 64K,264752,1M)", default=[64 << 10, 264752, 1 << 20],
-           quick=[64 << 10, 1 << 20], parse=arguments.size_list, metavar="LIST", to_probe=comma_list),
+    Option("block_sizes", "block sizes (default 64K,264752,1M)", quick=[64 << 10, 1 << 20], parse=arguments.size_list, metavar="LIST", to_probe=comma_list),
     Option("placements", "default, bottom-up, legacy (Linux); default, top-down (Windows)",
            parse=arguments.choice_list(PLACEMENTS), metavar="LIST", to_probe=comma_list),
-    Option("shapes", "mergeable, distinct (default both)", default=list(SHAPES), parse=arguments.choice_list(SHAPES),
+    Option("shapes", "mergeable, distinct (default both)", parse=arguments.choice_list(SHAPES),
            metavar="LIST", to_probe=comma_list),
-    Option("commits", "reserve, commit (default both)", default=list(COMMITS), parse=arguments.choice_list(COMMITS),
+    Option("commits", "reserve, commit (default both)", parse=arguments.choice_list(COMMITS),
            metavar="LIST", to_probe=comma_list),
-    Option("reps", "sweeps per case (default 2; --quick 1)", default=2, quick=1, parse=arguments.positive_int),
+    Option("reps", "sweeps per case (default 2; --quick 1)", quick=1, parse=arguments.positive_int),
     budget_option(),
 ]
 
@@ -56,7 +55,7 @@ def measure(values: dict, directory) -> dict:
     from ..errors import MemcostError
     from ..probe import ProbeFailed
     from ..runner import run_with_progress
-    samples, warnings, context = [], [], None
+    samples, warnings, context, settings = [], [], None, None
     for global_flags, placements in _runs(values):
         try:
             run = run_with_progress("scaling", EXPERIMENT.probe_arguments({**values, "placements": placements}),
@@ -70,6 +69,7 @@ def measure(values: dict, directory) -> dict:
         samples += run.samples
         warnings += [w for w in run.warnings if w not in warnings]
         context = context or run.context
+        settings = settings or run.settings
     # A case whose first block already failed measured nothing; its warning says why.
     measured = [sample for sample in samples if sample["metrics"].get("counts")]
     if not measured:
@@ -77,7 +77,7 @@ def measure(values: dict, directory) -> dict:
         raise MemcostError(f"no case could allocate even one block ({reason}): use smaller --block-sizes",
                            exit_codes.NOT_ENOUGH_MEMORY)
     summary = analysis.summarize(measured)
-    return finish(EXPERIMENT, context, dict(values), samples, summary, warnings, directory)
+    return finish(EXPERIMENT, context, {**values, "probe_settings": settings}, samples, summary, warnings, directory)
 
 
 def tables(summary: dict) -> list[Table]:

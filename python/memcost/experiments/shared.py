@@ -8,6 +8,10 @@ from .. import arguments
 from ..hugepool import PAGE_SIZES
 from .base import Experiment, Option
 
+# Options whose default is None are left to the probe, whose defaults are the only ones (it
+# writes the values it ran with in its `settings` line, kept in params["probe_settings"]); the
+# front end holds only the quick mode's values and what the probe never sees.
+
 
 def budget_option() -> Option:
     return Option("budget", "memory budget (default 80%% of available memory)", parse=arguments.size, metavar="SIZE")
@@ -31,6 +35,7 @@ def measure_simple(experiment: Experiment, values: dict, directory, summarize: C
     with reserved_for_run(values.get("reserve_hugepages"), values.get("hugepage_size", "2M"), params):
         run = run_with_progress(experiment.name, experiment.probe_arguments(values), experiment.name)
     summary, warnings = summarize(run.samples)
+    params["probe_settings"] = run.settings
     return finish(experiment, run.context, params, run.samples, summary, run.warnings + warnings, directory)
 
 

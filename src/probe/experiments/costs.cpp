@@ -446,6 +446,9 @@ json shootdown_cycle(bool with_threads, std::size_t size, unsigned cpus) {
   json metrics;
   std::thread owner([&] {
     (void)os::pin_current_thread(0);
+    // Opened before the writer threads exist, so that they inherit the counters: a shootdown's
+    // flush runs in whatever task the receiving CPU was running — here, a writer.
+    measure::PerfCounters counters;
     Buffer buffer = allocate(Route::os, os::PageKind::base, size);
     const unsigned others = with_threads ? cpus - 1 : 0;
     const std::size_t share = (size / (others + 1) + 4095) & ~std::size_t{4095};
@@ -475,10 +478,13 @@ json shootdown_cycle(bool with_threads, std::size_t size, unsigned cpus) {
     while (spinners.ready.load() < others) std::this_thread::yield();
 
     auto interrupts_before = os::tlb_shootdowns_per_cpu();
+    counters.start();
     auto t0 = measure::now_ns();
     release(buffer);
     auto t1 = measure::now_ns();
+    counters.stop();
     auto interrupts_after = os::tlb_shootdowns_per_cpu();
+    auto flushes = counters.read().at(os::perf_event_name(os::PerfEvent::tlb_flush_tracepoint));
     json calibration = others ? calibrate_one_shootdown(spinners) : json::object();
     spinners.stop = true;
     for (auto& worker : workers) worker.join();
@@ -488,6 +494,8 @@ json shootdown_cycle(bool with_threads, std::size_t size, unsigned cpus) {
     metrics = {{"free_after_touch_ns", t1 - t0},
                {"tlb_shootdowns", before_total && after_total ? json(*after_total - *before_total) : json(nullptr)},
                {"tlb_shootdowns_per_cpu", per_cpu_growth(interrupts_before, interrupts_after)}};
+    // tlb:tlb_flush in the process's own threads, every reason (local flushes too); where tracepoints are allowed.
+    if (flushes) metrics["tlb_flush_events"] = *flushes;
     metrics.update(calibration);
   });
   owner.join();
