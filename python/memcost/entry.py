@@ -20,6 +20,10 @@ def main() -> int:
     # SIGTERM takes the same clean path as Ctrl-C: pools and settings restored.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    from . import early_signals
+    if early_signals:  # it came while this module was loading
+        sys.stderr.write("memcost: error: interrupted before anything was done\n")
+        return 130
     try:
         from .cli import main as run_command
         code = run_command()

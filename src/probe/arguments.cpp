@@ -28,39 +28,58 @@ std::size_t parse_size(const std::string& text, const std::string& flag) {
   return static_cast<std::size_t>(value << shift);
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::string item;
-  for (char c : text + ",") {
-    if (c == ',') {
-      if (!item.empty()) items.push_back(item);
-      item.clear();
-    } else if (!std::isspace(static_cast<unsigned char>(c))) {
-      item += c;
-    }
-  }
-  return items;
+namespace {
+
+// CLI11 transformer: a size's text into its bytes, before CLI11 converts it to a number.
+CLI::Validator size_text(const std::string& flag) {
+  return CLI::Validator(
+      [flag](std::string& text) -> std::string {
+        try {
+          text = std::to_string(parse_size(text, flag));
+          return "";
+        } catch (const ProbeError& error) {
+          return error.what();
+        }
+      },
+      "SIZE");
 }
 
-std::vector<std::size_t> parse_sizes(const std::string& text, const std::string& flag) {
-  std::vector<std::size_t> sizes;
-  for (const auto& item : split_list(text)) sizes.push_back(parse_size(item, flag));
-  if (sizes.empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", flag + " needs at least one size, e.g. 8M,32M");
-  return sizes;
+}  // namespace
+
+CLI::Option* add_size_option(CLI::App& command, const std::string& flag, std::size_t& target,
+                             const std::string& default_text, const std::string& help) {
+  return command.add_option(flag, target, help)->transform(size_text(flag))->default_str(default_text);
 }
 
-std::vector<os::PageKind> parse_page_kinds(const std::string& text, const std::string& flag) {
-  std::vector<os::PageKind> kinds;
-  for (const auto& item : split_list(text)) {
-    auto kind = os::page_kind_from_name(item);
-    if (!kind) {
-      throw ProbeError(exit_bad_arguments, "bad_arguments",
-                       flag + " '" + item + "': unknown page kind; use base, thp, hugetlb-2M or hugetlb-1G");
-    }
-    kinds.push_back(*kind);
+CLI::Option* add_sizes_option(CLI::App& command, const std::string& flag, std::vector<std::size_t>& target,
+                              const std::string& default_text, const std::string& help) {
+  return command.add_option(flag, target, help)->delimiter(',')->transform(size_text(flag))->default_str(default_text);
+}
+
+CLI::Option* add_names_option(CLI::App& command, const std::string& flag, std::vector<std::string>& target,
+                              const std::vector<std::string>& allowed, const std::string& help) {
+  std::string shown;
+  for (const auto& name : target) shown += (shown.empty() ? "" : ",") + name;
+  return command.add_option(flag, target, help)->delimiter(',')->check(CLI::IsMember(allowed))->default_str(shown);
+}
+
+CLI::Option* add_page_kinds_option(CLI::App& command, const std::string& flag, std::vector<os::PageKind>& target,
+                                   const std::string& help) {
+  std::vector<std::pair<std::string, os::PageKind>> kinds;
+  std::string shown;
+  for (os::PageKind kind : {os::PageKind::base, os::PageKind::thp, os::PageKind::huge_2mb, os::PageKind::huge_1gb}) {
+    kinds.emplace_back(os::page_kind_name(kind), kind);
   }
-  if (kinds.empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", flag + " needs at least one page kind");
-  return kinds;
+  for (os::PageKind kind : target) shown += (shown.empty() ? "" : ",") + std::string(os::page_kind_name(kind));
+  return command.add_option(flag, target, help)->delimiter(',')->transform(named(kinds, "page kind"))->default_str(shown);
+}
+
+void run_plan(Emitter& emitter, const std::vector<Step>& plan) {
+  emitter.progress(0, plan.size(), "start");
+  for (std::size_t done = 0; done < plan.size(); ++done) {
+    plan[done].run();
+    emitter.progress(done + 1, plan.size(), plan[done].label);
+  }
 }
 
 std::string human_size(std::uint64_t bytes) {

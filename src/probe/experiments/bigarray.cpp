@@ -238,10 +238,11 @@ double limit_gb_per_s(std::size_t bytes, unsigned threads) {
   return static_cast<double>(bytes) / static_cast<double>(measure::now_ns() - start);
 }
 
+// Every flag, typed: CLI11 parses, checks and converts; the runner handles no strings.
 struct Settings {
-  std::string size = "1G";
-  std::string strategies_filter;
-  std::string inits = "zero,value";
+  std::size_t size = std::size_t{1} << 30;
+  std::vector<std::string> strategies_filter;
+  std::vector<std::string> inits = {"zero", "value"};
   std::string label = "glibc";
   std::string budget;
   int reps = 5;
@@ -258,118 +259,136 @@ bool verified(const WorkItem* items, std::size_t count, bool zero) {
   return matches(items[0], zero) && matches(items[count - 1], zero);
 }
 
-Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
-  command.add_option("--size", settings->size, "array size (default 1G, capped by the budget)");
-  command.add_option("--strategies", settings->strategies_filter, "only the strategies whose names contain one of these (comma-separated)");
-  command.add_option("--inits", settings->inits, "zero, value");
-  command.add_option("--reps", settings->reps, "repetitions per strategy")->check(CLI::Range(1, 100));
-  command.add_option("--limit-reps", settings->limit_reps, "repetitions of the limit measurement")->check(CLI::Range(1, 100));
-  command.add_option("--threads", settings->threads, "threads for parallel strategies (default: all CPUs)");
-  command.add_option("--label", settings->label, "the allocator the libc strategies run on (for the rows)");
-  command.add_flag("--libc-only", settings->libc_only, "only the strategies that go through malloc/new (for other allocators)");
-  command.add_option("--budget", settings->budget, "memory budget (default 80% of available memory)");
-  return [settings, &command](Emitter& emitter) {
-    const Settings& s = *settings;
-    BudgetChoice budget = choose_budget(s.budget);
-    std::size_t bytes = parse_size(s.size, "--size");
-    if (bytes > budget.budget_bytes) {
-      if (command.count("--size")) require_within_budget(bytes, budget, "--size " + flag_size(bytes));
-      std::size_t capped = budget.budget_bytes / (1 << 30) * (1 << 30);
-      emitter.warning("size_over_budget", human_size(bytes) + " is over the memory budget of " + human_size(budget.budget_bytes) +
-                                              "; measuring " + human_size(capped) + " instead");
-      bytes = capped;
-    }
-    std::vector<bool> inits;
-    for (const auto& init : split_list(s.inits)) {
-      if (init != "zero" && init != "value") throw ProbeError(exit_bad_arguments, "bad_arguments", "--inits '" + init + "': use zero or value");
-      inits.push_back(init == "zero");
-    }
-    const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
-    const std::size_t count = bytes / sizeof(WorkItem);
-    if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
+// 1. Parse: every flag typed and checked by CLI11.
+void declare(CLI::App& command, Settings& s) {
+  add_size_option(command, "--size", s.size, "1G", "array size (capped by the budget unless given)");
+  command.add_option("--strategies", s.strategies_filter, "only the strategies whose names contain one of these")
+      ->delimiter(',');
+  add_names_option(command, "--inits", s.inits, {"zero", "value"}, "zero, value");
+  command.add_option("--reps", s.reps, "repetitions per strategy")->check(CLI::Range(1, 100));
+  command.add_option("--limit-reps", s.limit_reps, "repetitions of the limit measurement")->check(CLI::Range(1, 100));
+  command.add_option("--threads", s.threads, "threads for parallel strategies (default 0: all CPUs)");
+  command.add_option("--label", s.label, "the allocator the libc strategies run on (for the rows)");
+  command.add_flag("--libc-only", s.libc_only, "only the strategies that go through malloc/new (for other allocators)");
+  command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
+}
 
-    std::vector<os::PageKind> kinds = {os::PageKind::system};
-    const os::Capabilities offered = os::capabilities();
-    os::Verdict thp = os::page_kind_verdict(offered, os::PageKind::thp, bytes);
-    if (thp.usable) kinds.push_back(os::PageKind::thp);
-    else emitter.warning("page_kind_unavailable", "no [thp] strategies: " + thp.why_not);
-    for (os::PageKind kind : {os::PageKind::huge_2mb, os::PageKind::huge_1gb}) {
-      os::Verdict verdict = os::page_kind_verdict(offered, kind, bytes);
-      if (verdict.usable) {
-        kinds.push_back(kind);
-      } else {
-        const std::size_t page = os::page_kind_bytes(kind);
-        emitter.warning("hugetlb_pool_too_small", std::string("no [") + os::page_kind_name(kind) + "] strategies: " +
-                                                      verdict.why_not + "; `memcost hugepages reserve " +
-                                                      flag_size((bytes + page - 1) / page * page) + " --size " +
-                                                      (kind == os::PageKind::huge_2mb ? "2M" : "1G") + "` as root");
-      }
+// One strategy's repetition: allocate and initialize, check, free, and report.
+void measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& strategy, std::size_t count,
+                      unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
+  StrategyInputs inputs{count, threads, zero_init};
+  auto before = measure::take_snapshot({.machine = false});
+  BuiltArray made = strategy.make(inputs);
+  auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+  if (!made.failure.empty()) {
+    if (failed.insert(strategy.name).second) {
+      emitter.warning("strategy_failed", strategy.name + " failed and is left out of the ranking: " + made.failure);
     }
-    std::vector<NamedStrategy> chosen;
-    auto filters = split_list(s.strategies_filter);
-    for (auto& strategy : strategies(kinds)) {
-      if (s.libc_only && strategy.family != "libc") continue;
-      // Filters arrive without spaces (split_list drops them): compare names without them too.
-      std::string compact = strategy.name;
-      compact.erase(std::remove(compact.begin(), compact.end(), ' '), compact.end());
-      bool wanted = filters.empty() || std::any_of(filters.begin(), filters.end(), [&](const std::string& f) {
-                      return compact.find(f) != std::string::npos;
-                    });
-      if (wanted) chosen.push_back(std::move(strategy));
-    }
-    if (chosen.empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", "--strategies matches no strategy");
+    return;
+  }
+  bool ok = verified(made.items, count, zero_init);
+  auto backing = measure::backing_of(made.items, count * sizeof(WorkItem));
+  auto free_start = measure::now_ns();
+  made.release();
+  double free_s = static_cast<double>(measure::now_ns() - free_start) / 1e9;
+  json metrics = {{"elapsed_s", static_cast<double>(interval.wall_ns) / 1e9},
+                  {"free_s", free_s},
+                  {"minor_faults", interval.minor_faults},
+                  {"system_s", static_cast<double>(interval.process_system_ns) / 1e9},
+                  {"user_s", static_cast<double>(interval.process_user_ns) / 1e9},
+                  {"huge_fraction", backing ? json(backing->huge_fraction()) : json(nullptr)},
+                  {"verified", ok},
+                  {"page_kind", made.page_kind}};
+  if (made.first_percent_s >= 0) metrics["first_percent_s"] = made.first_percent_s;
+  if (!made.auto_choice.empty()) {
+    metrics["auto_choice"] = made.auto_choice;
+    metrics["auto_fallbacks"] = made.fallbacks;
+  }
+  emitter.sample({{"part", "strategy"}, {"strategy", strategy.name}, {"family", strategy.family},
+                  {"allocator", strategy.family == "libc" ? s.label : ""}, {"init", zero_init ? "zero" : "value"},
+                  {"size_bytes", count * sizeof(WorkItem)}, {"rep", rep}, {"threads", threads}},
+                 metrics);
+}
 
-    std::size_t step = 0;
-    const std::size_t total = (s.libc_only ? 0 : static_cast<std::size_t>(s.limit_reps)) + chosen.size() * inits.size() * static_cast<std::size_t>(s.reps);
-    emitter.progress(0, total, "start");
-    if (!s.libc_only) {
-      for (int rep = 0; rep < s.limit_reps; ++rep) {
+// 2. Plan: the size the budget allows, the page kinds the machine offers, the strategies chosen; one step each.
+std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
+  BudgetChoice budget = choose_budget(s.budget);
+  std::size_t bytes = s.size;
+  if (bytes > budget.budget_bytes) {
+    if (size_given) require_within_budget(bytes, budget, "--size " + flag_size(bytes));
+    std::size_t capped = budget.budget_bytes / (1 << 30) * (1 << 30);
+    emitter.warning("size_over_budget", human_size(bytes) + " is over the memory budget of " + human_size(budget.budget_bytes) +
+                                            "; measuring " + human_size(capped) + " instead");
+    bytes = capped;
+  }
+  const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
+  const std::size_t count = bytes / sizeof(WorkItem);
+  if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
+
+  std::vector<os::PageKind> kinds = {os::PageKind::system};
+  const os::Capabilities offered = os::capabilities();
+  os::Verdict thp = os::page_kind_verdict(offered, os::PageKind::thp, bytes);
+  if (thp.usable) kinds.push_back(os::PageKind::thp);
+  else emitter.warning("page_kind_unavailable", "no [thp] strategies: " + thp.why_not);
+  for (os::PageKind kind : {os::PageKind::huge_2mb, os::PageKind::huge_1gb}) {
+    os::Verdict verdict = os::page_kind_verdict(offered, kind, bytes);
+    if (verdict.usable) {
+      kinds.push_back(kind);
+    } else {
+      const std::size_t page = os::page_kind_bytes(kind);
+      emitter.warning("hugetlb_pool_too_small", std::string("no [") + os::page_kind_name(kind) + "] strategies: " +
+                                                    verdict.why_not + "; `memcost hugepages reserve " +
+                                                    flag_size((bytes + page - 1) / page * page) + " --size " +
+                                                    (kind == os::PageKind::huge_2mb ? "2M" : "1G") + "` as root");
+    }
+  }
+  auto chosen = std::make_shared<std::vector<NamedStrategy>>();
+  std::vector<std::string> filters;
+  for (std::string filter : s.strategies_filter) {
+    filter.erase(std::remove(filter.begin(), filter.end(), ' '), filter.end());
+    if (!filter.empty()) filters.push_back(filter);
+  }
+  for (auto& strategy : strategies(kinds)) {
+    if (s.libc_only && strategy.family != "libc") continue;
+    // Names and filters are compared without spaces ("malloc+memset" matches "malloc + memset").
+    std::string compact = strategy.name;
+    compact.erase(std::remove(compact.begin(), compact.end(), ' '), compact.end());
+    bool wanted = filters.empty() || std::any_of(filters.begin(), filters.end(), [&](const std::string& f) {
+                    return compact.find(f) != std::string::npos;
+                  });
+    if (wanted) chosen->push_back(std::move(strategy));
+  }
+  if (chosen->empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", "--strategies matches no strategy");
+
+  std::vector<Step> steps;
+  if (!s.libc_only) {
+    for (int rep = 0; rep < s.limit_reps; ++rep) {
+      steps.push_back({"limit", [&emitter, bytes, rep, threads] {
         emitter.sample({{"part", "limit"}, {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
                        {{"gb_per_s", limit_gb_per_s(bytes, threads)}});
-        emitter.progress(++step, total, "limit");
+      }});
+    }
+  }
+  auto failed = std::make_shared<std::set<std::string>>();  // strategies already reported as failed
+  for (const std::string& init : s.inits) {
+    const bool zero_init = init == "zero";
+    for (std::size_t index = 0; index < chosen->size(); ++index) {
+      for (int rep = 0; rep < s.reps; ++rep) {
+        steps.push_back({(*chosen)[index].name + (zero_init ? " (zero)" : " (value)"),
+                         [&emitter, &s, chosen, failed, index, count, threads, zero_init, rep] {
+                           measure_strategy(emitter, s, (*chosen)[index], count, threads, zero_init, rep, *failed);
+                         }});
       }
     }
-    std::set<std::string> failed;  // strategies already reported as failed
-    for (bool zero_init : inits) {
-      for (const auto& strategy : chosen) {
-        for (int rep = 0; rep < s.reps; ++rep) {
-          StrategyInputs context{count, threads, zero_init};
-          auto before = measure::take_snapshot({.machine = false});
-          BuiltArray made = strategy.make(context);
-          auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
-          if (!made.failure.empty()) {
-            if (failed.insert(strategy.name).second) {
-              emitter.warning("strategy_failed", strategy.name + " failed and is left out of the ranking: " + made.failure);
-            }
-            emitter.progress(++step, total, strategy.name + " (failed)");
-            continue;
-          }
-          bool ok = verified(made.items, count, zero_init);
-          auto backing = measure::backing_of(made.items, count * sizeof(WorkItem));
-          auto free_start = measure::now_ns();
-          made.release();
-          double free_s = static_cast<double>(measure::now_ns() - free_start) / 1e9;
-          json metrics = {{"elapsed_s", static_cast<double>(interval.wall_ns) / 1e9},
-                          {"free_s", free_s},
-                          {"minor_faults", interval.minor_faults},
-                          {"system_s", static_cast<double>(interval.process_system_ns) / 1e9},
-                          {"user_s", static_cast<double>(interval.process_user_ns) / 1e9},
-                          {"huge_fraction", backing ? json(backing->huge_fraction()) : json(nullptr)},
-                          {"verified", ok},
-                          {"page_kind", made.page_kind}};
-          if (made.first_percent_s >= 0) metrics["first_percent_s"] = made.first_percent_s;
-          if (!made.auto_choice.empty()) {
-            metrics["auto_choice"] = made.auto_choice;
-            metrics["auto_fallbacks"] = made.fallbacks;
-          }
-          emitter.sample({{"part", "strategy"}, {"strategy", strategy.name}, {"family", strategy.family},
-                          {"allocator", strategy.family == "libc" ? s.label : ""}, {"init", zero_init ? "zero" : "value"},
-                          {"size_bytes", count * sizeof(WorkItem)}, {"rep", rep}, {"threads", threads}},
-                         metrics);
-          emitter.progress(++step, total, strategy.name + (zero_init ? " (zero)" : " (value)"));
-        }
-      }
-    }
+  }
+  return steps;
+}
+
+// 3. Run: the plan, step by step, progress counted from its length.
+Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
+  declare(command, *settings);
+  return [settings, &command](Emitter& emitter) {
+    run_plan(emitter, plan(*settings, command.count("--size") > 0, emitter));
   };
 }
 

@@ -136,21 +136,24 @@ json top_tasks(const measure::Interval& window) {
   return tasks;
 }
 
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// Every flag, typed: CLI11 parses, checks and converts; the runner handles no strings.
 struct Settings {
-  std::string sizes = "8M,32M,128M,1G";
-  std::string pages = "base,thp,hugetlb-2M,hugetlb-1G";
-  std::string routes = "os,malloc,new";
-  std::string parts = "rows,reuse,threads,idle,shootdowns";
+  std::vector<std::size_t> sizes = {8 * MiB, 32 * MiB, 128 * MiB, 1024 * MiB};
+  std::vector<os::PageKind> pages = {os::PageKind::base, os::PageKind::thp, os::PageKind::huge_2mb, os::PageKind::huge_1gb};
+  std::vector<Route> routes = {Route::os, Route::malloc, Route::new_array};
+  std::vector<std::string> parts = {"rows", "reuse", "threads", "idle", "shootdowns"};
   std::string budget;
   int reps = 9;
   int warmup = 2;
   int settle_ms = 20;
   int baseline_ms = 250;
   int frames = 200;
-  std::string frame_size = "8M";
-  std::string threads_size = "256M";
+  std::size_t frame_size = 8 * MiB;
+  std::size_t threads_size = 256 * MiB;
   std::string order = "blocks";
-  std::string idle_size = "256M";
+  std::size_t idle_size = 256 * MiB;
   double idle_seconds = 4.0;
   int idle_reps = 3;
   bool sizes_given = false;
@@ -311,9 +314,10 @@ Touch map_touch_release(os::PageKind kind, std::size_t size) {
 // Memory reused at once against memory that sat free for a while. On a VM
 // that hands free memory back to the host (virtio-balloon free page
 // reporting), the second kind faults in the host as well as in the guest.
-void run_idle_part(Emitter& emitter, const Settings& settings, os::PageKind kind, std::size_t size, int reps,
-                   std::size_t& step, std::size_t total_steps) {
-  for (int rep = 0; rep < reps; ++rep) {
+void plan_idle_part(std::vector<Step>& plan, Emitter& emitter, const Settings& settings, os::PageKind kind) {
+  const std::size_t size = settings.idle_size;
+  for (int rep = 0; rep < settings.idle_reps; ++rep) {
+    plan.push_back({std::string("idle ") + os::page_kind_name(kind), [=, &emitter, &settings] {
     (void)map_touch_release(kind, size);  // makes the next mapping reuse just-freed memory
     Touch hot = map_touch_release(kind, size);
     std::this_thread::sleep_for(std::chrono::duration<double>(settings.idle_seconds));
@@ -324,18 +328,19 @@ void run_idle_part(Emitter& emitter, const Settings& settings, os::PageKind kind
                     {"hot_faults", hot.faults}, {"hot_system_ns", hot.system_ns},
                     {"cold_first_touch_ns", cold.first_ns}, {"cold_second_touch_ns", cold.second_ns},
                     {"cold_faults", cold.faults}, {"cold_system_ns", cold.system_ns}});
-    emitter.progress(++step, total_steps, std::string("idle ") + os::page_kind_name(kind));
+    }});
   }
 }
 
-void run_threads_part(Emitter& emitter, const Settings& settings, std::size_t size, int reps, std::size_t& step,
-                      std::size_t total_steps) {
+void plan_threads_part(std::vector<Step>& plan, Emitter& emitter, const Settings& settings, int reps) {
+  const std::size_t size = settings.threads_size;
   unsigned cpus = os::logical_cpu_count();
   std::vector<unsigned> counts;
   for (unsigned n = 1; n < cpus; n *= 2) counts.push_back(n);
   counts.push_back(cpus);
   for (unsigned threads : counts) {
     for (int rep = -settings.warmup; rep < reps; ++rep) {
+      plan.push_back({"threads " + std::to_string(threads), [=, &emitter] {
       Buffer buffer = allocate(Route::os, os::PageKind::base, size);
       std::barrier sync(static_cast<std::ptrdiff_t>(threads) + 1);
       std::vector<std::thread> workers;
@@ -368,7 +373,7 @@ void run_threads_part(Emitter& emitter, const Settings& settings, std::size_t si
                      {{"first_touch_ns", elapsed[0]},
                       {"second_touch_ns", elapsed[1]},
                       {"first_touch_minor_faults", first_faults.minor_faults}});
-      emitter.progress(++step, total_steps, "threads " + std::to_string(threads));
+      }});
     }
   }
 }
@@ -502,26 +507,28 @@ json shootdown_cycle(bool with_threads, std::size_t size, unsigned cpus) {
   return metrics;
 }
 
-void run_shootdowns_part(Emitter& emitter, const Settings& settings, std::size_t size, int reps, std::size_t& step,
-                         std::size_t total_steps) {
+void plan_shootdowns_part(std::vector<Step>& plan, Emitter& emitter, const Settings& settings, int reps) {
+  const std::size_t size = settings.threads_size;
   const unsigned cpus = os::logical_cpu_count();
   for (const char* mode : {"single", "threads"}) {
     const bool with_threads = std::strcmp(mode, "threads") == 0;
     for (int rep = -settings.warmup; rep < reps; ++rep) {
-      json metrics = shootdown_cycle(with_threads, size, cpus);
-      emitter.sample({{"part", "shootdowns"}, {"mode", mode}, {"threads", with_threads ? cpus : 1u}, {"size_bytes", size},
-                      {"rep", rep}, {"warmup", rep < 0}},
-                     metrics);
-      emitter.progress(++step, total_steps, std::string("shootdowns ") + mode);
+      plan.push_back({std::string("shootdowns ") + mode, [=, &emitter] {
+        json metrics = shootdown_cycle(with_threads, size, cpus);
+        emitter.sample({{"part", "shootdowns"}, {"mode", mode}, {"threads", with_threads ? cpus : 1u},
+                        {"size_bytes", size}, {"rep", rep}, {"warmup", rep < 0}},
+                       metrics);
+      }});
     }
   }
 }
 
-void run_reuse_part(Emitter& emitter, const Settings& settings, std::size_t frame_size, int reps, std::size_t& step,
-                    std::size_t total_steps) {
+void plan_reuse_part(std::vector<Step>& plan, Emitter& emitter, const Settings& settings, int reps) {
+  const std::size_t frame_size = settings.frame_size;
   for (Route route : {Route::malloc, Route::os}) {
     for (int rep = 0; rep < reps; ++rep) {
       for (const char* mode : {"reallocate", "reuse"}) {
+        plan.push_back({std::string("reuse ") + route_name(route) + " " + mode, [=, &emitter, &settings] {
         bool reuse = std::strcmp(mode, "reuse") == 0;
         json frame_ns = json::array();
         json frame_faults = json::array();
@@ -544,158 +551,155 @@ void run_reuse_part(Emitter& emitter, const Settings& settings, std::size_t fram
         // one rep to the next: `sequence` records the order.
         emitter.sample({{"part", "reuse"}, {"route", route_name(route)}, {"mode", mode}, {"frame_bytes", frame_size}, {"rep", rep}},
                        {{"frames", settings.frames}, {"total_ns", total}, {"frame_ns", frame_ns}, {"frame_minor_faults", frame_faults}});
-        emitter.progress(++step, total_steps, std::string("reuse ") + route_name(route) + " " + mode);
+        }});
       }
     }
   }
 }
 
-Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
-  command.add_option("--sizes", settings->sizes, "buffer sizes, e.g. 8M,32M,128M,1G (default: those the budget allows)");
-  command.add_option("--pages", settings->pages, "page kinds: base,thp,hugetlb-2M,hugetlb-1G");
-  command.add_option("--routes", settings->routes, "allocation routes: os,malloc,new");
-  command.add_option("--parts", settings->parts, "what to measure: rows,reuse,threads,idle,shootdowns");
-  command.add_option("--reps", settings->reps, "measured repetitions per case")->check(CLI::Range(1, 1000));
-  command.add_option("--warmup", settings->warmup, "unmeasured repetitions first")->check(CLI::Range(0, 100));
-  command.add_option("--settle-ms", settings->settle_ms, "window after the free in which work elsewhere is still charged")
+// 1. Parse: every flag typed and checked by CLI11.
+void declare(CLI::App& command, Settings& s) {
+  add_sizes_option(command, "--sizes", s.sizes, "8M,32M,128M,1G", "buffer sizes (sizes over the budget are left out unless named)");
+  add_page_kinds_option(command, "--pages", s.pages, "page kinds: base,thp,hugetlb-2M,hugetlb-1G");
+  command.add_option("--routes", s.routes, "allocation routes: os,malloc,new")
+      ->delimiter(',')
+      ->transform(named<Route>({{"os", Route::os}, {"malloc", Route::malloc}, {"new", Route::new_array}}, "route"))
+      ->default_str("os,malloc,new");
+  add_names_option(command, "--parts", s.parts, {"rows", "reuse", "threads", "idle", "shootdowns"},
+                   "what to measure: rows,reuse,threads,idle,shootdowns");
+  command.add_option("--reps", s.reps, "measured repetitions per case (reuse: at most 3; threads and shootdowns: at most 5)")
+      ->check(CLI::Range(1, 1000));
+  command.add_option("--warmup", s.warmup, "unmeasured repetitions first")->check(CLI::Range(0, 100));
+  command.add_option("--settle-ms", s.settle_ms, "window after the free in which work elsewhere is still charged")
       ->check(CLI::Range(0, 10000));
-  command.add_option("--baseline-ms", settings->baseline_ms, "idle window measuring the machine's background CPU use")
+  command.add_option("--baseline-ms", s.baseline_ms, "idle window measuring the machine's background CPU use")
       ->check(CLI::Range(10, 10000));
-  command.add_option("--frames", settings->frames, "frames in the reuse-vs-reallocate test")->check(CLI::Range(1, 100000));
-  command.add_option("--frame-size", settings->frame_size, "buffer size per frame");
-  command.add_option("--threads-size", settings->threads_size, "buffer size for the threads test");
-  command.add_option("--order", settings->order, "blocks (each case's repetitions back to back) or rounds")
+  command.add_option("--frames", s.frames, "frames in the reuse-vs-reallocate test")->check(CLI::Range(1, 100000));
+  add_size_option(command, "--frame-size", s.frame_size, "8M", "buffer size per frame");
+  add_size_option(command, "--threads-size", s.threads_size, "256M", "buffer size for the threads and shootdowns parts");
+  command.add_option("--order", s.order, "blocks (each case's repetitions back to back) or rounds")
       ->check(CLI::IsMember({"blocks", "rounds"}));
-  command.add_option("--idle-size", settings->idle_size, "buffer size for the idle test");
-  command.add_option("--idle-seconds", settings->idle_seconds, "how long memory stays free in the idle test")
+  add_size_option(command, "--idle-size", s.idle_size, "256M", "buffer size for the idle test");
+  command.add_option("--idle-seconds", s.idle_seconds, "how long memory stays free in the idle test")
       ->check(CLI::Range(0.0, 600.0));
-  command.add_option("--idle-reps", settings->idle_reps, "repetitions of the idle test")->check(CLI::Range(1, 100));
-  command.add_option("--budget", settings->budget, "memory budget (default 80% of available memory)");
-  return [settings, &command](Emitter& emitter) {
-    Settings& s = *settings;
-    s.sizes_given = command.count("--sizes") > 0;
-    BudgetChoice budget = choose_budget(s.budget);
-    std::vector<std::size_t> sizes = parse_sizes(s.sizes, "--sizes");
-    std::vector<os::PageKind> kinds = parse_page_kinds(s.pages, "--pages");
-    std::vector<Route> routes;
-    for (const auto& name : split_list(s.routes)) {
-      if (name == "os") routes.push_back(Route::os);
-      else if (name == "malloc") routes.push_back(Route::malloc);
-      else if (name == "new") routes.push_back(Route::new_array);
-      else throw ProbeError(exit_bad_arguments, "bad_arguments", "--routes '" + name + "': unknown route; use os, malloc or new");
-    }
-    auto parts = split_list(s.parts);
-    for (const auto& part : parts) {
-      if (part != "rows" && part != "reuse" && part != "threads" && part != "idle" && part != "shootdowns") {
-        throw ProbeError(exit_bad_arguments, "bad_arguments",
-                         "--parts '" + part + "': unknown part; use rows, reuse, threads, idle or shootdowns");
-      }
-    }
-    auto wants = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
-    std::size_t frame_size = parse_size(s.frame_size, "--frame-size");
-    std::size_t threads_size = parse_size(s.threads_size, "--threads-size");
+  command.add_option("--idle-reps", s.idle_reps, "repetitions of the idle test")->check(CLI::Range(1, 100));
+  command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
+}
 
-    // Default sizes shrink to the budget; sizes the user asked for do not.
-    std::vector<std::size_t> fitting;
-    for (std::size_t size : sizes) {
-      if (size <= budget.budget_bytes) fitting.push_back(size);
-      else if (s.sizes_given) require_within_budget(size, budget, "--sizes " + human_size(size));
-      else emitter.warning("size_over_budget", human_size(size) + " is over the memory budget of " + human_size(budget.budget_bytes) + " and was left out");
-    }
-    if (wants("reuse")) require_within_budget(frame_size, budget, "--frame-size");
-    if (wants("threads") || wants("shootdowns")) require_within_budget(threads_size, budget, "--threads-size");
-    const bool shootdowns = wants("shootdowns") && os::logical_cpu_count() > 1;
-    if (wants("shootdowns") && !shootdowns) {
-      emitter.warning("shootdowns_need_two_cpus", "the shootdowns part needs a second CPU to send interrupts to; skipped");
-    }
-    std::size_t idle_size = parse_size(s.idle_size, "--idle-size");
-    if (wants("idle")) require_within_budget(idle_size, budget, "--idle-size");
-    const os::Capabilities offered = os::capabilities();
-    std::vector<os::PageKind> idle_kinds;
-    for (os::PageKind kind : {os::PageKind::base, os::PageKind::thp}) {
-      if (wants("idle") && std::find(kinds.begin(), kinds.end(), kind) != kinds.end() &&
-          os::page_kind_verdict(offered, kind, idle_size).usable) {
-        idle_kinds.push_back(kind);
-      }
-    }
+struct Case {
+  os::PageKind kind;
+  Route route;
+  std::size_t size;
+};
 
-    struct Case {
-      os::PageKind kind;
-      Route route;
-      std::size_t size;
-    };
-    std::vector<Case> cases;
-    bool said_routes = false;
-    if (wants("rows")) {
-      for (os::PageKind kind : kinds) {
-        for (std::size_t size : usable_sizes(offered, kind, fitting, emitter)) {
-          for (Route route : routes) {
-            bool hugetlb = kind == os::PageKind::huge_2mb || kind == os::PageKind::huge_1gb;
-            if (hugetlb && route != Route::os) {
-              if (!said_routes) {
-                emitter.warning("route_not_applicable",
-                                "hugetlb rows use the os route only: malloc and new[] cannot put a block on hugetlb pages "
-                                "after the fact (glibc can do it process-wide with GLIBC_TUNABLES=glibc.malloc.hugetlb=2)");
-              }
-              said_routes = true;
-              continue;
-            }
-            cases.push_back({kind, route, size});
+// The rows' cases this machine can run: sizes within the budget, page kinds it offers.
+std::vector<Case> row_cases(const Settings& s, const BudgetChoice& budget, const os::Capabilities& offered, Emitter& emitter) {
+  // Default sizes shrink to the budget; sizes the user asked for do not.
+  std::vector<std::size_t> fitting;
+  for (std::size_t size : s.sizes) {
+    if (size <= budget.budget_bytes) fitting.push_back(size);
+    else if (s.sizes_given) require_within_budget(size, budget, "--sizes " + human_size(size));
+    else emitter.warning("size_over_budget", human_size(size) + " is over the memory budget of " + human_size(budget.budget_bytes) + " and was left out");
+  }
+  std::vector<Case> cases;
+  bool said_routes = false;
+  for (os::PageKind kind : s.pages) {
+    for (std::size_t size : usable_sizes(offered, kind, fitting, emitter)) {
+      for (Route route : s.routes) {
+        bool hugetlb = kind == os::PageKind::huge_2mb || kind == os::PageKind::huge_1gb;
+        if (hugetlb && route != Route::os) {
+          if (!said_routes) {
+            emitter.warning("route_not_applicable",
+                            "hugetlb rows use the os route only: malloc and new[] cannot put a block on hugetlb pages "
+                            "after the fact (glibc can do it process-wide with GLIBC_TUNABLES=glibc.malloc.hugetlb=2)");
           }
+          said_routes = true;
+          continue;
         }
+        cases.push_back({kind, route, size});
       }
     }
+  }
+  return cases;
+}
 
-    const int idle_reps = s.idle_reps;
-    const int reuse_reps = std::min(s.reps, 3);
-    const int thread_reps = std::min(s.reps, 5);
-    unsigned cpus = os::logical_cpu_count();
-    std::size_t thread_counts = 1;
-    for (unsigned n = 1; n < cpus; n *= 2) ++thread_counts;
-    std::size_t total_steps = cases.size() * static_cast<std::size_t>(s.reps + s.warmup) +
-                              (wants("reuse") ? 4 * static_cast<std::size_t>(reuse_reps) : 0) +
-                              (wants("threads") ? thread_counts * static_cast<std::size_t>(thread_reps + s.warmup) : 0) +
-                              idle_kinds.size() * static_cast<std::size_t>(idle_reps) +
-                              (shootdowns ? 2 * static_cast<std::size_t>(thread_reps + s.warmup) : 0);
-    std::size_t step = 0;
-    emitter.progress(0, total_steps, "start");
+// blocks: each case's warm-ups and repetitions back to back, so that the
+// measured repetitions reuse memory freed a moment ago (the steady cost).
+// rounds: every case once per round, so that drift over the run spreads
+// over all cases; on a VM that hands free memory back to the host, the
+// repetitions then also pay the host's faults (see the idle part).
+// The idle baseline is measured again before each block (or round).
+void plan_rows(std::vector<Step>& plan, Emitter& emitter, const Settings& s, const std::vector<Case>& cases) {
+  const bool rounds = s.order == "rounds";
+  const std::size_t outer = rounds ? static_cast<std::size_t>(s.reps + s.warmup) : cases.size();
+  const std::size_t inner = rounds ? cases.size() : static_cast<std::size_t>(s.reps + s.warmup);
+  auto idle = std::make_shared<IdleRates>();
+  std::size_t sequence = 0;
+  for (std::size_t i = 0; i < outer; ++i) {
+    for (std::size_t j = 0; j < inner; ++j) {
+      const Case c = cases[rounds ? j : i];
+      const int rep = static_cast<int>(rounds ? i : j) - s.warmup;
+      const bool new_block = j == 0;
+      plan.push_back({std::string(os::page_kind_name(c.kind)) + " " + route_name(c.route) + " " + human_size(c.size),
+                      [=, &emitter, &s] {
+                        if (new_block) *idle = idle_elsewhere_rates(s.baseline_ms);
+                        json metrics = cycle_metrics(c.route, c.kind, c.size, s, *idle);
+                        metrics["idle_elsewhere_rate"] = idle->elsewhere;
+                        emitter.sample({{"part", "rows"},
+                                        {"page", os::page_kind_name(c.kind)},
+                                        {"route", route_name(c.route)},
+                                        {"size_bytes", c.size},
+                                        {"rep", rep},
+                                        {"warmup", rep < 0},
+                                        {"sequence", sequence}},
+                                       metrics);
+                      }});
+      ++sequence;
+    }
+  }
+}
 
-    // Reuse first: glibc's mmap threshold moves after the first free of a large
-    // block, and this part is the one that shows it.
-    if (wants("reuse")) run_reuse_part(emitter, s, frame_size, reuse_reps, step, total_steps);
+// 2. Plan: check the settings against the budget and the machine, and list every step.
+std::vector<Step> plan(Settings& s, Emitter& emitter) {
+  auto wants = [&](const char* part) { return std::find(s.parts.begin(), s.parts.end(), part) != s.parts.end(); };
+  const BudgetChoice budget = choose_budget(s.budget);
+  if (wants("reuse")) require_within_budget(s.frame_size, budget, "--frame-size");
+  if (wants("threads") || wants("shootdowns")) require_within_budget(s.threads_size, budget, "--threads-size");
+  if (wants("idle")) require_within_budget(s.idle_size, budget, "--idle-size");
+  const bool shootdowns = wants("shootdowns") && os::logical_cpu_count() > 1;
+  if (wants("shootdowns") && !shootdowns) {
+    emitter.warning("shootdowns_need_two_cpus", "the shootdowns part needs a second CPU to send interrupts to; skipped");
+  }
+  const os::Capabilities offered = os::capabilities();
+  const std::vector<Case> cases = wants("rows") ? row_cases(s, budget, offered, emitter) : std::vector<Case>{};
 
-    // blocks: each case's warm-ups and repetitions back to back, so that the
-    // measured repetitions reuse memory freed a moment ago (the steady cost).
-    // rounds: every case once per round, so that drift over the run spreads
-    // over all cases; on a VM that hands free memory back to the host, the
-    // repetitions then also pay the host's faults (see the idle part).
-    std::size_t sequence = 0;
-    const bool rounds = s.order == "rounds";
-    const std::size_t outer = rounds ? static_cast<std::size_t>(s.reps + s.warmup) : cases.size();
-    const std::size_t inner = rounds ? cases.size() : static_cast<std::size_t>(s.reps + s.warmup);
-    for (std::size_t i = 0; i < outer; ++i) {
-      IdleRates idle = idle_elsewhere_rates(s.baseline_ms);
-      for (std::size_t j = 0; j < inner; ++j) {
-        const Case& c = cases[rounds ? j : i];
-        const int rep = static_cast<int>(rounds ? i : j) - s.warmup;
-        json metrics = cycle_metrics(c.route, c.kind, c.size, s, idle);
-        metrics["idle_elsewhere_rate"] = idle.elsewhere;
-        emitter.sample({{"part", "rows"},
-                        {"page", os::page_kind_name(c.kind)},
-                        {"route", route_name(c.route)},
-                        {"size_bytes", c.size},
-                        {"rep", rep},
-                        {"warmup", rep < 0},
-                        {"sequence", sequence++}},
-                       metrics);
-        emitter.progress(++step, total_steps,
-                         std::string(os::page_kind_name(c.kind)) + " " + route_name(c.route) + " " + human_size(c.size));
+  // Documented caps: the reuse part repeats at most 3 times, threads and shootdowns at most 5.
+  const int reuse_reps = std::min(s.reps, 3);
+  const int thread_reps = std::min(s.reps, 5);
+  std::vector<Step> steps;
+  // Reuse first: glibc's mmap threshold moves after the first free of a large
+  // block, and this part is the one that shows it.
+  if (wants("reuse")) plan_reuse_part(steps, emitter, s, reuse_reps);
+  plan_rows(steps, emitter, s, cases);
+  if (wants("threads")) plan_threads_part(steps, emitter, s, thread_reps);
+  if (shootdowns) plan_shootdowns_part(steps, emitter, s, thread_reps);
+  if (wants("idle")) {
+    for (os::PageKind kind : {os::PageKind::base, os::PageKind::thp}) {
+      if (std::find(s.pages.begin(), s.pages.end(), kind) != s.pages.end() &&
+          os::page_kind_verdict(offered, kind, s.idle_size).usable) {
+        plan_idle_part(steps, emitter, s, kind);
       }
     }
+  }
+  return steps;
+}
 
-    if (wants("threads")) run_threads_part(emitter, s, threads_size, thread_reps, step, total_steps);
-    if (shootdowns) run_shootdowns_part(emitter, s, threads_size, thread_reps, step, total_steps);
-    for (os::PageKind kind : idle_kinds) run_idle_part(emitter, s, kind, idle_size, idle_reps, step, total_steps);
+// 3. Run: the plan, step by step, progress counted from its length.
+Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
+  declare(command, *settings);
+  return [settings, &command](Emitter& emitter) {
+    settings->sizes_given = command.count("--sizes") > 0;
+    run_plan(emitter, plan(*settings, emitter));
   };
 }
 

@@ -27,12 +27,15 @@ constexpr std::uint64_t mapping_headroom = 200;
 // far below the top-down mmap area.
 constexpr std::uintptr_t bottom_up_start = std::uintptr_t{1} << 40;
 
+std::vector<std::size_t> default_counts();
+
+// Every flag, typed: CLI11 parses, checks and converts; the runner handles no strings.
 struct Settings {
-  std::string counts;
-  std::string block_sizes = "64K,264752,1M";
-  std::string placements;
-  std::string shapes = "mergeable,distinct";
-  std::string commits = "reserve,commit";
+  std::vector<std::size_t> counts;  // empty: 4000, 8000, ..., 64000
+  std::vector<std::size_t> block_sizes = {64 << 10, 264752, 1 << 20};
+  std::vector<std::string> placements;  // empty: this platform's default set
+  std::vector<std::string> shapes = {"mergeable", "distinct"};
+  std::vector<std::string> commits = {"reserve", "commit"};
   std::string budget;
   int reps = 2;
 };
@@ -147,100 +150,95 @@ json sweep(const Case& c, const std::vector<std::size_t>& counts, bool read_mapp
           {"reached", reached}};
 }
 
-Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
-  command.add_option("--counts", settings->counts, "outstanding counts, ascending (default 4000,8000,...,64000)");
-  command.add_option("--block-sizes", settings->block_sizes, "block sizes (default 64K,264752,1M)");
-  command.add_option("--placements", settings->placements,
-                     "default, top-down (Windows), bottom-up (address hints), legacy (needs --legacy-layout)");
-  command.add_option("--shapes", settings->shapes, "mergeable, distinct");
-  command.add_option("--commits", settings->commits, "reserve (address space only), commit (and touch a byte per block)");
-  command.add_option("--reps", settings->reps, "sweeps per case")->check(CLI::Range(1, 100));
-  command.add_option("--budget", settings->budget, "memory budget (default 80% of available memory)");
-  return [settings](Emitter& emitter) {
-    const Settings& s = *settings;
-    const bool top_down_on_request = os::top_down_on_request();
-    BudgetChoice budget = choose_budget(s.budget);
+// 1. Parse: every flag typed and checked by CLI11.
+void declare(CLI::App& command, Settings& s) {
+  command.add_option("--counts", s.counts, "outstanding counts (default 4000,8000,...,64000)")
+      ->delimiter(',')->check(CLI::Range(std::size_t{1}, std::size_t{999'999'999}))->default_str("4000,8000,...,64000");
+  add_sizes_option(command, "--block-sizes", s.block_sizes, "64K,264752,1M", "block sizes");
+  add_names_option(command, "--placements", s.placements, {"default", "top-down", "bottom-up", "legacy"},
+                   "default, top-down (Windows), bottom-up (address hints), legacy (needs --legacy-layout); "
+                   "default: this platform's set");
+  add_names_option(command, "--shapes", s.shapes, {"mergeable", "distinct"}, "mergeable, distinct");
+  add_names_option(command, "--commits", s.commits, {"reserve", "commit"},
+                   "reserve (address space only), commit (and touch a byte per block)");
+  command.add_option("--reps", s.reps, "sweeps per case")->check(CLI::Range(1, 100));
+  command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
+}
 
-    std::vector<std::size_t> counts = s.counts.empty() ? default_counts() : std::vector<std::size_t>{};
-    for (const auto& item : split_list(s.counts)) {
-      if (item.find_first_not_of("0123456789") != std::string::npos || std::stoull(item) == 0 || item.size() > 9) {
-        throw ProbeError(exit_bad_arguments, "bad_arguments", "--counts '" + item + "': counts are whole numbers from 1 to 999999999");
-      }
-      counts.push_back(std::stoull(item));
-    }
-    if (counts.empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", "--counts needs at least one count");
-    std::sort(counts.begin(), counts.end());
-    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+// 2. Plan: the counts and placements this machine allows, the budget checked, one step per sweep.
+std::vector<Step> plan(const Settings& s, Emitter& emitter) {
+  const bool top_down_on_request = os::top_down_on_request();
+  BudgetChoice budget = choose_budget(s.budget);
 
-    std::vector<std::size_t> block_sizes = parse_sizes(s.block_sizes, "--block-sizes");
-    std::vector<std::string> placements =
-        split_list(s.placements.empty() ? (os::legacy_layout_active() ? "legacy" : top_down_on_request ? "default,top-down" : "default,bottom-up")
-                                        : s.placements);
-    for (const auto& placement : placements) {
-      if (placement != "default" && placement != "top-down" && placement != "bottom-up" && placement != "legacy") {
-        throw ProbeError(exit_bad_arguments, "bad_arguments",
-                         "--placements '" + placement + "': use default, top-down, bottom-up or legacy");
-      }
-      if (placement == "legacy" && !os::legacy_layout_active()) {
-        throw ProbeError(exit_unsupported, "legacy_layout_inactive",
-                         "placement 'legacy' needs the legacy mmap layout: run the probe with --legacy-layout");
-      }
-      if (placement == "top-down" && !top_down_on_request) {
-        throw ProbeError(exit_unsupported, "not_supported_here",
-                         "placement 'top-down' is Windows' MEM_TOP_DOWN; Linux's default placement is already top-down");
-      }
-    }
-    std::vector<std::string> shapes = split_list(s.shapes), commits = split_list(s.commits);
-    for (const auto& shape : shapes) {
-      if (shape != "mergeable" && shape != "distinct") throw ProbeError(exit_bad_arguments, "bad_arguments", "--shapes '" + shape + "': use mergeable or distinct");
-    }
-    for (const auto& commit : commits) {
-      if (commit != "reserve" && commit != "commit") throw ProbeError(exit_bad_arguments, "bad_arguments", "--commits '" + commit + "': use reserve or commit");
-    }
+  std::vector<std::size_t> counts = s.counts.empty() ? default_counts() : s.counts;
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
 
-    // Each block can be one mapping: stay below the kernel's limit.
-    if (auto limit = os::max_map_count()) {
-      std::uint64_t in_use = os::mapping_count().value_or(0);
-      std::uint64_t room = *limit > in_use + mapping_headroom ? *limit - in_use - mapping_headroom : 0;
-      if (counts.back() > room) {
-        emitter.warning("capped_by_max_map_count",
-                        "counts above " + std::to_string(room) + " were capped: vm.max_map_count is " + std::to_string(*limit) +
-                            " and every distinct block is one mapping; as root, `sysctl vm.max_map_count=N` raises it");
-        while (!counts.empty() && counts.back() > room) counts.pop_back();
-        if (counts.empty() || counts.back() < room) counts.push_back(static_cast<std::size_t>(room));
-      }
+  std::vector<std::string> placements = s.placements;
+  if (placements.empty()) {
+    placements = os::legacy_layout_active() ? std::vector<std::string>{"legacy"}
+                 : top_down_on_request      ? std::vector<std::string>{"default", "top-down"}
+                                            : std::vector<std::string>{"default", "bottom-up"};
+  }
+  for (const auto& placement : placements) {
+    if (placement == "legacy" && !os::legacy_layout_active()) {
+      throw ProbeError(exit_unsupported, "legacy_layout_inactive",
+                       "placement 'legacy' needs the legacy mmap layout: run the probe with --legacy-layout");
     }
-    // Committed blocks are touched once: one base page each is resident at the end.
-    if (std::find(commits.begin(), commits.end(), "commit") != commits.end()) {
-      // The kernel accounts a committed block whole, touched or not.
-      std::size_t largest_block = *std::max_element(block_sizes.begin(), block_sizes.end());
-      require_within_budget(largest_block, budget, "--block-sizes " + human_size(largest_block) + " committed");
-      require_within_budget(counts.back() * os::base_page_size(), budget, "--counts " + std::to_string(counts.back()) + " committed blocks");
+    if (placement == "top-down" && !top_down_on_request) {
+      throw ProbeError(exit_unsupported, "not_supported_here",
+                       "placement 'top-down' is Windows' MEM_TOP_DOWN; Linux's default placement is already top-down");
     }
+  }
 
-    std::vector<Case> cases;
-    for (std::size_t block : block_sizes) {
+  // Each block can be one mapping: stay below the kernel's limit.
+  if (auto limit = os::max_map_count()) {
+    std::uint64_t in_use = os::mapping_count().value_or(0);
+    std::uint64_t room = *limit > in_use + mapping_headroom ? *limit - in_use - mapping_headroom : 0;
+    if (counts.back() > room) {
+      emitter.warning("capped_by_max_map_count",
+                      "counts above " + std::to_string(room) + " were capped: vm.max_map_count is " + std::to_string(*limit) +
+                          " and every distinct block is one mapping; as root, `sysctl vm.max_map_count=N` raises it");
+      while (!counts.empty() && counts.back() > room) counts.pop_back();
+      if (counts.empty() || counts.back() < room) counts.push_back(static_cast<std::size_t>(room));
+    }
+  }
+  // Committed blocks are touched once: one base page each is resident at the end.
+  if (std::find(s.commits.begin(), s.commits.end(), "commit") != s.commits.end()) {
+    // The kernel accounts a committed block whole, touched or not.
+    std::size_t largest_block = *std::max_element(s.block_sizes.begin(), s.block_sizes.end());
+    require_within_budget(largest_block, budget, "--block-sizes " + human_size(largest_block) + " committed");
+    require_within_budget(counts.back() * os::base_page_size(), budget, "--counts " + std::to_string(counts.back()) + " committed blocks");
+  }
+
+  std::vector<Step> steps;
+  for (int rep = 0; rep < s.reps; ++rep) {
+    for (std::size_t block : s.block_sizes) {
       for (const auto& placement : placements) {
-        for (const auto& shape : shapes) {
-          for (const auto& commit : commits) cases.push_back({block, placement, shape == "distinct", commit == "commit"});
+        for (const auto& shape : s.shapes) {
+          for (const auto& commit : s.commits) {
+            const Case c{block, placement, shape == "distinct", commit == "commit"};
+            steps.push_back({human_size(c.block_size) + " " + c.placement, [c, counts, rep, &emitter] {
+              json metrics = sweep(c, counts, rep == 0, emitter);
+              emitter.sample({{"block_size_bytes", c.block_size},
+                              {"placement", c.placement},
+                              {"shape", c.distinct ? "distinct" : "mergeable"},
+                              {"commit", c.commit ? "commit" : "reserve"},
+                              {"rep", rep}},
+                             metrics);
+            }});
+          }
         }
       }
     }
-    std::size_t step = 0, total = cases.size() * static_cast<std::size_t>(s.reps);
-    emitter.progress(0, total, "start");
-    for (int rep = 0; rep < s.reps; ++rep) {
-      for (const Case& c : cases) {
-        json metrics = sweep(c, counts, rep == 0, emitter);
-        emitter.sample({{"block_size_bytes", c.block_size},
-                        {"placement", c.placement},
-                        {"shape", c.distinct ? "distinct" : "mergeable"},
-                        {"commit", c.commit ? "commit" : "reserve"},
-                        {"rep", rep}},
-                       metrics);
-        emitter.progress(++step, total, human_size(c.block_size) + " " + c.placement);
-      }
-    }
-  };
+  }
+  return steps;
+}
+
+// 3. Run: the plan, step by step, progress counted from its length.
+Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
+  declare(command, *settings);
+  return [settings](Emitter& emitter) { run_plan(emitter, plan(*settings, emitter)); };
 }
 
 }  // namespace
