@@ -155,3 +155,13 @@ def test_shootdown_summary_per_mb_and_remote_cost():
     assert entries["threads"]["remote_us_per_mb"] == pytest.approx(8 / 256 * 5)
     assert entries["single"]["remote_us_per_mb"] is None
     assert "sent 8 TLB-shootdown interrupts" in costs.shootdowns_verdict(list(entries.values()))
+
+
+def test_the_front_end_adds_its_own_flag_to_the_probes_pool_advice():
+    from memcost.experiments.costs import with_front_end_hints
+    probe_says = {"code": "hugetlb_pool_too_small", "message": "hugetlb-2M pool has 0 free pages, too few for 8 MiB: "
+                                                               "run `memcost hugepages reserve 8M --size 2M` as root"}
+    [hinted] = with_front_end_hints([probe_says])
+    assert hinted["message"].endswith("or pass `--reserve-hugepages 8M --hugepage-size 2M` to `memcost costs`")
+    other = {"code": "size_over_budget", "message": "1 GiB is over the memory budget"}
+    assert with_front_end_hints([other]) == [other]

@@ -3,6 +3,7 @@ src/probe/experiments/costs.cpp; the summary is analysis/costs.py, the figures p
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from .. import arguments
@@ -162,6 +163,18 @@ def _compare_plots():
     return compare
 
 
+def with_front_end_hints(warnings: list[dict]) -> list[dict]:
+    """The probe names the pool command; the front end adds its own flag that does the same for one run."""
+    hinted = []
+    for warning in warnings:
+        match = re.search(r"`memcost hugepages reserve (\S+) --size (\S+)` as root", warning["message"])
+        if warning["code"] == "hugetlb_pool_too_small" and match:
+            warning = {**warning, "message": warning["message"] + f", or pass `--reserve-hugepages {match[1]} "
+                                                                  f"--hugepage-size {match[2]}` to `memcost costs`"}
+        hinted.append(warning)
+    return hinted
+
+
 def _summarize(samples: list) -> tuple[dict, list[dict]]:
     from ..analysis import costs as analysis  # numpy loads only when measuring or reporting
     summary = analysis.summarize(samples)
@@ -179,7 +192,7 @@ EXPERIMENT = Experiment(
     title="What a large allocation costs (costs)",
     summary="Measure the per-MB hidden cost of a large allocation on this machine.",
     options=OPTIONS,
-    measure=lambda values, directory: measure_simple(EXPERIMENT, values, directory, _summarize),
+    measure=lambda values, directory: measure_simple(EXPERIMENT, values, directory, _summarize, with_front_end_hints),
     figures=_figures,
     tables=tables,
     notes=notes,

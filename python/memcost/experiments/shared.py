@@ -25,9 +25,11 @@ def hugepage_options() -> list[Option]:
                    choices=sorted(PAGE_SIZES), to_probe=None)]
 
 
-def measure_simple(experiment: Experiment, values: dict, directory, summarize: Callable) -> dict:
+def measure_simple(experiment: Experiment, values: dict, directory, summarize: Callable,
+                   hints: Callable[[list], list] = lambda warnings: warnings) -> dict:
     """One probe run (inside a hugetlb reservation when asked), its summary, figures and document.
-    `summarize(samples)` returns the summary and any warnings the summary itself shows."""
+    `summarize(samples)` returns the summary and any warnings the summary itself shows; `hints`
+    adds the front end's own advice to the probe's warnings."""
     from ..hugepool import reserved_for_run
     from ..results import make_document
     from ..runner import run_with_progress
@@ -36,7 +38,7 @@ def measure_simple(experiment: Experiment, values: dict, directory, summarize: C
         run = run_with_progress(experiment.name, experiment.probe_arguments(values), experiment.name)
     summary, warnings = summarize(run.samples)
     params["probe_settings"] = run.settings
-    return finish(experiment, run.context, params, run.samples, summary, run.warnings + warnings, directory)
+    return finish(experiment, run.context, params, run.samples, summary, hints(run.warnings) + warnings, directory)
 
 
 def finish(experiment: Experiment, context: dict, params: dict, samples: list, summary: dict, warnings: list,

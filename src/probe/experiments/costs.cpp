@@ -285,8 +285,7 @@ std::vector<std::size_t> usable_sizes(const os::Capabilities& offered, os::PageK
   emitter.warning("hugetlb_pool_too_small",
                   name + " pool has " + std::to_string(os::hugetlb_pages_available(*os::hugetlb_pool(offered, page))) +
                       " free pages, too few for " + size_list(too_big) + ": run `memcost hugepages reserve " +
-                      flag_size(largest) + " --size " + flag + "` as root, or pass `--reserve-hugepages " +
-                      flag_size(largest) + " --hugepage-size " + flag + "` to `memcost costs`");
+                      flag_size(largest) + " --size " + flag + "` as root");
   return usable;
 }
 
