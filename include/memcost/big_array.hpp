@@ -30,7 +30,9 @@
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <span>
 #include <stdexcept>
@@ -45,6 +47,8 @@ namespace memcost {
 enum class pages { automatic, hugetlb_1g, hugetlb_2m, thp, base };
 enum class prefault { now, async, none };
 
+class array_pool;
+
 struct big_array_options {
   memcost::pages pages = pages::automatic;
   // With a forced page kind: fail rather than fall back to a smaller kind.
@@ -53,6 +57,9 @@ struct big_array_options {
   // the other kinds of initialization write every element, so they run now.
   memcost::prefault prefault = prefault::now;
   unsigned threads = 0;  // 0: every logical CPU
+  // Take the memory from this pool when it holds a piece large enough, and give it back
+  // there when the array goes away: no faults and no kernel zeroing the second time.
+  array_pool* pool = nullptr;
 };
 
 enum class big_array_errc { bad_size, out_of_memory, pool_too_small, not_supported };
@@ -78,6 +85,7 @@ struct allocation_report {
   std::size_t mapped_bytes = 0;
   unsigned threads = 0;
   std::string initialization;  // "populate" (zero pages faulted in), "write" (elements written), "lazy"
+  bool from_pool = false;      // the memory came from an array_pool, already faulted in
 };
 
 // zero_is_valid<T>: the promise that an object of T whose bytes are all zero,
@@ -163,6 +171,52 @@ class mapping {
   std::size_t page_bytes_ = 0;
 };
 
+}  // namespace detail
+
+struct array_pool_stats {
+  std::size_t hits = 0;           // arrays served from held memory
+  std::size_t misses = 0;         // arrays that had to map fresh memory
+  std::size_t bytes_held = 0;     // memory held now, already faulted in
+  std::size_t bytes_trimmed = 0;  // memory given back to the OS, in all
+  std::size_t pieces_held = 0;
+};
+
+// A pool of the memory of released big arrays, already faulted in, with the page kind it had.
+// An array made with {.pool = &pool} takes the smallest held piece that fits (of the page kind
+// asked for, any kind for pages::automatic) and gives its memory back when it goes away.
+// Bounded by `max_bytes`: the least recently returned pieces go back to the OS first.
+// Thread-safe. Destroying the pool (or release()) returns everything it holds to the OS; arrays
+// still alive then free their memory to the OS themselves — the pool must outlive them.
+class array_pool {
+ public:
+  explicit array_pool(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+  ~array_pool() { release(); }
+  array_pool(const array_pool&) = delete;
+  array_pool& operator=(const array_pool&) = delete;
+
+  // Give back to the OS the least recently used pieces until at most `keep_bytes` are held.
+  void trim(std::size_t keep_bytes);
+  void release() { trim(0); }
+  [[nodiscard]] array_pool_stats stats() const;
+  [[nodiscard]] std::size_t max_bytes() const { return max_bytes_; }
+
+  // For make_big_array and big_array: a piece of at least `bytes` that `options` accept, or none.
+  bool take(std::size_t bytes, const big_array_options& options, detail::mapping& into, std::string& page_kind);
+  void give(detail::mapping&& memory, const std::string& page_kind);
+
+ private:
+  struct piece {
+    detail::mapping memory;
+    std::string page_kind;
+  };
+  mutable std::mutex lock_;
+  std::list<piece> pieces_;  // most recently returned first
+  std::size_t max_bytes_;
+  array_pool_stats stats_;
+};
+
+namespace detail {
+
 // Runs work(first, last) over [0, count) elements in chunks on `threads` threads.
 // now: one contiguous chunk per thread; async: many chunks, taken front to back.
 class fill_job {
@@ -247,6 +301,7 @@ class big_array {
     std::swap(size_, other.size_);
     std::swap(report_, other.report_);
     std::swap(constructed_, other.constructed_);
+    std::swap(pool_, other.pool_);
   }
 
   void reset() noexcept {
@@ -262,6 +317,7 @@ class big_array {
       }
     }
     job_.reset();
+    if (pool_ && mapping_.data()) pool_->give(std::move(mapping_), report_.page_kind);
     mapping_ = detail::mapping();
     size_ = 0;
   }
@@ -271,6 +327,7 @@ class big_array {
   std::size_t size_ = 0;
   allocation_report report_;
   bool constructed_ = false;  // elements were constructed (not only zero pages)
+  array_pool* pool_ = nullptr;  // where the memory goes back to
 };
 
 template <class T, class Init = construct_t>
@@ -286,15 +343,27 @@ template <class T, class Init = construct_t>
   big_array<T> array;
   const std::size_t bytes = detail::checked_bytes(count, sizeof(T));
   if (count == 0) return array;
-  array.mapping_ = detail::mapping(bytes, options, array.report_);
+  const bool from_pool = options.pool && options.pool->take(bytes, options, array.mapping_, array.report_.page_kind);
+  if (!from_pool) array.mapping_ = detail::mapping(bytes, options, array.report_);
+  array.pool_ = options.pool;
+  array.report_.from_pool = from_pool;
+  array.report_.read_back = from_pool;  // the page kind it had when it was last used
+  array.report_.mapped_bytes = array.mapping_.bytes();
   array.size_ = count;
   T* base = array.data();
 
-  // Zero pages are already the value: fault them in, write nothing.
+  // Fresh zero pages are already the value: fault them in, write nothing. Memory from the pool
+  // holds the last array's bytes: zero it in parallel in user space (the only write it gets).
   constexpr bool zero_pages = std::is_same_v<Init, zero_t> || std::is_same_v<Init, uninitialized_t> ||
                               (std::is_same_v<Init, construct_t> && zero_is_valid_v<T>);
   typename detail::fill_job::work_function work;
-  if constexpr (zero_pages) {
+  if (zero_pages && from_pool) {
+    array.report_.initialization = std::is_same_v<Init, uninitialized_t> ? "none" : "write";
+    if constexpr (std::is_same_v<Init, uninitialized_t>) return array;
+    work = [base](std::size_t first, std::size_t last) {
+      std::memset(static_cast<void*>(base + first), 0, (last - first) * sizeof(T));
+    };
+  } else if constexpr (zero_pages) {
     array.report_.initialization = options.prefault == prefault::none ? "lazy" : "populate";
     if (options.prefault == prefault::none) return array;
     work = [base](std::size_t first, std::size_t last) { detail::populate(base + first, (last - first) * sizeof(T)); };

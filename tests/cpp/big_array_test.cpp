@@ -363,3 +363,92 @@ TEST_F(WithThpNever, AThpRequestReportsTheBasePagesItGot) {
   EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](std::uint64_t v) { return v == 0; }));
   EXPECT_THROW((void)make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp, .strict = true}), big_array_error);
 }
+
+// ---- array_pool: the second array of a size pays no faults and no kernel zeroing ----
+
+TEST(BigArrayPool, TheSecondArrayComesFromThePoolWithoutFaultsAndIsZeroed) {
+  array_pool pool(64 * MiB);
+  const std::size_t n = 8 * MiB / sizeof(std::uint64_t);
+  {
+    auto first = make_big_array<std::uint64_t>(n, fill(std::uint64_t{7}), {.pages = pages::base, .pool = &pool});
+    EXPECT_FALSE(first.report().from_pool);
+  }
+  EXPECT_EQ(pool.stats().bytes_held, 8 * MiB);
+  EXPECT_EQ(pool.stats().misses, 1U);
+  auto before = measure::take_snapshot({.machine = false});
+  auto second = make_big_array<std::uint64_t>(n, zero, {.pages = pages::base, .pool = &pool});
+  auto faults = measure::between(before, measure::take_snapshot({.machine = false})).minor_faults;
+  EXPECT_TRUE(second.report().from_pool);
+  EXPECT_EQ(second.report().initialization, "write");  // zeroed in user space: the old values are gone
+  EXPECT_LT(faults, 64U) << "a fresh 8 MiB array takes 2,048 faults";
+  EXPECT_TRUE(std::all_of(second.begin(), second.end(), [](std::uint64_t v) { return v == 0; }));
+  EXPECT_EQ(pool.stats().hits, 1U);
+  EXPECT_EQ(pool.stats().bytes_held, 0U);
+}
+
+TEST(BigArrayPool, ValueInitializationFromThePoolWritesTheValue) {
+  array_pool pool(64 * MiB);
+  const std::size_t n = 4 * MiB / sizeof(std::uint32_t) + 5;
+  { auto first = make_big_array<std::uint32_t>(n, zero, {.pool = &pool}); }
+  auto second = make_big_array<std::uint32_t>(n, fill(std::uint32_t{9}), {.pool = &pool});
+  EXPECT_TRUE(second.report().from_pool);
+  EXPECT_TRUE(std::all_of(second.begin(), second.end(), [](std::uint32_t v) { return v == 9; }));
+}
+
+TEST(BigArrayPool, ThePoolKeepsItsCapTrimsTheLeastRecentlyUsedAndReleasesEverything) {
+  // Warm glibc's per-thread arenas and stacks first, so that counting mappings counts the pool's.
+  { auto warm = make_big_array<char>(8 * MiB, fill('w'), {.pages = pages::base}); }
+  const auto mappings_before = os::mapping_count();
+  {
+    array_pool pool(24 * MiB);
+    {
+      auto a = make_big_array<char>(8 * MiB, zero, {.pages = pages::base, .pool = &pool});
+      auto b = make_big_array<char>(8 * MiB, zero, {.pages = pages::base, .pool = &pool});
+      auto c = make_big_array<char>(8 * MiB, zero, {.pages = pages::base, .pool = &pool});
+    }
+    EXPECT_EQ(pool.stats().pieces_held, 3U);
+    EXPECT_EQ(pool.stats().bytes_held, 24 * MiB);
+    // Too large for any piece: fresh memory; given back, the pool trims the oldest pieces to its cap.
+    { auto big = make_big_array<char>(16 * MiB, zero, {.pages = pages::base, .pool = &pool}); }
+    EXPECT_EQ(pool.stats().bytes_held, 24 * MiB);
+    EXPECT_EQ(pool.stats().bytes_trimmed, 16 * MiB);
+    EXPECT_EQ(pool.stats().pieces_held, 2U);
+    // Larger than the whole cap: straight back to the OS.
+    { auto huge = make_big_array<char>(32 * MiB, zero, {.pages = pages::base, .pool = &pool}); }
+    EXPECT_EQ(pool.stats().bytes_trimmed, 48 * MiB);
+    pool.trim(8 * MiB);
+    EXPECT_LE(pool.stats().bytes_held, 8 * MiB);
+    pool.release();
+    EXPECT_EQ(pool.stats().bytes_held, 0U);
+  }
+  if (mappings_are_countable) {
+    EXPECT_EQ(os::mapping_count(), mappings_before);  // every piece went back to the OS
+  }
+}
+
+TEST(BigArrayPool, AForcedPageKindTakesOnlyPiecesOfThatKind) {
+  array_pool pool(64 * MiB);
+  { auto a = make_big_array<char>(8 * MiB, zero, {.pages = pages::base, .pool = &pool}); }
+  auto b = make_big_array<char>(8 * MiB, zero, {.pages = pages::hugetlb_2m, .pool = &pool});
+  EXPECT_FALSE(b.report().from_pool);  // the held piece is base pages
+  EXPECT_EQ(pool.stats().hits, 0U);
+  auto c = make_big_array<char>(8 * MiB, zero, {.pages = pages::automatic, .pool = &pool});
+  EXPECT_TRUE(c.report().from_pool);  // automatic takes any kind
+}
+
+TEST(BigArrayPool, ThreadsShareOnePool) {
+  array_pool pool(32 * MiB);
+  std::atomic<int> wrong{0};
+  auto worker = [&](std::uint32_t value) {
+    for (int i = 0; i < 20; ++i) {
+      auto a = make_big_array<std::uint32_t>(MiB, fill(value), {.threads = 1, .pool = &pool});
+      if (!std::all_of(a.begin(), a.end(), [&](std::uint32_t v) { return v == value; })) ++wrong;
+    }
+  };
+  std::thread one(worker, 1U), two(worker, 2U);
+  one.join();
+  two.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(pool.stats().hits + pool.stats().misses, 40U);
+  EXPECT_GT(pool.stats().hits, 0U);
+}

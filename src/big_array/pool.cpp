@@ -1,0 +1,82 @@
+// array_pool: the memory of released big arrays, kept faulted in for the next one.
+#include <algorithm>
+
+#include "memcost/big_array.hpp"
+
+namespace memcost {
+namespace {
+
+const char* kind_name(pages kind) {
+  switch (kind) {
+    case pages::hugetlb_1g: return "hugetlb-1G";
+    case pages::hugetlb_2m: return "hugetlb-2M";
+    case pages::thp: return "thp";
+    case pages::base: return "base";
+    case pages::automatic: return "";
+  }
+  return "";
+}
+
+// A piece more than this many times the request stays for a larger array.
+constexpr std::size_t kLargestWaste = 2;
+
+}  // namespace
+
+bool array_pool::take(std::size_t bytes, const big_array_options& options, detail::mapping& into, std::string& page_kind) {
+  std::lock_guard guard(lock_);
+  const std::string wanted = kind_name(options.pages);
+  auto best = pieces_.end();
+  for (auto it = pieces_.begin(); it != pieces_.end(); ++it) {
+    const std::size_t size = it->memory.bytes();
+    if (size < bytes || size > kLargestWaste * std::max<std::size_t>(bytes, 1)) continue;
+    if (!wanted.empty() && it->page_kind != wanted) continue;
+    if (best == pieces_.end() || size < best->memory.bytes()) best = it;
+  }
+  if (best == pieces_.end()) {
+    ++stats_.misses;
+    return false;
+  }
+  ++stats_.hits;
+  stats_.bytes_held -= best->memory.bytes();
+  --stats_.pieces_held;
+  into = std::move(best->memory);
+  page_kind = best->page_kind;
+  pieces_.erase(best);
+  return true;
+}
+
+void array_pool::give(detail::mapping&& memory, const std::string& page_kind) {
+  std::lock_guard guard(lock_);
+  const std::size_t size = memory.bytes();
+  if (size > max_bytes_) {
+    stats_.bytes_trimmed += size;
+    detail::mapping released(std::move(memory));  // back to the OS here
+    return;
+  }
+  pieces_.push_front({std::move(memory), page_kind});
+  stats_.bytes_held += size;
+  ++stats_.pieces_held;
+  while (stats_.bytes_held > max_bytes_ && !pieces_.empty()) {
+    stats_.bytes_held -= pieces_.back().memory.bytes();
+    stats_.bytes_trimmed += pieces_.back().memory.bytes();
+    --stats_.pieces_held;
+    pieces_.pop_back();
+  }
+}
+
+void array_pool::trim(std::size_t keep_bytes) {
+  std::lock_guard guard(lock_);
+  while (stats_.bytes_held > keep_bytes && !pieces_.empty()) {
+    stats_.bytes_held -= pieces_.back().memory.bytes();
+    stats_.bytes_trimmed += pieces_.back().memory.bytes();
+    --stats_.pieces_held;
+    pieces_.pop_back();
+  }
+}
+
+array_pool_stats array_pool::stats() const {
+  std::lock_guard guard(lock_);
+  return stats_;
+}
+
+}  // namespace memcost
