@@ -1,0 +1,72 @@
+// big_memory_resource: big blocks by the page-kind ladder (or from a pool), faulted in by every
+// CPU before the container writes them; small blocks through to the upstream resource.
+#include "memcost/allocator.hpp"
+
+namespace memcost {
+
+big_memory_resource::~big_memory_resource() {
+  std::lock_guard guard(lock_);
+  for (auto& [pointer, held] : blocks_) {
+    if (options_.pool) options_.pool->give(std::move(held.memory), held.page_kind);
+  }
+  blocks_.clear();
+}
+
+void* big_memory_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
+  if (bytes < options_.threshold_bytes) return options_.upstream->allocate(bytes, alignment);
+  // Mappings start on a page: any alignment a type can ask for (up to a page) holds.
+  big_array_options array_options{.pages = options_.pages, .threads = options_.threads, .pool = options_.pool};
+  allocation_report report;
+  block held;
+  report.from_pool = options_.pool && options_.pool->take(bytes, array_options, held.memory, report.page_kind);
+  if (!report.from_pool) {
+    held.memory = detail::mapping(bytes, array_options, report);
+    // Parallel first touch: the container then writes memory already faulted in.
+    auto* base = static_cast<unsigned char*>(held.memory.data());
+    detail::fill_job job(held.memory.bytes(), 1, held.memory.page_bytes(), detail::default_threads(options_.threads),
+                         false, [base](std::size_t first, std::size_t last) { detail::populate(base + first, last - first); });
+    job.wait();
+    detail::read_back(report, held.memory.data(), held.memory.bytes());
+  }
+  report.mapped_bytes = held.memory.bytes();
+  held.page_kind = report.page_kind;
+  void* pointer = held.memory.data();
+  std::lock_guard guard(lock_);
+  blocks_.emplace(pointer, std::move(held));
+  last_ = report;
+  return pointer;
+}
+
+void big_memory_resource::do_deallocate(void* pointer, std::size_t bytes, std::size_t alignment) {
+  if (bytes < options_.threshold_bytes) {
+    options_.upstream->deallocate(pointer, bytes, alignment);
+    return;
+  }
+  block held;
+  {
+    std::lock_guard guard(lock_);
+    auto found = blocks_.find(pointer);
+    if (found == blocks_.end()) return;  // not ours: nothing to give back
+    held = std::move(found->second);
+    blocks_.erase(found);
+  }
+  if (options_.pool) options_.pool->give(std::move(held.memory), held.page_kind);
+  // Otherwise `held` unmaps the block as it goes.
+}
+
+allocation_report big_memory_resource::last_report() const {
+  std::lock_guard guard(lock_);
+  return last_;
+}
+
+std::size_t big_memory_resource::blocks_outstanding() const {
+  std::lock_guard guard(lock_);
+  return blocks_.size();
+}
+
+big_memory_resource& default_big_memory_resource() {
+  static big_memory_resource resource;
+  return resource;
+}
+
+}  // namespace memcost
