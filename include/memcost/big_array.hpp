@@ -26,6 +26,7 @@
 // big_array_error; nothing is leaked and nothing is left mapped.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -253,6 +254,14 @@ void populate(void* address, std::size_t bytes);
 // After the pages are faulted in: the page kind the kernel really gave, into `report`.
 void read_back(allocation_report& report, const void* address, std::size_t bytes);
 [[nodiscard]] std::size_t checked_bytes(std::size_t count, std::size_t element_bytes);
+// Whether every byte of the object is the same (then memset can write it).
+[[nodiscard]] inline bool repeated_byte(const void* object, std::size_t bytes) {
+  const auto* first = static_cast<const unsigned char*>(object);
+  for (std::size_t i = 1; i < bytes; ++i) {
+    if (first[i] != first[0]) return false;
+  }
+  return true;
+}
 
 }  // namespace detail
 
@@ -375,9 +384,20 @@ template <class T, class Init = construct_t>
     } else if constexpr (requires { init.value; }) {
       if constexpr (bytes_copyable_v<T> && std::is_trivially_destructible_v<T>) {
         array.constructed_ = false;
-        work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
-          for (std::size_t i = first; i < last; ++i) std::memcpy(static_cast<void*>(base + i), &value, sizeof(T));
-        };
+        const T value(init.value);
+        if (detail::repeated_byte(&value, sizeof(T))) {
+          // A value whose bytes are all alike (0x01010101, -1, …): memset, the fastest write there is.
+          const auto byte = *reinterpret_cast<const unsigned char*>(&value);
+          work = [base, byte](std::size_t first, std::size_t last) {
+            std::memset(static_cast<void*>(base + first), byte, (last - first) * sizeof(T));
+          };
+        } else if constexpr (std::is_trivially_copyable_v<T>) {
+          work = [base, value](std::size_t first, std::size_t last) { std::fill(base + first, base + last, value); };
+        } else {
+          work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
+            for (std::size_t i = first; i < last; ++i) std::memcpy(static_cast<void*>(base + i), &value, sizeof(T));
+          };
+        }
       } else {
         work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
           std::uninitialized_fill(base + first, base + last, value);

@@ -99,3 +99,19 @@ def test_a_failed_populate_fails_its_strategy_loudly(tmp_path):
     assert {row["strategy"] for row in document["summary"]["rows"]} == {"std::vector"}
     failed = [w for w in document["warnings"] if w["code"] == "strategy_failed"]
     assert failed and all("MADV_POPULATE_WRITE" in w["message"] for w in failed)
+
+
+def test_the_repeat_scenario_reports_every_variant_and_the_pool_takes_no_faults(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "bigarray", "--size", "64M", "--reps", "1", "--repeat", "3",
+                         "--strategies", "vector", "--no-allocators")
+    assert result.returncode == 0, result.stderr
+    document = load_document(tmp_path / "latest" / "bigarray.json")
+    repeat = {r["variant"]: r for r in document["summary"]["repeat"]}
+    assert len(repeat) == 6 and all(r["iterations"] == 3 for r in repeat.values())
+    pages = 64 * 1024 * 1024 // 4096
+    # After the first iteration the pooled variants and the floor reuse faulted memory; a fresh
+    # std::vector of base pages faults every page again.
+    for name in ("make_big_array + array_pool", "std::vector + memcost::allocator + pool",
+                 "one array kept, filled again (the floor)"):
+        assert repeat[name]["faults_per_iteration"] < pages / 32, (name, repeat[name])
+    assert "made, initialized and freed 3 times" in result.stdout

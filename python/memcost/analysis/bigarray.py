@@ -48,7 +48,27 @@ def summarize(samples: list) -> dict:
         for rank, row in enumerate((r for r in rows if r["init"] == init), start=1):
             row["rank"] = rank
     return {"limit_gb_per_s": limit, "rows": rows, "auto_choice": auto_choice(samples, rows),
-            "headline": headline(rows)}
+            "repeat": summarize_repeat(samples, limit), "headline": headline(rows)}
+
+
+def summarize_repeat(samples: list, limit: Optional[float]) -> list[dict]:
+    """Per variant of the repeat scenario: the iterations after the first (the first pays for
+    whatever is not yet cached or pooled), their median time, GB/s, share of the limit, faults."""
+    result = []
+    for sample in samples:
+        if sample["case"]["part"] != "repeat":
+            continue
+        times = sample["metrics"]["iteration_ns"][1:] or sample["metrics"]["iteration_ns"]
+        faults = sample["metrics"]["iteration_faults"][1:] or sample["metrics"]["iteration_faults"]
+        median_s = float(np.median(times)) / 1e9
+        size = sample["case"]["size_bytes"]
+        gb_per_s = size / median_s / 1e9 if median_s > 0 else None
+        result.append({"variant": sample["case"]["variant"], "size_bytes": size,
+                       "iterations": sample["case"]["iterations"], "median_s": median_s, "gb_per_s": gb_per_s,
+                       "ratio_to_limit": gb_per_s / limit if gb_per_s and limit else None,
+                       "faults_per_iteration": float(np.median(faults)),
+                       "first_s": sample["metrics"]["iteration_ns"][0] / 1e9})
+    return result
 
 
 def auto_choice(samples: list, rows: list[dict]) -> Optional[dict]:

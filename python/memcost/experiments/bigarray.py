@@ -33,6 +33,8 @@ OPTIONS = [
     # at 1 GiB the whole run stays under three minutes here.
     Option("reps", "repetitions per strategy (default 5: enough for `memcost compare`, which needs 4; --quick 4)",
            quick=4, parse=arguments.positive_int),
+    Option("repeat", "iterations of the repeat scenario: the array made, initialized and freed again (default 10; "
+                     "--quick 5; 0: none)", quick=5, parse=arguments.non_negative_int),
     Option("no_allocators", "skip the runs under other allocators", flag_only=True, to_probe=None),
     budget_option(),
     *hugepage_options(),
@@ -74,7 +76,7 @@ def measure(values: dict, directory) -> dict:
         samples = list(run.samples)
         for label, extra_env in variants:
             # Zero-init only: the allocator decides how memory arrives; the value pass is the same code.
-            extra = run_with_progress("bigarray", EXPERIMENT.probe_arguments({**values, "inits": ["zero"]})
+            extra = run_with_progress("bigarray", EXPERIMENT.probe_arguments({**values, "inits": ["zero"], "repeat": 0})
                                       + ["--libc-only", "--label", label], f"bigarray ({label})",
                                       env={**os.environ, **extra_env})
             samples += extra.samples
@@ -100,6 +102,14 @@ def tables(summary: dict) -> list[Table]:
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
                              "" if r["first_percent_s"] is None else f"{r['first_percent_s']:.3f} s",
                              number(r["free_s"], 3)] for r in rows]))
+    repeat = summary.get("repeat") or []
+    if repeat:
+        result.append((f"{format_bytes(repeat[0]['size_bytes'])} made, initialized and freed {repeat[0]['iterations']} "
+                       "times — medians after the first iteration",
+                       ["variant", "seconds", "GB/s", "of limit", "faults", "first iteration s"],
+                       [[r["variant"], number(r["median_s"], 4), number(r["gb_per_s"], 1),
+                         "n/a" if r["ratio_to_limit"] is None else f"{r['ratio_to_limit']:.0%}",
+                         number(r["faults_per_iteration"]), number(r["first_s"], 4)] for r in repeat]))
     return result
 
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "memcost/allocator.hpp"
 #include "memcost/big_array.hpp"
 #include "memcost/measure.hpp"
 #include "os/capabilities.hpp"
@@ -249,6 +250,7 @@ struct Settings {
   int limit_reps = 3;
   unsigned threads = 0;
   bool libc_only = false;
+  int repeat = 10;  // iterations of the repeat scenario (0: leave it out)
 };
 
 bool verified(const WorkItem* items, std::size_t count, bool zero) {
@@ -257,6 +259,57 @@ bool verified(const WorkItem* items, std::size_t count, bool zero) {
     if (!matches(items[random() % count], zero)) return false;
   }
   return matches(items[0], zero) && matches(items[count - 1], zero);
+}
+
+// ---- the repeat scenario: the same array made, initialized and freed again and again ----
+
+// Every variant leaves every element equal to this: a repeated byte, so memset can write it too.
+constexpr std::uint32_t kRepeatValue = 0x01010101;
+
+struct RepeatVariant {
+  std::string name;
+  // One iteration: allocate, initialize to kRepeatValue, free. `kept` is the floor's one array.
+  std::function<void(std::size_t count)> iterate;
+};
+
+std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std::shared_ptr<big_memory_resource> resource,
+                                           std::shared_ptr<big_array<std::uint32_t>> kept) {
+  return {
+      {"make_big_array (fresh each time)",
+       [](std::size_t count) {
+         auto a = make_big_array<std::uint32_t>(count, fill(kRepeatValue));
+         measure::keep_writes(a.data());
+       }},
+      {"make_big_array + array_pool",
+       [pool](std::size_t count) {
+         auto a = make_big_array<std::uint32_t>(count, fill(kRepeatValue), {.pool = pool.get()});
+         measure::keep_writes(a.data());
+       }},
+      {"std::vector + memcost::allocator + pool",
+       [resource](std::size_t count) {
+         std::vector<std::uint32_t, allocator<std::uint32_t>> v(count, kRepeatValue, allocator<std::uint32_t>(resource.get()));
+         measure::keep_writes(v.data());
+       }},
+      {"std::vector",
+       [](std::size_t count) {
+         std::vector<std::uint32_t> v(count, kRepeatValue);
+         measure::keep_writes(v.data());
+       }},
+      {"malloc + memset",
+       [](std::size_t count) {
+         auto* p = static_cast<std::uint32_t*>(std::malloc(count * sizeof(std::uint32_t)));
+         if (!p) throw std::bad_alloc();
+         std::memset(p, 0x01, count * sizeof(std::uint32_t));
+         measure::keep_writes(p);
+         std::free(p);
+       }},
+      {"one array kept, filled again (the floor)",
+       [kept](std::size_t count) {
+         if (kept->size() != count) *kept = make_big_array<std::uint32_t>(count, zero);
+         std::fill(kept->begin(), kept->end(), kRepeatValue);
+         measure::keep_writes(kept->data());
+       }},
+  };
 }
 
 // 1. Parse: every flag typed and checked by CLI11.
@@ -270,6 +323,8 @@ void declare(CLI::App& command, Settings& s) {
   command.add_option("--threads", s.threads, "threads for parallel strategies (default 0: all CPUs)");
   command.add_option("--label", s.label, "the allocator the libc strategies run on (for the rows)");
   command.add_flag("--libc-only", s.libc_only, "only the strategies that go through malloc/new (for other allocators)");
+  command.add_option("--repeat", s.repeat, "iterations of the repeat scenario: allocate, initialize, free (0: none)")
+      ->check(CLI::Range(0, 1000));
   command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
 }
 
@@ -366,6 +421,29 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
       steps.push_back({"limit", [&emitter, bytes, rep, threads] {
         emitter.sample({{"part", "limit"}, {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
                        {{"gb_per_s", limit_gb_per_s(bytes, threads)}});
+      }});
+    }
+  }
+  if (!s.libc_only && s.repeat > 0) {
+    // Memory for the pool: two arrays' worth, so the pooled variants always find theirs.
+    auto pool = std::make_shared<array_pool>(2 * bytes + (std::size_t{4} << 20));
+    auto resource = std::make_shared<big_memory_resource>(big_memory_options{.pool = pool.get()});
+    auto kept = std::make_shared<big_array<std::uint32_t>>();
+    const std::size_t elements = bytes / sizeof(std::uint32_t);
+    for (const RepeatVariant& variant : repeat_variants(pool, resource, kept)) {
+      steps.push_back({"repeat " + variant.name, [&emitter, variant, elements, bytes, pool, resource, kept, repeat = s.repeat] {
+        json iteration_ns = json::array(), iteration_faults = json::array();
+        for (int i = 0; i < repeat; ++i) {
+          auto before = measure::take_snapshot({.machine = false});
+          variant.iterate(elements);
+          auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+          iteration_ns.push_back(interval.wall_ns);
+          iteration_faults.push_back(interval.minor_faults);
+        }
+        *kept = big_array<std::uint32_t>();  // the floor's array goes once its variant is done
+        pool->release();
+        emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", bytes}, {"iterations", repeat}},
+                       {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}});
       }});
     }
   }
