@@ -140,7 +140,16 @@ template <class F>
   return {std::move(function)};
 }
 
+// A process-wide pool that every make_big_array without its own `pool` uses once enabled (at most
+// `max_bytes` held); disabling gives its memory back and stops it. Arrays made while it was enabled
+// return their memory to it whenever they go (it lives as long as the process).
+void enable_default_array_pool(std::size_t max_bytes);
+void disable_default_array_pool();
+
 namespace detail {
+
+// The default pool when enabled, else null.
+[[nodiscard]] array_pool* default_pool();
 
 // The memory of an array: mapped by the page-kind ladder, released on destruction.
 class mapping {
@@ -199,7 +208,9 @@ class array_pool {
   void trim(std::size_t keep_bytes);
   void release() { trim(0); }
   [[nodiscard]] array_pool_stats stats() const;
-  [[nodiscard]] std::size_t max_bytes() const { return max_bytes_; }
+  [[nodiscard]] std::size_t max_bytes() const;
+  // A new cap, kept from now on; what is held beyond it goes back to the OS at once.
+  void set_max_bytes(std::size_t max_bytes);
 
   // For make_big_array and big_array: a piece of at least `bytes` that `options` accept, or none.
   bool take(std::size_t bytes, const big_array_options& options, detail::mapping& into, std::string& page_kind);
@@ -352,6 +363,7 @@ template <class T, class Init = construct_t>
   big_array<T> array;
   const std::size_t bytes = detail::checked_bytes(count, sizeof(T));
   if (count == 0) return array;
+  if (!options.pool) options.pool = detail::default_pool();
   const bool from_pool = options.pool && options.pool->take(bytes, options, array.mapping_, array.report_.page_kind);
   if (!from_pool) array.mapping_ = detail::mapping(bytes, options, array.report_);
   array.pool_ = options.pool;

@@ -37,16 +37,36 @@ typedef enum memcost_pages {
 
 typedef enum memcost_prefault { MEMCOST_PREFAULT_NOW = 0, MEMCOST_PREFAULT_ASYNC = 1, MEMCOST_PREFAULT_NONE = 2 } memcost_prefault;
 
+/* A pool of released arrays' memory, already faulted in (memcost::array_pool): arrays created with
+ * `options.pool` set take a held piece when one fits and give their memory back on destroy. */
+typedef struct memcost_pool memcost_pool;
+
 typedef struct memcost_options {
   memcost_pages pages;
   int strict; /* nonzero: fail instead of falling back from a forced page kind */
   memcost_prefault prefault;
-  unsigned threads; /* 0: every logical CPU */
+  unsigned threads;   /* 0: every logical CPU */
+  memcost_pool* pool; /* NULL: no pool */
 } memcost_options;
+
+typedef struct memcost_pool_stats {
+  size_t hits;          /* arrays served from held memory */
+  size_t misses;        /* arrays that mapped fresh memory */
+  size_t bytes_held;    /* held now */
+  size_t bytes_trimmed; /* given back to the OS, in all */
+  size_t pieces_held;
+} memcost_pool_stats;
+
+/* A pool holding at most `max_bytes`; NULL when out of memory. Destroy it after every array made with it. */
+memcost_pool* memcost_pool_create(size_t max_bytes);
+/* Give back to the OS the least recently used pieces until at most `keep_bytes` are held. */
+void memcost_pool_trim(memcost_pool* pool, size_t keep_bytes);
+memcost_pool_stats memcost_pool_get_stats(const memcost_pool* pool);
+void memcost_pool_destroy(memcost_pool* pool);
 
 typedef struct memcost_array memcost_array;
 
-/* Defaults: automatic pages, not strict, prefault now, all CPUs. */
+/* Defaults: automatic pages, not strict, prefault now, all CPUs, no pool. */
 void memcost_options_init(memcost_options* options);
 
 /* An array of `count` elements of `element_size` bytes, all bytes zero. */

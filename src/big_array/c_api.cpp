@@ -5,12 +5,28 @@
 #include "memcost/big_array.hpp"
 #include "memcost/memcost.h"
 
+struct memcost_pool {
+  explicit memcost_pool(std::size_t max_bytes) : pool(max_bytes) {}
+  memcost::array_pool pool;
+};
+
 struct memcost_array {
   memcost::detail::mapping memory;
   std::unique_ptr<memcost::detail::fill_job> job;
   std::size_t count = 0;
   memcost::allocation_report report;
   std::string fallbacks;
+  memcost::array_pool* pool = nullptr;  // where the memory goes back on destroy
+  ~memcost_array() {
+    if (job) {
+      try {
+        job->wait();
+      } catch (...) {  // no initializer of ours throws; nothing to report from a destructor
+      }
+    }
+    job.reset();
+    if (pool && memory.data()) pool->give(std::move(memory), report.page_kind);
+  }
 };
 
 namespace {
@@ -49,6 +65,7 @@ bool to_options(const memcost_options* in, memcost::big_array_options& out) {
   out.strict = in->strict != 0;
   out.prefault = modes[prefault_choice];
   out.threads = in->threads;
+  out.pool = in->pool ? &in->pool->pool : nullptr;
   return true;
 }
 
@@ -68,18 +85,31 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
   try {
     auto result = std::make_unique<memcost_array>();
     std::size_t bytes = memcost::detail::checked_bytes(count, element_size);
-    result->memory = memcost::detail::mapping(bytes, settings, result->report);
+    const bool from_pool = settings.pool && settings.pool->take(bytes, settings, result->memory, result->report.page_kind);
+    if (!from_pool) result->memory = memcost::detail::mapping(bytes, settings, result->report);
+    result->pool = settings.pool;
+    result->report.from_pool = from_pool;
     result->count = count;
     for (const auto& step : result->report.fallbacks) result->fallbacks += step + "\n";
     auto* base = static_cast<unsigned char*>(result->memory.data());
     memcost::detail::fill_job::work_function work;
-    if (!value) {
+    if (!value && from_pool) {
+      // Pooled memory holds the last array's bytes: zero it in parallel (its only write).
+      work = [base, element_size](std::size_t first, std::size_t last) {
+        std::memset(base + first * element_size, 0, (last - first) * element_size);
+      };
+    } else if (!value) {
       if (settings.prefault == memcost::prefault::none) {
         *array = result.release();
         return MEMCOST_OK;
       }
       work = [base, element_size](std::size_t first, std::size_t last) {
         memcost::detail::populate(base + first * element_size, (last - first) * element_size);
+      };
+    } else if (memcost::detail::repeated_byte(value, element_size)) {
+      const auto byte = *static_cast<const unsigned char*>(value);
+      work = [base, element_size, byte](std::size_t first, std::size_t last) {
+        std::memset(base + first * element_size, byte, (last - first) * element_size);
       };
     } else {
       std::string copy(static_cast<const char*>(value), element_size);
@@ -108,8 +138,19 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
 extern "C" {
 
 void memcost_options_init(memcost_options* options) {
-  if (options) *options = memcost_options{MEMCOST_PAGES_AUTO, 0, MEMCOST_PREFAULT_NOW, 0};
+  if (options) *options = memcost_options{MEMCOST_PAGES_AUTO, 0, MEMCOST_PREFAULT_NOW, 0, nullptr};
 }
+
+memcost_pool* memcost_pool_create(size_t max_bytes) { return new (std::nothrow) memcost_pool(max_bytes); }
+void memcost_pool_trim(memcost_pool* pool, size_t keep_bytes) {
+  if (pool) pool->pool.trim(keep_bytes);
+}
+memcost_pool_stats memcost_pool_get_stats(const memcost_pool* pool) {
+  if (!pool) return memcost_pool_stats{0, 0, 0, 0, 0};
+  auto stats = pool->pool.stats();
+  return memcost_pool_stats{stats.hits, stats.misses, stats.bytes_held, stats.bytes_trimmed, stats.pieces_held};
+}
+void memcost_pool_destroy(memcost_pool* pool) { delete pool; }
 
 memcost_status memcost_array_create_zeroed(size_t count, size_t element_size, const memcost_options* options,
                                            memcost_array** array) {

@@ -1,5 +1,8 @@
 // array_pool: the memory of released big arrays, kept faulted in for the next one.
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
 
 #include "memcost/big_array.hpp"
 
@@ -72,6 +75,51 @@ void array_pool::trim(std::size_t keep_bytes) {
     --stats_.pieces_held;
     pieces_.pop_back();
   }
+}
+
+namespace {
+// Set while the default pool is enabled; the pool object itself is never destroyed, so arrays
+// made from it can give their memory back at any time.
+std::atomic<array_pool*> enabled_default{nullptr};
+std::mutex default_lock;
+std::unique_ptr<array_pool> default_instance;
+}  // namespace
+
+void enable_default_array_pool(std::size_t max_bytes) {
+  std::lock_guard guard(default_lock);
+  if (!default_instance || default_instance->max_bytes() != max_bytes) {
+    if (default_instance) {
+      default_instance->release();
+      // Arrays still out may give their memory back to the old pool: keep it, never delete.
+      (void)default_instance.release();
+    }
+    default_instance = std::make_unique<array_pool>(max_bytes);
+  }
+  enabled_default = default_instance.get();
+}
+
+void disable_default_array_pool() {
+  std::lock_guard guard(default_lock);
+  enabled_default = nullptr;
+  // A cap of 0: everything held goes back now, and arrays still out give theirs straight back too.
+  if (default_instance) default_instance->set_max_bytes(0);
+}
+
+namespace detail {
+array_pool* default_pool() { return enabled_default.load(); }
+}  // namespace detail
+
+std::size_t array_pool::max_bytes() const {
+  std::lock_guard guard(lock_);
+  return max_bytes_;
+}
+
+void array_pool::set_max_bytes(std::size_t max_bytes) {
+  {
+    std::lock_guard guard(lock_);
+    max_bytes_ = max_bytes;
+  }
+  trim(max_bytes);
 }
 
 array_pool_stats array_pool::stats() const {

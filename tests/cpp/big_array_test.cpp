@@ -452,3 +452,15 @@ TEST(BigArrayPool, ThreadsShareOnePool) {
   EXPECT_EQ(pool.stats().hits + pool.stats().misses, 40U);
   EXPECT_GT(pool.stats().hits, 0U);
 }
+
+TEST(BigArrayPool, TheProcessWideDefaultPoolServesArraysOnlyWhileEnabled) {
+  enable_default_array_pool(64 * MiB);
+  { auto first = make_big_array<char>(8 * MiB, fill('a'), {.pages = pages::base}); }
+  auto second = make_big_array<char>(8 * MiB, zero, {.pages = pages::base});
+  EXPECT_TRUE(second.report().from_pool);
+  EXPECT_TRUE(std::all_of(second.begin(), second.end(), [](char c) { return c == 0; }));
+  disable_default_array_pool();
+  second = big_array<char>();  // made while enabled: its memory goes back to the OS, not to a pool
+  auto third = make_big_array<char>(8 * MiB, zero, {.pages = pages::base});
+  EXPECT_FALSE(third.report().from_pool);
+}

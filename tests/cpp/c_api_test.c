@@ -57,6 +57,34 @@ int main(void) {
   options.pages = (memcost_pages)42;
   CHECK(memcost_array_create_zeroed(10, 8, &options, &bad) == MEMCOST_ERROR_BAD_ARGUMENT);
 
+  /* A pool: the second array of a size comes from it, zeroed again, and goes back on destroy. */
+  memcost_pool* pool = memcost_pool_create((size_t)64 << 20);
+  CHECK(pool != NULL);
+  if (pool) {
+    memcost_options pooled;
+    memcost_options_init(&pooled);
+    pooled.pool = pool;
+    uint32_t sevens = 0x07070707u;
+    memcost_array* first = NULL;
+    CHECK(memcost_array_create_filled(count, sizeof sevens, &sevens, &pooled, &first) == MEMCOST_OK);
+    memcost_array_destroy(first);
+    CHECK(memcost_pool_get_stats(pool).bytes_held >= count * sizeof sevens);
+    memcost_array* second = NULL;
+    CHECK(memcost_array_create_zeroed(count, sizeof sevens, &pooled, &second) == MEMCOST_OK);
+    if (second) {
+      const uint32_t* words = (const uint32_t*)memcost_array_data(second);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += words[i] != 0;
+      CHECK(wrong == 0);
+      memcost_array_destroy(second);
+    }
+    memcost_pool_stats stats = memcost_pool_get_stats(pool);
+    CHECK(stats.hits == 1 && stats.misses == 1 && stats.pieces_held == 1);
+    memcost_pool_trim(pool, 0);
+    CHECK(memcost_pool_get_stats(pool).bytes_held == 0);
+    memcost_pool_destroy(pool);
+  }
+
   printf("%d passed, %d failed\n", failures == 0 ? 1 : 0, failures);
   return failures == 0 ? 0 : 1;
 }
