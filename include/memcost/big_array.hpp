@@ -221,6 +221,7 @@ class array_pool {
     detail::mapping memory;
     std::string page_kind;
   };
+  void trim_locked(std::size_t keep_bytes);  // with lock_ held
   mutable std::mutex lock_;
   std::list<piece> pieces_;  // most recently returned first
   std::size_t max_bytes_;

@@ -59,16 +59,15 @@ void array_pool::give(detail::mapping&& memory, const std::string& page_kind) {
   pieces_.push_front({std::move(memory), page_kind});
   stats_.bytes_held += size;
   ++stats_.pieces_held;
-  while (stats_.bytes_held > max_bytes_ && !pieces_.empty()) {
-    stats_.bytes_held -= pieces_.back().memory.bytes();
-    stats_.bytes_trimmed += pieces_.back().memory.bytes();
-    --stats_.pieces_held;
-    pieces_.pop_back();
-  }
+  trim_locked(max_bytes_);
 }
 
 void array_pool::trim(std::size_t keep_bytes) {
   std::lock_guard guard(lock_);
+  trim_locked(keep_bytes);
+}
+
+void array_pool::trim_locked(std::size_t keep_bytes) {
   while (stats_.bytes_held > keep_bytes && !pieces_.empty()) {
     stats_.bytes_held -= pieces_.back().memory.bytes();
     stats_.bytes_trimmed += pieces_.back().memory.bytes();
@@ -115,11 +114,9 @@ std::size_t array_pool::max_bytes() const {
 }
 
 void array_pool::set_max_bytes(std::size_t max_bytes) {
-  {
-    std::lock_guard guard(lock_);
-    max_bytes_ = max_bytes;
-  }
-  trim(max_bytes);
+  std::lock_guard guard(lock_);
+  max_bytes_ = max_bytes;
+  trim_locked(max_bytes);
 }
 
 array_pool_stats array_pool::stats() const {

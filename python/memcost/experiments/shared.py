@@ -31,7 +31,6 @@ def measure_simple(experiment: Experiment, values: dict, directory, summarize: C
     `summarize(samples)` returns the summary and any warnings the summary itself shows; `hints`
     adds the front end's own advice to the probe's warnings."""
     from ..hugepool import reserved_for_run
-    from ..results import make_document
     from ..runner import run_with_progress
     params = dict(values)
     with reserved_for_run(values.get("reserve_hugepages"), values.get("hugepage_size", "2M"), params):

@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-from typing import Optional
-
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -139,9 +137,3 @@ def sinks_for(args: argparse.Namespace, watching_a_command: bool) -> list[Sink]:
     elif args.once or not watching_a_command:
         chosen.append(PrintedTables())
     return chosen
-
-
-def close_all(sinks: list[Sink]) -> Optional[BaseException]:
-    for sink in sinks:
-        sink.close()
-    return None
