@@ -11,12 +11,15 @@ Capabilities capabilities() {
   offered.thp = thp_settings();
   offered.hugetlb_pools = hugetlb_pools();
   offered.top_down_on_request = top_down_on_request();
-  Mapping page = map({offered.base_page_bytes, PageKind::base});
-  if (page.status.ok()) {
-    offered.populate_write = populate_write(page.address, page.size_bytes).ok();
-    (void)release(page.address, page.size_bytes);
-  }
   return offered;
+}
+
+bool populate_write_works() {
+  Mapping page = map({base_page_size(), PageKind::base});
+  if (!page.status.ok()) return false;
+  const bool works = populate_write(page.address, page.size_bytes).ok();
+  (void)release(page.address, page.size_bytes);
+  return works;
 }
 
 std::uint64_t hugetlb_pages_available(const HugetlbPool& pool) {

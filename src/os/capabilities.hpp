@@ -18,15 +18,15 @@ struct Capabilities {
   std::size_t base_page_bytes = 0;
   ThpSettings thp;
   std::vector<HugetlbPool> hugetlb_pools;
-  // Whether populate_write() works here (tried on one page): MADV_POPULATE_WRITE
-  // on Linux 5.14+, VirtualLock on Windows.
-  bool populate_write = false;
   // A placement can be requested top-down (Windows' MEM_TOP_DOWN).
   bool top_down_on_request = false;
 };
 
-// Reads everything now (one small mapping is made and released to try populate).
+// Reads everything now: a few sysfs files, cheap enough for every big allocation.
 [[nodiscard]] Capabilities capabilities();
+// Whether populate_write() works here, tried on one page (MADV_POPULATE_WRITE on Linux 5.14+,
+// VirtualLock on Windows): a mapping made and released, so asked for apart, once per run.
+[[nodiscard]] bool populate_write_works();
 
 // Pages of a hugetlb pool that a new mapping may take: free minus those
 // already promised to existing mappings, never below zero.

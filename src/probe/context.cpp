@@ -106,7 +106,7 @@ json machine_context() {
         {"steal", machine && machine->steal_available},
         {"kernel_threads", os::kernel_thread_times().has_value()},
         {"perf", perf_counters()}}},
-      {"capabilities", {{"populate_write", offered.populate_write}, {"legacy_layout_active", os::legacy_layout_active()}}},
+      {"capabilities", {{"populate_write", os::populate_write_works()}, {"legacy_layout_active", os::legacy_layout_active()}}},
       {"build",
        {{"compiler", compiler()}, {"build_type", MEMCOST_BUILD_TYPE}, {"sanitized", static_cast<bool>(MEMCOST_SANITIZED)}}},
   };
