@@ -27,11 +27,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -48,6 +50,27 @@ namespace memcost {
 enum class pages { automatic, hugetlb_1g, hugetlb_2m, thp, base };
 enum class prefault { now, async, none };
 
+// How a fill value is written; report().fill_method says which ran. Measured side by side by
+// `memcost bigarray` (its "fill methods" table), which is where the automatic rule comes from.
+enum class fill_method {
+  // Fresh memory (faulted in by the fill itself): ordinary stores, which find each page in the
+  // cache where the kernel just cleared it. Memory already faulted in (from a pool): memset when
+  // every byte of the value is the same; non-temporal stores when the array is larger than the
+  // last-level cache and the element's size divides 64; ordinary stores otherwise.
+  automatic,
+  memset,       // for a value whose bytes are all alike (any other value is written by stores)
+  stores,       // ordinary stores: each cache line is read for ownership, then written
+  nontemporal,  // streaming stores past the cache (x86-64, element sizes dividing 64; else stores)
+};
+
+// Which NUMA nodes the pages go to (Linux memory policy; see docs/bigarray.md).
+enum class numa_placement {
+  inherit,     // whatever the thread's policy is (normally: the node of the first touch)
+  local,       // explicitly first-touch local, with the fill threads spread over the nodes
+  interleave,  // page by page over every node
+  node,        // all on `numa_node`
+};
+
 class array_pool;
 
 struct big_array_options {
@@ -61,6 +84,10 @@ struct big_array_options {
   // Take the memory from this pool when it holds a piece large enough, and give it back
   // there when the array goes away: no faults and no kernel zeroing the second time.
   array_pool* pool = nullptr;
+  // An array with a placement other than inherit is always mapped fresh, never pooled.
+  numa_placement numa = numa_placement::inherit;
+  unsigned numa_node = 0;  // for numa_placement::node
+  memcost::fill_method fill_method = fill_method::automatic;
 };
 
 enum class big_array_errc { bad_size, out_of_memory, pool_too_small, not_supported };
@@ -87,6 +114,11 @@ struct allocation_report {
   unsigned threads = 0;
   std::string initialization;  // "populate" (zero pages faulted in), "write" (elements written), "lazy"
   bool from_pool = false;      // the memory came from an array_pool, already faulted in
+  std::string fill_method;     // "memset", "stores" or "nontemporal" when elements were written with a value
+  // With a NUMA placement: the policy the kernel holds for the array ("local", "interleave:0-1",
+  // "bind:0"), and its resident bytes by node, read back once the pages are in.
+  std::string numa_policy;
+  std::map<unsigned, std::size_t> bytes_by_node;
 };
 
 // zero_is_valid<T>: the promise that an object of T whose bytes are all zero,
@@ -235,8 +267,9 @@ namespace detail {
 class fill_job {
  public:
   using work_function = std::function<void(std::size_t first, std::size_t last)>;
+  // Thread t runs on cpu_sets[t % cpu_sets.size()] when cpu_sets is not empty.
   fill_job(std::size_t count, std::size_t element_bytes, std::size_t page_bytes, unsigned threads, bool async,
-           work_function work);
+           work_function work, std::vector<std::vector<unsigned>> cpu_sets = {});
   ~fill_job();
   fill_job(const fill_job&) = delete;
   fill_job& operator=(const fill_job&) = delete;
@@ -248,7 +281,7 @@ class fill_job {
   void for_each_done(const std::function<void(std::size_t, std::size_t)>& f) const;
 
  private:
-  void run();
+  void run(const std::vector<unsigned>& cpus);
   std::vector<std::size_t> bounds_;  // chunk i is [bounds_[i], bounds_[i + 1])
   std::unique_ptr<std::atomic<bool>[]> done_;
   std::atomic<std::size_t> next_{0};
@@ -263,8 +296,21 @@ unsigned default_threads(unsigned requested);
 // Fault [address, address + bytes) in for writing without writing it.
 void populate(void* address, std::size_t bytes);
 [[nodiscard]] double huge_fraction(const void* address, std::size_t bytes);
-// After the pages are faulted in: the page kind the kernel really gave, into `report`.
+// After the pages are faulted in: the page kind the kernel really gave, into `report` (and the
+// NUMA policy and placement, when the array asked for one).
 void read_back(allocation_report& report, const void* address, std::size_t bytes);
+// Set the memory policy `options.numa` asks for on fresh memory; throws big_array_error when the OS refuses.
+void place_on_nodes(const mapping& memory, const big_array_options& options, allocation_report& report);
+// For numa_placement::local on a machine with several nodes: each node's CPUs, for the fill threads.
+[[nodiscard]] std::vector<std::vector<unsigned>> fill_cpu_sets(const big_array_options& options);
+// The method a fill of `total_bytes` with a value of `pattern_bytes` bytes uses when `asked` is
+// asked; `fresh_pages`: the fill faults the memory in (not yet touched since it was mapped).
+[[nodiscard]] fill_method resolve_fill_method(fill_method asked, std::size_t total_bytes, std::size_t pattern_bytes,
+                                              bool repeated_byte, bool fresh_pages);
+[[nodiscard]] const char* fill_method_name(fill_method method);
+// Write `pattern` (pattern_bytes long) again and again over [destination, destination + bytes);
+// `bytes` is a multiple of pattern_bytes. `method` comes from resolve_fill_method.
+void fill_pattern(void* destination, std::size_t bytes, const void* pattern, std::size_t pattern_bytes, fill_method method);
 [[nodiscard]] std::size_t checked_bytes(std::size_t count, std::size_t element_bytes);
 // Whether every byte of the object is the same (then memset can write it).
 [[nodiscard]] inline bool repeated_byte(const void* object, std::size_t bytes) {
@@ -364,9 +410,13 @@ template <class T, class Init = construct_t>
   big_array<T> array;
   const std::size_t bytes = detail::checked_bytes(count, sizeof(T));
   if (count == 0) return array;
-  if (!options.pool) options.pool = detail::default_pool();
+  if (options.numa != numa_placement::inherit) options.pool = nullptr;  // pooled memory has its placement already
+  else if (!options.pool) options.pool = detail::default_pool();
   const bool from_pool = options.pool && options.pool->take(bytes, options, array.mapping_, array.report_.page_kind);
-  if (!from_pool) array.mapping_ = detail::mapping(bytes, options, array.report_);
+  if (!from_pool) {
+    array.mapping_ = detail::mapping(bytes, options, array.report_);
+    detail::place_on_nodes(array.mapping_, options, array.report_);
+  }
   array.pool_ = options.pool;
   array.report_.from_pool = from_pool;
   array.report_.read_back = from_pool;  // the page kind it had when it was last used
@@ -382,8 +432,11 @@ template <class T, class Init = construct_t>
   if (zero_pages && from_pool) {
     array.report_.initialization = std::is_same_v<Init, uninitialized_t> ? "none" : "write";
     if constexpr (std::is_same_v<Init, uninitialized_t>) return array;
-    work = [base](std::size_t first, std::size_t last) {
-      std::memset(static_cast<void*>(base + first), 0, (last - first) * sizeof(T));
+    const unsigned char zero_byte = 0;
+    const fill_method method = detail::resolve_fill_method(options.fill_method, bytes, 1, true, false);
+    array.report_.fill_method = detail::fill_method_name(method);
+    work = [base, method, zero_byte](std::size_t first, std::size_t last) {
+      detail::fill_pattern(base + first, (last - first) * sizeof(T), &zero_byte, 1, method);
     };
   } else if constexpr (zero_pages) {
     array.report_.initialization = options.prefault == prefault::none ? "lazy" : "populate";
@@ -398,17 +451,19 @@ template <class T, class Init = construct_t>
       if constexpr (bytes_copyable_v<T> && std::is_trivially_destructible_v<T>) {
         array.constructed_ = false;
         const T value(init.value);
-        if (detail::repeated_byte(&value, sizeof(T))) {
-          // A value whose bytes are all alike (0x01010101, -1, …): memset, the fastest write there is.
-          const auto byte = *reinterpret_cast<const unsigned char*>(&value);
-          work = [base, byte](std::size_t first, std::size_t last) {
-            std::memset(static_cast<void*>(base + first), byte, (last - first) * sizeof(T));
-          };
-        } else if constexpr (std::is_trivially_copyable_v<T>) {
-          work = [base, value](std::size_t first, std::size_t last) { std::fill(base + first, base + last, value); };
-        } else {
-          work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
-            for (std::size_t i = first; i < last; ++i) std::memcpy(static_cast<void*>(base + i), &value, sizeof(T));
+        const fill_method method = detail::resolve_fill_method(options.fill_method, bytes, sizeof(T),
+                                                               detail::repeated_byte(&value, sizeof(T)), !from_pool);
+        array.report_.fill_method = detail::fill_method_name(method);
+        if constexpr (std::is_trivially_copyable_v<T>) {
+          if (method == fill_method::stores) {
+            work = [base, value](std::size_t first, std::size_t last) { std::fill(base + first, base + last, value); };
+          }
+        }
+        if (!work) {
+          std::array<unsigned char, sizeof(T)> pattern;  // the value's bytes: what fill_pattern writes
+          std::memcpy(pattern.data(), static_cast<const void*>(&value), sizeof(T));
+          work = [base, pattern, method](std::size_t first, std::size_t last) {
+            detail::fill_pattern(base + first, (last - first) * sizeof(T), pattern.data(), sizeof(T), method);
           };
         }
       } else {
@@ -431,7 +486,8 @@ template <class T, class Init = construct_t>
   }
   const bool async = options.prefault == prefault::async;
   array.job_ = std::make_unique<detail::fill_job>(count, sizeof(T), array.mapping_.page_bytes(),
-                                                  detail::default_threads(options.threads), async, std::move(work));
+                                                  detail::default_threads(options.threads), async, std::move(work),
+                                                  detail::fill_cpu_sets(options));
   array.report_.threads = array.job_->threads();
   if (!async) array.wait();  // on error, `array` unwinds: elements destroyed, memory released
   return array;

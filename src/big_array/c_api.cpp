@@ -93,12 +93,7 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
     for (const auto& step : result->report.fallbacks) result->fallbacks += step + "\n";
     auto* base = static_cast<unsigned char*>(result->memory.data());
     memcost::detail::fill_job::work_function work;
-    if (!value && from_pool) {
-      // Pooled memory holds the last array's bytes: zero it in parallel (its only write).
-      work = [base, element_size](std::size_t first, std::size_t last) {
-        std::memset(base + first * element_size, 0, (last - first) * element_size);
-      };
-    } else if (!value) {
+    if (!value && !from_pool) {
       if (settings.prefault == memcost::prefault::none) {
         *array = result.release();
         return MEMCOST_OK;
@@ -106,15 +101,15 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
       work = [base, element_size](std::size_t first, std::size_t last) {
         memcost::detail::populate(base + first * element_size, (last - first) * element_size);
       };
-    } else if (memcost::detail::repeated_byte(value, element_size)) {
-      const auto byte = *static_cast<const unsigned char*>(value);
-      work = [base, element_size, byte](std::size_t first, std::size_t last) {
-        std::memset(base + first * element_size, byte, (last - first) * element_size);
-      };
     } else {
-      std::string copy(static_cast<const char*>(value), element_size);
-      work = [base, element_size, copy](std::size_t first, std::size_t last) {
-        for (std::size_t i = first; i < last; ++i) std::memcpy(base + i * element_size, copy.data(), element_size);
+      // A value, or zero over pooled memory that holds the last array's bytes: written in parallel.
+      std::string pattern = value ? std::string(static_cast<const char*>(value), element_size) : std::string(1, '\0');
+      const auto method = memcost::detail::resolve_fill_method(
+          memcost::fill_method::automatic, bytes, pattern.size(), memcost::detail::repeated_byte(pattern.data(), pattern.size()),
+          !from_pool);
+      work = [base, element_size, pattern, method](std::size_t first, std::size_t last) {
+        memcost::detail::fill_pattern(base + first * element_size, (last - first) * element_size, pattern.data(),
+                                      pattern.size(), method);
       };
     }
     bool async = settings.prefault == memcost::prefault::async;

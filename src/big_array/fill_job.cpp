@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "memcost/big_array.hpp"
+#include "os/os.hpp"
 
 namespace memcost::detail {
 namespace {
@@ -11,7 +12,7 @@ constexpr std::size_t async_chunks = 256;
 }  // namespace
 
 fill_job::fill_job(std::size_t count, std::size_t element_bytes, std::size_t page_bytes, unsigned threads, bool async,
-                   work_function work)
+                   work_function work, std::vector<std::vector<unsigned>> cpu_sets)
     : work_(std::move(work)) {
   threads = std::max(1U, std::min<unsigned>(threads, static_cast<unsigned>(std::min<std::size_t>(count, 1U << 16))));
   std::size_t chunks = async ? std::max<std::size_t>(async_chunks, threads) : threads;
@@ -28,7 +29,10 @@ fill_job::fill_job(std::size_t count, std::size_t element_bytes, std::size_t pag
   done_ = std::make_unique<std::atomic<bool>[]>(bounds_.size() - 1);
   // All threads exist before the first fault, as the caller asked.
   workers_.reserve(threads);
-  for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+  for (unsigned i = 0; i < threads; ++i) {
+    std::vector<unsigned> cpus = cpu_sets.empty() ? std::vector<unsigned>{} : cpu_sets[i % cpu_sets.size()];
+    workers_.emplace_back([this, cpus = std::move(cpus)] { run(cpus); });
+  }
 }
 
 fill_job::~fill_job() {
@@ -37,7 +41,9 @@ fill_job::~fill_job() {
   }
 }
 
-void fill_job::run() {
+void fill_job::run(const std::vector<unsigned>& cpus) {
+  // A thread placed on a node first-touches its part there; if the placement fails it still fills.
+  if (!cpus.empty()) (void)os::pin_current_thread_to(cpus);
   const std::size_t chunks = bounds_.size() - 1;
   for (std::size_t chunk = next_.fetch_add(1); chunk < chunks && !failed_.load(); chunk = next_.fetch_add(1)) {
     try {

@@ -116,6 +116,13 @@ double huge_fraction(const void* address, std::size_t bytes) {
 
 void read_back(allocation_report& report, const void* address, std::size_t bytes) {
   report.read_back = true;
+  if (!report.numa_policy.empty()) {
+    report.numa_policy = os::memory_policy_of(address).value_or("unknown");
+    report.bytes_by_node.clear();
+    for (auto [node, resident] : os::resident_bytes_by_node(address, bytes).value_or(std::map<unsigned, std::uint64_t>{})) {
+      report.bytes_by_node[node] = static_cast<std::size_t>(resident);
+    }
+  }
   if (report.page_kind != os::page_kind_name(os::PageKind::thp)) return;  // hugetlb is all or nothing; base is base
   const double fraction = huge_fraction(address, bytes);
   if (fraction >= 0.5) return;

@@ -267,6 +267,35 @@ struct RangeBacking {
 };
 [[nodiscard]] std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes);
 
+// The size of the largest (last-level) CPU cache, in bytes; absent when the OS does not say.
+// Linux: /sys/devices/system/cpu/cpu0/cache; Windows: GetLogicalProcessorInformation.
+[[nodiscard]] std::optional<std::size_t> last_level_cache_bytes();
+
+// ---- NUMA memory policy ----------------------------------------------------
+
+// Where the kernel places the pages of a range when they are first touched.
+enum class MemoryPolicy {
+  local,       // on the node of the CPU that touches the page first (Linux MPOL_LOCAL)
+  interleave,  // round-robin over every node, page by page (MPOL_INTERLEAVE)
+  bind,        // on one node only (MPOL_BIND)
+};
+// Set the policy of [address, address + size_bytes) before its pages are touched
+// (Linux: mbind). `node` is used by bind only. Windows: not supported (it places
+// memory at allocation, by VirtualAllocExNuma).
+[[nodiscard]] Status set_memory_policy(void* address, std::size_t size_bytes, MemoryPolicy policy, unsigned node);
+// The policy the kernel holds for the range that contains `address`, as it
+// reads it back: "default", "local", "interleave:0-3", "bind:1", "preferred:0"
+// (Linux: get_mempolicy with MPOL_F_ADDR). Absent where there is no such call.
+[[nodiscard]] std::optional<std::string> memory_policy_of(const void* address);
+// Resident bytes of the mapping(s) holding [address, address + size_bytes), by
+// NUMA node (Linux: /proc/self/numa_maps, whole VMAs). Absent where unreadable.
+[[nodiscard]] std::optional<std::map<unsigned, std::uint64_t>> resident_bytes_by_node(const void* address,
+                                                                                      std::size_t size_bytes);
+// The CPUs of one NUMA node (Linux: /sys/devices/system/node/node<N>/cpulist).
+[[nodiscard]] std::vector<unsigned> cpus_of_node(unsigned node);
+// Runs the calling thread on these CPUs only.
+[[nodiscard]] Status pin_current_thread_to(const std::vector<unsigned>& cpus);
+
 // ---- perf events (Linux) ---------------------------------------------------
 
 enum class PerfEvent { page_faults, task_clock, tlb_flush_tracepoint, page_fault_user_tracepoint };

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <sched.h>
+#include <linux/mempolicy.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -614,6 +615,153 @@ std::optional<RangeBacking> range_backing(const void* address, std::size_t size_
     else if (name == "KernelPageSize") backing.kernel_page_bytes = std::max<std::size_t>(backing.kernel_page_bytes, kib * 1024);
   }
   return backing;
+}
+
+std::optional<std::size_t> last_level_cache_bytes() {
+  const std::string root = "/sys/devices/system/cpu/cpu0/cache";
+  std::optional<std::size_t> largest;
+  int largest_level = 0;
+  for (const auto& index : list_directory(root)) {
+    if (index.rfind("index", 0) != 0) continue;
+    auto level = read_number(root + "/" + index + "/level");
+    auto size = read_text(root + "/" + index + "/size");  // "32768K"
+    if (!level || !size || size->empty()) continue;
+    std::size_t bytes = 0;
+    try {
+      bytes = std::stoull(*size);
+    } catch (...) {
+      continue;
+    }
+    if (size->find('K') != std::string::npos) bytes <<= 10;
+    else if (size->find('M') != std::string::npos) bytes <<= 20;
+    if (static_cast<int>(*level) > largest_level) {
+      largest_level = static_cast<int>(*level);
+      largest = bytes;
+    }
+  }
+  return largest;
+}
+
+namespace {
+// Node masks hold this many bits: enough for every machine Linux supports today.
+constexpr unsigned long max_nodes = 1024;
+constexpr std::size_t mask_words = max_nodes / (8 * sizeof(unsigned long));
+
+std::string node_list(const unsigned long* mask) {
+  std::string text;
+  for (unsigned node = 0; node < max_nodes;) {
+    if (!(mask[node / 64] & (1UL << (node % 64)))) {
+      ++node;
+      continue;
+    }
+    unsigned last = node;
+    while (last + 1 < max_nodes && (mask[(last + 1) / 64] & (1UL << ((last + 1) % 64)))) ++last;
+    text += (text.empty() ? "" : ",") + std::to_string(node) + (last > node ? "-" + std::to_string(last) : "");
+    node = last + 1;
+  }
+  return text;
+}
+
+std::vector<unsigned> parse_cpu_list(const std::string& text) {  // "0-3,8,10-11"
+  std::vector<unsigned> cpus;
+  std::stringstream parts(text);
+  std::string part;
+  while (std::getline(parts, part, ',')) {
+    try {
+      auto dash = part.find('-');
+      unsigned first = static_cast<unsigned>(std::stoul(part.substr(0, dash)));
+      unsigned last = dash == std::string::npos ? first : static_cast<unsigned>(std::stoul(part.substr(dash + 1)));
+      for (unsigned cpu = first; cpu <= last; ++cpu) cpus.push_back(cpu);
+    } catch (...) {
+    }
+  }
+  return cpus;
+}
+}  // namespace
+
+Status set_memory_policy(void* address, std::size_t size_bytes, MemoryPolicy policy, unsigned node) {
+  unsigned long mask[mask_words] = {};
+  int mode = MPOL_LOCAL;
+  if (policy == MemoryPolicy::interleave) {
+    mode = MPOL_INTERLEAVE;
+    const unsigned nodes = system_info().numa_nodes;
+    for (unsigned n = 0; n < nodes && n < max_nodes; ++n) mask[n / 64] |= 1UL << (n % 64);
+  } else if (policy == MemoryPolicy::bind) {
+    if (node >= max_nodes) return Status{EINVAL, "mbind"};
+    mode = MPOL_BIND;
+    mask[node / 64] |= 1UL << (node % 64);
+  }
+  const bool masked = policy != MemoryPolicy::local;
+  if (syscall(SYS_mbind, address, size_bytes, mode, masked ? mask : nullptr, masked ? max_nodes + 1 : 0, 0U) != 0) {
+    return failed("mbind");
+  }
+  return {};
+}
+
+std::optional<std::string> memory_policy_of(const void* address) {
+  int mode = 0;
+  unsigned long mask[mask_words] = {};
+  if (syscall(SYS_get_mempolicy, &mode, mask, max_nodes + 1, address, MPOL_F_ADDR) != 0) return std::nullopt;
+  switch (mode & ~(MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES)) {
+    case MPOL_DEFAULT: return "default";
+    case MPOL_LOCAL: return "local";
+    case MPOL_INTERLEAVE: return "interleave:" + node_list(mask);
+    case MPOL_BIND: return "bind:" + node_list(mask);
+    case MPOL_PREFERRED: return "preferred:" + node_list(mask);
+    default: return "mode " + std::to_string(mode) + ":" + node_list(mask);
+  }
+}
+
+std::optional<std::map<unsigned, std::uint64_t>> resident_bytes_by_node(const void* address, std::size_t size_bytes) {
+  std::ifstream numa_maps("/proc/self/numa_maps");
+  if (!numa_maps) return std::nullopt;
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  const auto end = begin + size_bytes;
+  std::map<unsigned, std::uint64_t> bytes;
+  std::string line;
+  // "7f1c00000000 interleave:0-1 anon=262144 dirty=262144 N0=131072 N1=131072 kernelpagesize_kB=4"
+  // One line per VMA, keyed by its start; a VMA ends where the next line's starts (or is the last).
+  while (std::getline(numa_maps, line)) {
+    std::stringstream fields(line);
+    std::string start_text;
+    fields >> start_text;
+    std::uintptr_t vma_start = 0;
+    try {
+      vma_start = std::stoull(start_text, nullptr, 16);
+    } catch (...) {
+      continue;
+    }
+    if (vma_start < begin || vma_start >= end) continue;  // VMAs of the range start inside it
+    std::uint64_t page_bytes = base_page_size();
+    std::map<unsigned, std::uint64_t> pages;
+    std::string field;
+    while (fields >> field) {
+      if (field.size() > 1 && field[0] == 'N' && std::isdigit(static_cast<unsigned char>(field[1]))) {
+        auto equals = field.find('=');
+        if (equals == std::string::npos) continue;
+        pages[static_cast<unsigned>(std::stoul(field.substr(1, equals - 1)))] += std::stoull(field.substr(equals + 1));
+      } else if (field.rfind("kernelpagesize_kB=", 0) == 0) {
+        page_bytes = std::stoull(field.substr(18)) * 1024;
+      }
+    }
+    for (auto [node, count] : pages) bytes[node] += count * page_bytes;
+  }
+  return bytes;
+}
+
+std::vector<unsigned> cpus_of_node(unsigned node) {
+  auto text = read_text("/sys/devices/system/node/node" + std::to_string(node) + "/cpulist");
+  return text ? parse_cpu_list(*text) : std::vector<unsigned>{};
+}
+
+Status pin_current_thread_to(const std::vector<unsigned>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (unsigned cpu : cpus) {
+    if (cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+  }
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) return failed("sched_setaffinity");
+  return {};
 }
 
 PerfHandle perf_open(PerfEvent event) {

@@ -244,6 +244,37 @@ Status pin_current_thread(unsigned cpu) {
 }
 std::optional<std::vector<TaskTime>> other_tasks_cpu() { return std::nullopt; }
 
+std::optional<std::size_t> last_level_cache_bytes() {
+  DWORD bytes = 0;
+  GetLogicalProcessorInformation(nullptr, &bytes);
+  std::vector<SYSTEM_LOGICAL_PROCESSOR_INFORMATION> entries(bytes / sizeof(SYSTEM_LOGICAL_PROCESSOR_INFORMATION) + 1);
+  if (!GetLogicalProcessorInformation(entries.data(), &bytes)) return std::nullopt;
+  entries.resize(bytes / sizeof(SYSTEM_LOGICAL_PROCESSOR_INFORMATION));
+  std::optional<std::size_t> largest;
+  BYTE largest_level = 0;
+  for (const auto& entry : entries) {
+    if (entry.Relationship == RelationCache && entry.Cache.Level > largest_level) {
+      largest_level = entry.Cache.Level;
+      largest = entry.Cache.Size;
+    }
+  }
+  return largest;
+}
+
+// Windows places memory on a node when it is allocated (VirtualAllocExNuma), not by a policy set afterwards.
+Status set_memory_policy(void*, std::size_t, MemoryPolicy, unsigned) { return Status{ERROR_NOT_SUPPORTED, "set_memory_policy"}; }
+std::optional<std::string> memory_policy_of(const void*) { return std::nullopt; }
+std::optional<std::map<unsigned, std::uint64_t>> resident_bytes_by_node(const void*, std::size_t) { return std::nullopt; }
+std::vector<unsigned> cpus_of_node(unsigned) { return {}; }
+Status pin_current_thread_to(const std::vector<unsigned>& cpus) {
+  DWORD_PTR mask = 0;
+  for (unsigned cpu : cpus) {
+    if (cpu < 64) mask |= DWORD_PTR{1} << cpu;
+  }
+  if (mask == 0 || SetThreadAffinityMask(GetCurrentThread(), mask) == 0) return failed("SetThreadAffinityMask");
+  return {};
+}
+
 std::optional<RangeBacking> range_backing(const void* address, std::size_t size_bytes) {
   const std::size_t page = base_page_size();
   RangeBacking backing;

@@ -464,3 +464,120 @@ TEST(BigArrayPool, TheProcessWideDefaultPoolServesArraysOnlyWhileEnabled) {
   auto third = make_big_array<char>(8 * MiB, zero, {.pages = pages::base});
   EXPECT_FALSE(third.report().from_pool);
 }
+
+// ---- fill methods ----
+
+TEST(FillPattern, EveryMethodWritesThePatternExactlyOverEveryLengthAndStart) {
+  // Starts and lengths that leave heads and tails outside whole 64-byte lines; a guard byte on each side.
+  const std::vector<std::size_t> pattern_sizes = {1, 2, 4, 8, 12, 16, 24, 32, 64, 96};
+  for (fill_method method : {fill_method::memset, fill_method::stores, fill_method::nontemporal}) {
+    for (std::size_t size : pattern_sizes) {
+      std::vector<unsigned char> pattern(size);
+      for (std::size_t i = 0; i < size; ++i) pattern[i] = static_cast<unsigned char>(method == fill_method::memset ? 0x5A : 1 + i);
+      for (std::size_t start_elements : {0, 1, 3, 7}) {
+        for (std::size_t count : {0, 1, 5, 17, 333}) {
+          alignas(64) static unsigned char area[96 * 512];
+          std::memset(area, 0xEE, sizeof area);
+          unsigned char* destination = area + 64 + start_elements * size;
+          const fill_method used = detail::resolve_fill_method(method, count * size, size, method == fill_method::memset, false);
+          detail::fill_pattern(destination, count * size, pattern.data(), size, used);
+          for (std::size_t i = 0; i < count * size; ++i) {
+            ASSERT_EQ(destination[i], pattern[i % size]) << "method " << detail::fill_method_name(method) << ", pattern " << size
+                                                         << " bytes, start " << start_elements << ", count " << count << ", byte " << i;
+          }
+          ASSERT_EQ(destination[-1], 0xEE);
+          ASSERT_EQ(destination[count * size], 0xEE);
+        }
+      }
+    }
+  }
+}
+
+TEST(FillPattern, TheAutomaticRuleFollowsTheMeasuredOne) {
+  // The rule `memcost bigarray` measures (docs/bigarray.md, fill methods): fresh memory takes
+  // ordinary stores; memory already faulted takes memset for a repeated byte and streams a
+  // varied value larger than the last-level cache.
+  const std::size_t big = std::size_t{8} << 30;
+  EXPECT_EQ(detail::resolve_fill_method(fill_method::automatic, big, 16, false, true), fill_method::stores);
+  EXPECT_EQ(detail::resolve_fill_method(fill_method::automatic, big, 16, true, true), fill_method::stores);
+  EXPECT_EQ(detail::resolve_fill_method(fill_method::automatic, big, 16, true, false), fill_method::memset);
+  EXPECT_EQ(detail::resolve_fill_method(fill_method::automatic, 4096, 16, false, false), fill_method::stores);
+  EXPECT_EQ(detail::resolve_fill_method(fill_method::automatic, big, 12, false, false), fill_method::stores)
+      << "12 bytes do not tile a cache line";
+  EXPECT_EQ(detail::resolve_fill_method(fill_method::memset, big, 16, false, false), fill_method::stores)
+      << "memset cannot write a value of varied bytes";
+#if defined(__x86_64__)
+  if (os::last_level_cache_bytes()) {
+    EXPECT_EQ(detail::resolve_fill_method(fill_method::automatic, big, 16, false, false), fill_method::nontemporal);
+  }
+#endif
+}
+
+TEST(BigArrayPool, AReusedArrayOfAVariedValueIsStreamedAndRight) {
+  array_pool pool(256 * MiB);
+  struct Pair {
+    std::uint64_t a, b;
+  };
+  const std::size_t n = 64 * MiB / sizeof(Pair) - 3;  // larger than most last-level caches; a tail off the line
+  { auto first = make_big_array<std::uint64_t>(64 * MiB / 8, fill(std::uint64_t{0xDEADBEEFDEADBEEF}), {.pool = &pool}); }
+  auto second = make_big_array<Pair>(n, fill(Pair{1, 2}), {.pool = &pool});
+  ASSERT_TRUE(second.report().from_pool);
+  const bool knows_cache = os::last_level_cache_bytes() && *os::last_level_cache_bytes() < 64 * MiB;
+#if defined(__x86_64__)
+  if (knows_cache) {
+    EXPECT_EQ(second.report().fill_method, "nontemporal");
+  }
+#endif
+  EXPECT_TRUE(std::all_of(second.begin(), second.end(), [](const Pair& p) { return p.a == 1 && p.b == 2; }));
+  auto fresh = make_big_array<Pair>(1000, fill(Pair{3, 4}), {.pages = pages::base});
+  EXPECT_EQ(fresh.report().fill_method, "stores") << "fresh memory is in the cache where the kernel cleared it";
+}
+
+// ---- NUMA ----
+
+TEST(BigArrayNuma, EachPlacementReadsBackAsAsked) {
+  const unsigned nodes = os::system_info().numa_nodes;
+  if (!os::memory_policy_of(&nodes)) GTEST_SKIP() << "this OS has no memory policy to read back";
+  const std::size_t n = 16 * MiB / sizeof(std::uint32_t);
+  const std::string all_nodes = nodes == 1 ? "0" : "0-" + std::to_string(nodes - 1);
+  struct Case {
+    numa_placement placement;
+    std::string expected;
+  };
+  for (const Case& c : {Case{numa_placement::local, "local"}, Case{numa_placement::interleave, "interleave:" + all_nodes},
+                        Case{numa_placement::node, "bind:" + std::to_string(nodes - 1)}}) {
+    auto array = make_big_array<std::uint32_t>(n, fill(std::uint32_t{5}), {.numa = c.placement, .numa_node = nodes - 1});
+    EXPECT_EQ(array.report().numa_policy, c.expected);
+    std::size_t resident = 0;
+    for (auto [node, bytes] : array.report().bytes_by_node) resident += bytes;
+    EXPECT_GE(resident, 16 * MiB) << "every page is resident somewhere once filled";
+    if (c.placement == numa_placement::node) {
+      EXPECT_EQ(array.report().bytes_by_node.count(nodes - 1), 1U);
+    }
+    EXPECT_TRUE(std::all_of(array.begin(), array.end(), [](std::uint32_t v) { return v == 5; }));
+  }
+}
+
+TEST(BigArrayNuma, ANodeThatDoesNotExistIsRefusedAndPoolsAreBypassed) {
+  const unsigned nodes = os::system_info().numa_nodes;
+  if (!os::memory_policy_of(&nodes)) GTEST_SKIP() << "this OS has no memory policy";
+  try {
+    (void)make_big_array<int>(1024, zero, {.numa = numa_placement::node, .numa_node = nodes + 7});
+    FAIL() << "a missing node must be refused";
+  } catch (const big_array_error& error) {
+    EXPECT_EQ(error.code(), big_array_errc::not_supported);
+    EXPECT_NE(std::string(error.what()).find("does not exist"), std::string::npos) << error.what();
+  }
+  array_pool pool(64 * MiB);
+  { auto first = make_big_array<int>(1 << 20, zero, {.pool = &pool}); }
+  auto placed = make_big_array<int>(1 << 20, zero, {.pool = &pool, .numa = numa_placement::interleave});
+  EXPECT_FALSE(placed.report().from_pool) << "pooled memory already has its placement";
+  EXPECT_EQ(pool.stats().pieces_held, 1U);
+}
+
+TEST(BigArrayNuma, FillThreadsCanBePlacedOnANodesCpus) {
+  auto cpus = os::cpus_of_node(0);
+  if (cpus.empty()) GTEST_SKIP() << "no node CPU list on this OS";
+  std::thread placed([&] { EXPECT_TRUE(os::pin_current_thread_to(cpus).ok()); });
+  placed.join();
+}

@@ -48,7 +48,37 @@ def summarize(samples: list) -> dict:
         for rank, row in enumerate((r for r in rows if r["init"] == init), start=1):
             row["rank"] = rank
     return {"limit_gb_per_s": limit, "rows": rows, "auto_choice": auto_choice(samples, rows),
-            "repeat": summarize_repeat(samples, limit), "headline": headline(rows)}
+            "repeat": summarize_repeat(samples, limit), "fills": summarize_fills(samples, limit),
+            "headline": headline(rows)}
+
+
+def summarize_fills(samples: list, limit: Optional[float]) -> list[dict]:
+    """Per kind of memory (fresh: the fill faults it in; faulted: filled again): each fill
+    method's median GB/s, the fastest that can write a value of varied bytes (memset writes one
+    byte; it is there for reference), and what fill_method::automatic picks for such a value."""
+    by_memory: dict[str, dict[str, list[float]]] = {}
+    picks: dict[str, str] = {}
+    faults: dict[str, list[float]] = {}
+    for sample in samples:
+        case = sample["case"]
+        if case["part"] != "fill":
+            continue
+        by_memory.setdefault(case["memory"], {}).setdefault(case["method"], []).append(sample["metrics"]["gb_per_s"])
+        faults.setdefault(case["memory"], []).append(sample["metrics"]["minor_faults"])
+        picks[case["memory"]] = sample["metrics"]["automatic_picks"]
+    result = []
+    for memory, methods in by_memory.items():
+        medians = {method: float(np.median(values)) for method, values in methods.items()}
+        varied = {method: speed for method, speed in medians.items() if method != "memset"}
+        fastest = max(varied, key=varied.get)
+        picked = picks[memory]
+        result.append({"memory": memory, "gb_per_s": medians, "reps": min(len(v) for v in methods.values()),
+                       "ratio_to_limit": {m: v / limit for m, v in medians.items()} if limit else None,
+                       "fastest": fastest, "automatic_picks": picked,
+                       "picked_behind_fastest_percent": 100.0 * (medians[fastest] / medians[picked] - 1.0)
+                       if medians.get(picked) else None,
+                       "faults_per_fill": float(np.median(faults[memory]))})
+    return result
 
 
 def summarize_repeat(samples: list, limit: Optional[float]) -> list[dict]:

@@ -102,6 +102,14 @@ def tables(summary: dict) -> list[Table]:
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
                              "" if r["first_percent_s"] is None else f"{r['first_percent_s']:.3f} s",
                              number(r["free_s"], 3)] for r in rows]))
+    fills = summary.get("fills") or []
+    if fills:
+        methods = list(fills[0]["gb_per_s"])
+        result.append(("Fill methods: GB/s writing a 16-byte value (memset: one byte), medians of "
+                       f"{fills[0]['reps']}; fresh = the fill faults the memory in",
+                       ["memory", *methods, "faults", "fastest (16-byte value)", "automatic picks"],
+                       [[f["memory"], *[number(f["gb_per_s"].get(m), 1) for m in methods], number(f["faults_per_fill"]),
+                         f["fastest"], f["automatic_picks"]] for f in fills]))
     repeat = summary.get("repeat") or []
     if repeat:
         result.append((f"{format_bytes(repeat[0]['size_bytes'])} made, initialized and freed {repeat[0]['iterations']} "
@@ -114,10 +122,17 @@ def tables(summary: dict) -> list[Table]:
 
 
 def notes(summary: dict) -> list[str]:
+    lines = []
+    for fill in summary.get("fills") or []:
+        behind = fill["picked_behind_fastest_percent"]
+        # A pick within 5 % of the fastest is inside this machine's run-to-run noise.
+        if behind is not None and behind > 5:
+            lines.append(f"fill_method::automatic picks {fill['automatic_picks']} on {fill['memory']} memory, "
+                         f"{behind:.0f}% behind {fill['fastest']} here: pass fill_method::{fill['fastest']} on this machine")
     choice = summary.get("auto_choice")
     if not choice:
-        return []
-    lines = [f"make_big_array auto {choice['why']}"]
+        return lines
+    lines.append(f"make_big_array auto {choice['why']}")
     for init in INITS:
         if init in choice:
             placed = choice[init]

@@ -239,6 +239,19 @@ double limit_gb_per_s(std::size_t bytes, unsigned threads) {
   return static_cast<double>(bytes) / static_cast<double>(measure::now_ns() - start);
 }
 
+// One fill of memory already faulted in, by `method`, on `threads` threads: GB/s. The value is
+// the work item's 16 bytes (memset: one byte), as value-initialization writes them.
+double fill_gb_per_s(unsigned char* data, std::size_t bytes, unsigned threads, fill_method method) {
+  const std::size_t items = bytes / sizeof(WorkItem);
+  auto start = measure::now_ns();
+  parallel_for(threads, items, [data, method](std::size_t first, std::size_t last) {
+    detail::fill_pattern(data + first * sizeof(WorkItem), (last - first) * sizeof(WorkItem), &value_item, sizeof(WorkItem),
+                         method);
+    measure::keep_writes(data);
+  });
+  return static_cast<double>(items * sizeof(WorkItem)) / static_cast<double>(measure::now_ns() - start);
+}
+
 // Every flag, typed: CLI11 parses, checks and converts; the runner handles no strings.
 struct Settings {
   std::size_t size = std::size_t{1} << 30;
@@ -273,7 +286,7 @@ struct RepeatVariant {
 };
 
 std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std::shared_ptr<big_memory_resource> resource,
-                                           std::shared_ptr<big_array<std::uint32_t>> kept) {
+                                           std::shared_ptr<big_array<std::uint32_t>> kept, unsigned threads) {
   return {
       {"make_big_array (fresh each time)",
        [](std::size_t count) {
@@ -304,10 +317,14 @@ std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std
          std::free(p);
        }},
       {"one array kept, filled again (the floor)",
-       [kept](std::size_t count) {
+       [kept, threads](std::size_t count) {
          if (kept->size() != count) *kept = make_big_array<std::uint32_t>(count, zero);
-         std::fill(kept->begin(), kept->end(), kRepeatValue);
-         measure::keep_writes(kept->data());
+         auto* data = kept->data();
+         // The same parallel memset the limit is measured with: what re-initializing costs at best.
+         parallel_for(threads, count, [data](std::size_t first, std::size_t last) {
+           std::memset(static_cast<void*>(data + first), 0x01, (last - first) * sizeof(std::uint32_t));
+         });
+         measure::keep_writes(data);
        }},
   };
 }
@@ -424,13 +441,40 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
       }});
     }
   }
+  if (!s.libc_only) {
+    // The fill methods side by side, on fresh memory (the fill faults it in) and on memory faulted
+    // in once and filled again: the evidence for fill_method::automatic's rule.
+    auto buffer = std::make_shared<big_array<unsigned char>>();
+    const std::vector<fill_method> methods = {fill_method::memset, fill_method::stores, fill_method::nontemporal};
+    for (int rep = 0; rep < s.limit_reps; ++rep) {
+      for (bool fresh : {true, false}) {
+        const std::string picks = detail::fill_method_name(detail::resolve_fill_method(
+            fill_method::automatic, bytes, sizeof(WorkItem), detail::repeated_byte(&value_item, sizeof(WorkItem)), fresh));
+        for (fill_method method : methods) {
+          const bool last = rep + 1 == s.limit_reps && !fresh && method == methods.back();
+          steps.push_back({"fill methods", [&emitter, buffer, bytes, threads, method, rep, fresh, last, picks] {
+            // Fresh: mapped like make_big_array maps it, not touched; the fill takes the faults.
+            if (fresh) *buffer = make_big_array<unsigned char>(bytes, uninitialized, {.prefault = prefault::none});
+            else if (buffer->size() == 0) *buffer = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
+            auto before = measure::take_snapshot({.machine = false});
+            const double gb_per_s = fill_gb_per_s(buffer->data(), bytes, threads, method);
+            auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+            emitter.sample({{"part", "fill"}, {"method", detail::fill_method_name(method)}, {"memory", fresh ? "fresh" : "faulted"},
+                            {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
+                           {{"gb_per_s", gb_per_s}, {"minor_faults", interval.minor_faults}, {"automatic_picks", picks}});
+            if (fresh || last) *buffer = big_array<unsigned char>();
+          }});
+        }
+      }
+    }
+  }
   if (!s.libc_only && s.repeat > 0) {
     // Memory for the pool: two arrays' worth, so the pooled variants always find theirs.
     auto pool = std::make_shared<array_pool>(2 * bytes + (std::size_t{4} << 20));
     auto resource = std::make_shared<big_memory_resource>(big_memory_options{.pool = pool.get()});
     auto kept = std::make_shared<big_array<std::uint32_t>>();
     const std::size_t elements = bytes / sizeof(std::uint32_t);
-    for (const RepeatVariant& variant : repeat_variants(pool, resource, kept)) {
+    for (const RepeatVariant& variant : repeat_variants(pool, resource, kept, threads)) {
       steps.push_back({"repeat " + variant.name, [&emitter, variant, elements, bytes, pool, resource, kept, repeat = s.repeat] {
         json iteration_ns = json::array(), iteration_faults = json::array();
         for (int i = 0; i < repeat; ++i) {
