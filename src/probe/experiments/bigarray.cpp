@@ -384,7 +384,7 @@ void measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& 
 
 // 2. Plan: the size the budget allows, the page kinds the machine offers, the strategies chosen; one step each.
 std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
-  BudgetChoice budget = choose_budget(s.budget);
+  const BudgetChoice budget = choose_budget(s.budget);
   std::size_t bytes = s.size;
   if (bytes > budget.budget_bytes) {
     if (size_given) require_within_budget(bytes, budget, "--size " + flag_size(bytes));
@@ -469,26 +469,43 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
     }
   }
   if (!s.libc_only && s.repeat > 0) {
-    // Memory for the pool: two arrays' worth, so the pooled variants always find theirs.
-    auto pool = std::make_shared<array_pool>(2 * bytes + (std::size_t{4} << 20));
-    auto resource = std::make_shared<big_memory_resource>(big_memory_options{.pool = pool.get()});
-    auto kept = std::make_shared<big_array<std::uint32_t>>();
-    const std::size_t elements = bytes / sizeof(std::uint32_t);
-    for (const RepeatVariant& variant : repeat_variants(pool, resource, kept, threads)) {
-      steps.push_back({"repeat " + variant.name, [&emitter, variant, elements, bytes, pool, resource, kept, repeat = s.repeat] {
-        json iteration_ns = json::array(), iteration_faults = json::array();
-        for (int i = 0; i < repeat; ++i) {
-          auto before = measure::take_snapshot({.machine = false});
-          variant.iterate(elements);
-          auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
-          iteration_ns.push_back(interval.wall_ns);
-          iteration_faults.push_back(interval.minor_faults);
-        }
-        *kept = big_array<std::uint32_t>();  // the floor's array goes once its variant is done
-        pool->release();
-        emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", bytes}, {"iterations", repeat}},
-                       {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}});
-      }});
+    // The variants take turns, iteration by iteration, so that every ratio between them is measured
+    // side by side: on a virtual machine the bandwidth the host gives can change within a run.
+    // At once: the pool's two pieces, the floor's array and the array being made.
+    std::size_t repeat_bytes = bytes;
+    if (4 * repeat_bytes > budget.budget_bytes) {
+      repeat_bytes = budget.budget_bytes / 4 / (256 << 20) * (256 << 20);
+      emitter.warning("repeat_size_reduced", "the repeat scenario keeps four arrays at once; it uses " + human_size(repeat_bytes) +
+                                                 " (a quarter of the memory budget) instead of " + human_size(bytes));
+    }
+    if (repeat_bytes > 0) {
+      auto pool = std::make_shared<array_pool>(2 * repeat_bytes + (std::size_t{4} << 20));
+      auto resource = std::make_shared<big_memory_resource>(big_memory_options{.pool = pool.get()});
+      auto kept = std::make_shared<big_array<std::uint32_t>>();
+      auto variants = std::make_shared<std::vector<RepeatVariant>>(repeat_variants(pool, resource, kept, threads));
+      auto iteration_ns = std::make_shared<std::vector<json>>(variants->size(), json::array());
+      auto iteration_faults = std::make_shared<std::vector<json>>(variants->size(), json::array());
+      const std::size_t elements = repeat_bytes / sizeof(std::uint32_t);
+      for (int iteration = 0; iteration < s.repeat; ++iteration) {
+        const bool last = iteration + 1 == s.repeat;
+        steps.push_back({"repeat scenario", [&emitter, variants, iteration_ns, iteration_faults, elements, repeat_bytes, pool,
+                                             kept, last, repeat = s.repeat] {
+          for (std::size_t v = 0; v < variants->size(); ++v) {
+            auto before = measure::take_snapshot({.machine = false});
+            (*variants)[v].iterate(elements);
+            auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+            (*iteration_ns)[v].push_back(interval.wall_ns);
+            (*iteration_faults)[v].push_back(interval.minor_faults);
+          }
+          if (!last) return;
+          *kept = big_array<std::uint32_t>();
+          pool->release();
+          for (std::size_t v = 0; v < variants->size(); ++v) {
+            emitter.sample({{"part", "repeat"}, {"variant", (*variants)[v].name}, {"size_bytes", repeat_bytes}, {"iterations", repeat}},
+                           {{"iteration_ns", (*iteration_ns)[v]}, {"iteration_faults", (*iteration_faults)[v]}});
+          }
+        }});
+      }
     }
   }
   auto failed = std::make_shared<std::set<std::string>>();  // strategies already reported as failed
