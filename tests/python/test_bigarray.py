@@ -115,3 +115,27 @@ def test_the_repeat_scenario_reports_every_variant_and_the_pool_takes_no_faults(
                  "one array kept, filled again (the floor)"):
         assert repeat[name]["faults_per_iteration"] < pages / 32, (name, repeat[name])
     assert "made, initialized and freed 3 times" in result.stdout
+
+
+def test_the_fill_methods_are_measured_on_fresh_and_faulted_memory_and_the_pick_is_named(bigarray_run):
+    result, document, _ = bigarray_run
+    fills = {f["memory"]: f for f in document["summary"]["fills"]}
+    assert set(fills) == {"fresh", "faulted"}
+    for fill in fills.values():
+        assert set(fill["gb_per_s"]) == {"memset", "stores", "nontemporal"}
+        assert all(speed > 0 for speed in fill["gb_per_s"].values())
+        assert fill["fastest"] in ("stores", "nontemporal")
+    # The fresh fill takes the faults (64 MiB: at least one per 2 MiB page); the refill none.
+    assert fills["fresh"]["faults_per_fill"] >= 32 and fills["faulted"]["faults_per_fill"] == 0
+    assert fills["fresh"]["automatic_picks"] == "stores"
+    assert "Fill methods" in result.stdout
+
+
+def test_the_repeat_scenario_shrinks_to_a_quarter_of_the_budget_and_says_so(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "bigarray", "--size", "64M", "--budget", "128M", "--reps", "1",
+                         "--repeat", "2", "--strategies", "make_big_array auto", "--inits", "zero", "--no-allocators")
+    assert result.returncode == 0, result.stderr
+    document = load_document(tmp_path / "latest" / "bigarray.json")
+    reduced = [w for w in document["warnings"] if w["code"] == "repeat_size_reduced"]
+    assert reduced and "32 MiB" in reduced[0]["message"], document["warnings"]
+    assert {r["size_bytes"] for r in document["summary"]["repeat"]} == {32 << 20}

@@ -474,8 +474,9 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
     // At once: the pool's two pieces, the floor's array and the array being made.
     std::size_t repeat_bytes = bytes;
     if (4 * repeat_bytes > budget.budget_bytes) {
-      repeat_bytes = budget.budget_bytes / 4 / (256 << 20) * (256 << 20);
-      emitter.warning("repeat_size_reduced", "the repeat scenario keeps four arrays at once; it uses " + human_size(repeat_bytes) +
+      repeat_bytes = budget.budget_bytes / 4 / (16 << 20) * (16 << 20);
+      emitter.warning("repeat_size_reduced", "the repeat scenario keeps four arrays at once; " +
+                                                 (repeat_bytes ? "it uses " + human_size(repeat_bytes) : std::string("it is left out")) +
                                                  " (a quarter of the memory budget) instead of " + human_size(bytes));
     }
     if (repeat_bytes > 0) {
