@@ -416,10 +416,14 @@ TEST(BigArrayPool, ThePoolKeepsItsCapTrimsTheLeastRecentlyUsedAndReleasesEveryth
     // Larger than the whole cap: straight back to the OS.
     { auto huge = make_big_array<char>(32 * MiB, zero, {.pages = pages::base, .pool = &pool}); }
     EXPECT_EQ(pool.stats().bytes_trimmed, 48 * MiB);
-    pool.trim(8 * MiB);
-    EXPECT_LE(pool.stats().bytes_held, 8 * MiB);
+    pool.trim(16 * MiB);  // the older 8 MiB piece goes; the 16 MiB one, returned last, stays
+    EXPECT_EQ(pool.stats().bytes_held, 16 * MiB);
+    const auto resident_while_held = os::process_times().rss_bytes;
     pool.release();
     EXPECT_EQ(pool.stats().bytes_held, 0U);
+    if (resident_while_held > 0) {
+      EXPECT_LE(os::process_times().rss_bytes + 15 * MiB, resident_while_held) << "released memory leaves the resident set";
+    }
   }
   if (mappings_are_countable) {
     EXPECT_EQ(os::mapping_count(), mappings_before);  // every piece went back to the OS
