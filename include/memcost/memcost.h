@@ -41,12 +41,22 @@ typedef enum memcost_prefault { MEMCOST_PREFAULT_NOW = 0, MEMCOST_PREFAULT_ASYNC
  * `options.pool` set take a held piece when one fits and give their memory back on destroy. */
 typedef struct memcost_pool memcost_pool;
 
+/* Which NUMA nodes the pages go to (memcost::numa_placement). */
+typedef enum memcost_numa {
+  MEMCOST_NUMA_INHERIT = 0,    /* the thread's policy (normally the node of the first touch) */
+  MEMCOST_NUMA_LOCAL = 1,      /* first touch, the fill threads spread over the nodes */
+  MEMCOST_NUMA_INTERLEAVE = 2, /* page by page over every node */
+  MEMCOST_NUMA_NODE = 3        /* all on `numa_node` */
+} memcost_numa;
+
 typedef struct memcost_options {
   memcost_pages pages;
   int strict; /* nonzero: fail instead of falling back from a forced page kind */
   memcost_prefault prefault;
   unsigned threads;   /* 0: every logical CPU */
-  memcost_pool* pool; /* NULL: no pool */
+  memcost_pool* pool; /* NULL: no pool (an array with a NUMA placement never uses one) */
+  memcost_numa numa;
+  unsigned numa_node; /* for MEMCOST_NUMA_NODE */
 } memcost_options;
 
 typedef struct memcost_pool_stats {
@@ -85,6 +95,8 @@ void memcost_array_wait(memcost_array* array);
 const char* memcost_array_page_kind(const memcost_array* array);
 /* Share of the resident memory on huge pages, read from the OS now. */
 double memcost_array_huge_fraction(const memcost_array* array);
+/* With a NUMA placement: the policy the kernel holds for the array, read back ("interleave:0-1"); "" without. */
+const char* memcost_array_numa_policy(const memcost_array* array);
 /* The page kinds skipped and why, one per line; "" when none was. */
 const char* memcost_array_fallbacks(const memcost_array* array);
 void memcost_array_destroy(memcost_array* array);

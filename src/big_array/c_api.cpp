@@ -53,11 +53,14 @@ long long raw_value(const Enum& field) {
 
 bool to_options(const memcost_options* in, memcost::big_array_options& out) {
   if (!in) return true;
-  const long long page_choice = raw_value(in->pages), prefault_choice = raw_value(in->prefault);
+  const long long page_choice = raw_value(in->pages), prefault_choice = raw_value(in->prefault),
+                  numa_choice = raw_value(in->numa);
   if (page_choice < MEMCOST_PAGES_AUTO || page_choice > MEMCOST_PAGES_BASE || prefault_choice < MEMCOST_PREFAULT_NOW ||
-      prefault_choice > MEMCOST_PREFAULT_NONE) {
+      prefault_choice > MEMCOST_PREFAULT_NONE || numa_choice < MEMCOST_NUMA_INHERIT || numa_choice > MEMCOST_NUMA_NODE) {
     return false;
   }
+  static constexpr memcost::numa_placement placements[] = {memcost::numa_placement::inherit, memcost::numa_placement::local,
+                                                           memcost::numa_placement::interleave, memcost::numa_placement::node};
   static constexpr memcost::pages kinds[] = {memcost::pages::automatic, memcost::pages::hugetlb_1g, memcost::pages::hugetlb_2m,
                                              memcost::pages::thp, memcost::pages::base};
   static constexpr memcost::prefault modes[] = {memcost::prefault::now, memcost::prefault::async, memcost::prefault::none};
@@ -65,7 +68,9 @@ bool to_options(const memcost_options* in, memcost::big_array_options& out) {
   out.strict = in->strict != 0;
   out.prefault = modes[prefault_choice];
   out.threads = in->threads;
-  out.pool = in->pool ? &in->pool->pool : nullptr;
+  out.numa = placements[numa_choice];
+  out.numa_node = in->numa_node;
+  out.pool = in->pool && out.numa == memcost::numa_placement::inherit ? &in->pool->pool : nullptr;
   return true;
 }
 
@@ -86,7 +91,10 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
     auto result = std::make_unique<memcost_array>();
     std::size_t bytes = memcost::detail::checked_bytes(count, element_size);
     const bool from_pool = settings.pool && settings.pool->take(bytes, settings, result->memory, result->report.page_kind);
-    if (!from_pool) result->memory = memcost::detail::mapping(bytes, settings, result->report);
+    if (!from_pool) {
+      result->memory = memcost::detail::mapping(bytes, settings, result->report);
+      memcost::detail::place_on_nodes(result->memory, settings, result->report);
+    }
     result->pool = settings.pool;
     result->report.from_pool = from_pool;
     result->count = count;
@@ -115,8 +123,13 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
     bool async = settings.prefault == memcost::prefault::async;
     result->job = std::make_unique<memcost::detail::fill_job>(count, element_size, result->memory.page_bytes(),
                                                               memcost::detail::default_threads(settings.threads), async,
-                                                              std::move(work));
-    if (!async) result->job->wait();
+                                                              std::move(work), memcost::detail::fill_cpu_sets(settings));
+    if (!async) {
+      result->job->wait();
+      if (!result->report.numa_policy.empty()) {
+        memcost::detail::read_back(result->report, result->memory.data(), result->memory.bytes());
+      }
+    }
     *array = result.release();
     return MEMCOST_OK;
   } catch (const memcost::big_array_error& error) {
@@ -133,7 +146,7 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
 extern "C" {
 
 void memcost_options_init(memcost_options* options) {
-  if (options) *options = memcost_options{MEMCOST_PAGES_AUTO, 0, MEMCOST_PREFAULT_NOW, 0, nullptr};
+  if (options) *options = memcost_options{MEMCOST_PAGES_AUTO, 0, MEMCOST_PREFAULT_NOW, 0, nullptr, MEMCOST_NUMA_INHERIT, 0};
 }
 
 memcost_pool* memcost_pool_create(size_t max_bytes) { return new (std::nothrow) memcost_pool(max_bytes); }
@@ -173,6 +186,7 @@ const char* memcost_array_page_kind(const memcost_array* array) { return array ?
 double memcost_array_huge_fraction(const memcost_array* array) {
   return array ? memcost::detail::huge_fraction(array->memory.data(), array->memory.bytes()) : 0.0;
 }
+const char* memcost_array_numa_policy(const memcost_array* array) { return array ? array->report.numa_policy.c_str() : ""; }
 const char* memcost_array_fallbacks(const memcost_array* array) { return array ? array->fallbacks.c_str() : ""; }
 void memcost_array_destroy(memcost_array* array) { delete array; }
 const char* memcost_last_error(void) { return last_error.c_str(); }

@@ -85,6 +85,21 @@ int main(void) {
     memcost_pool_destroy(pool);
   }
 
+  /* A NUMA placement reads back; an unknown one is refused. */
+  memcost_options placed;
+  memcost_options_init(&placed);
+  placed.numa = MEMCOST_NUMA_NODE;
+  placed.numa_node = 0;
+  memcost_array* on_node = NULL;
+  memcost_status placed_status = memcost_array_create_zeroed(count, 4, &placed, &on_node);
+  CHECK(placed_status == MEMCOST_OK || placed_status == MEMCOST_ERROR_NOT_SUPPORTED);
+  if (on_node) {
+    CHECK(strcmp(memcost_array_numa_policy(on_node), "bind:0") == 0);
+    memcost_array_destroy(on_node);
+  }
+  placed.numa = (memcost_numa)9;
+  CHECK(memcost_array_create_zeroed(count, 4, &placed, &bad) == MEMCOST_ERROR_BAD_ARGUMENT);
+
   printf("%d passed, %d failed\n", failures == 0 ? 1 : 0, failures);
   return failures == 0 ? 0 : 1;
 }
