@@ -57,6 +57,7 @@ struct Snapshot {
   std::uint64_t minor_faults = 0;
   std::uint64_t major_faults = 0;
   std::uint64_t rss_bytes = 0;
+  bool faults_counted = true;  // false where the OS counts no faults (Wine): the counts are then 0, not measured
   std::optional<MachineCpu> machine;
   std::optional<KernelThreadCpu> kernel_threads;
   // CPU of every task outside this process: (thread id, run ns), sorted by id.
@@ -81,6 +82,7 @@ struct Interval {
   std::uint64_t minor_faults = 0;
   std::uint64_t major_faults = 0;
   std::int64_t rss_change_bytes = 0;
+  bool faults_counted = true;  // both snapshots had a fault count
   std::optional<MachineCpu> machine;
   std::optional<KernelThreadCpu> kernel_threads;
   // Run time other tasks gained: growth of those seen in both snapshots plus

@@ -40,6 +40,7 @@ Snapshot take_snapshot(SnapshotOptions options) {
   snapshot.minor_faults = process.minor_faults;
   snapshot.major_faults = process.major_faults;
   snapshot.rss_bytes = process.rss_bytes;
+  snapshot.faults_counted = process.faults_counted;
   snapshot.wall_ns = now_ns();
   return snapshot;
 }
@@ -58,6 +59,7 @@ Interval between(const Snapshot& before, const Snapshot& after) {
   interval.process_system_ns = grew(before.process_system_ns, after.process_system_ns);
   interval.minor_faults = grew(before.minor_faults, after.minor_faults);
   interval.major_faults = grew(before.major_faults, after.major_faults);
+  interval.faults_counted = before.faults_counted && after.faults_counted;
   interval.rss_change_bytes = static_cast<std::int64_t>(after.rss_bytes) - static_cast<std::int64_t>(before.rss_bytes);
   if (before.machine && after.machine) {
     const MachineCpu& a = *before.machine;
@@ -97,8 +99,8 @@ Interval between(const Snapshot& before, const Snapshot& after) {
 }
 
 const char* Interval::elsewhere_method() const {
-  if (other_tasks_ns) return "schedstat";
-  return machine ? "proc_stat" : "none";
+  if (other_tasks_ns) return os::other_tasks_method();
+  return machine ? os::machine_times_method() : "none";
 }
 
 std::optional<std::int64_t> Interval::elsewhere_ns() const {

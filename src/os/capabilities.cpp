@@ -10,6 +10,7 @@ Capabilities capabilities() {
   offered.base_page_bytes = base_page_size();
   offered.thp = thp_settings();
   offered.hugetlb_pools = hugetlb_pools();
+  offered.large_pages = large_pages();
   offered.top_down_on_request = top_down_on_request();
   return offered;
 }
@@ -43,6 +44,11 @@ Verdict page_kind_verdict(const Capabilities& offered, PageKind kind, std::size_
       return {true, ""};
     case PageKind::huge_2mb:
     case PageKind::huge_1gb: {
+      if (offered.large_pages.offered) {  // Windows: no pool to count; the privilege decides
+        if (kind == PageKind::huge_1gb) return {false, "memcost maps 1 GB pages only from Linux hugetlb pools"};
+        if (!offered.large_pages.privilege_held) return {false, offered.large_pages.why_not};
+        return {true, ""};
+      }
       const std::size_t page = page_kind_bytes(kind);
       auto pool = hugetlb_pool(offered, page);
       if (!pool) return {false, std::string("this system has no ") + page_kind_name(kind) + " pool"};

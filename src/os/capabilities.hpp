@@ -18,6 +18,7 @@ struct Capabilities {
   std::size_t base_page_bytes = 0;
   ThpSettings thp;
   std::vector<HugetlbPool> hugetlb_pools;
+  LargePages large_pages;  // Windows' large pages (no pool: taken at allocation, with a privilege)
   // A placement can be requested top-down (Windows' MEM_TOP_DOWN).
   bool top_down_on_request = false;
 };

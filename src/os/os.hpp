@@ -108,6 +108,26 @@ void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes
 
 // Windows: try to enable SeLockMemoryPrivilege. Linux: always ok.
 [[nodiscard]] Status enable_large_page_privilege();
+// Large pages taken from free memory when a mapping is made (Windows), rather than from a
+// pool set aside beforehand (Linux hugetlb: see hugetlb_pools()).
+struct LargePages {
+  bool offered = false;         // the OS has them (Windows: GetLargePageMinimum() > 0); Linux: false
+  std::size_t page_bytes = 0;   // GetLargePageMinimum()
+  bool privilege_held = false;  // SeLockMemoryPrivilege is enabled in this process now
+  // When they cannot be used: exactly what is missing, and how to grant it.
+  std::string why_not;
+};
+// Tries to enable the privilege (once per process) and says what came of it.
+[[nodiscard]] LargePages large_pages();
+
+// Running as a Windows program under Wine (ntdll's wine_get_version): every figure then
+// describes Wine on the host named here, not Windows.
+struct Wine {
+  std::string version;       // "8.0"
+  std::string host_system;   // "Linux"
+  std::string host_release;  // "6.18.44"
+};
+[[nodiscard]] std::optional<Wine> wine();
 // Linux: whether this process runs with the legacy bottom-up mmap layout
 // (personality ADDR_COMPAT_LAYOUT). Windows: always false.
 [[nodiscard]] bool legacy_layout_active();
@@ -194,6 +214,9 @@ struct ProcessTimes {
   std::uint64_t minor_faults = 0;
   std::uint64_t major_faults = 0;  // Windows: all faults are counted as minor
   std::uint64_t rss_bytes = 0;
+  // False where the OS gives no fault count (Wine reports 0 for every process; a process
+  // on Windows or Linux has always faulted by the time it can ask).
+  bool faults_counted = true;
 };
 [[nodiscard]] ProcessTimes process_times();
 
@@ -228,6 +251,10 @@ struct TaskTime {
   std::uint64_t run_ns = 0;
 };
 [[nodiscard]] std::optional<std::vector<TaskTime>> other_tasks_cpu();  // sorted by tid
+// How other_tasks_cpu() and machine_times() measure, for the results: "schedstat" and
+// "proc_stat" on Linux; "System process (GetProcessTimes)" and "GetSystemTimes" on Windows.
+[[nodiscard]] const char* other_tasks_method();
+[[nodiscard]] const char* machine_times_method();
 // The kernel's memory counters by name (Linux: /proc/vmstat); absent where there are none.
 [[nodiscard]] std::optional<std::map<std::string, std::uint64_t>> vmstat();
 

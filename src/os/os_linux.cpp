@@ -617,6 +617,11 @@ std::optional<RangeBacking> range_backing(const void* address, std::size_t size_
   return backing;
 }
 
+LargePages large_pages() { return {}; }  // Linux's large pages are the hugetlb pools
+std::optional<Wine> wine() { return std::nullopt; }
+const char* other_tasks_method() { return "schedstat"; }
+const char* machine_times_method() { return "proc_stat"; }
+
 std::optional<std::size_t> last_level_cache_bytes() {
   const std::string root = "/sys/devices/system/cpu/cpu0/cache";
   std::optional<std::size_t> largest;

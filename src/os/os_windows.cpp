@@ -5,8 +5,10 @@
 #include <windows.h>
 // windows.h first: psapi.h depends on its types.
 #include <psapi.h>
+#include <tlhelp32.h>
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "os/os.hpp"
@@ -67,6 +69,18 @@ Mapping map(const MapRequest& request) {
   DWORD type = allocation_type(request, MEM_RESERVE | MEM_COMMIT);
   void* address = VirtualAlloc(request.address_hint, request.size_bytes, type, PAGE_READWRITE);
   if (!address && request.address_hint) address = VirtualAlloc(nullptr, request.size_bytes, type, PAGE_READWRITE);
+  if (!address && request.kind == PageKind::huge_2mb) {
+    const DWORD error = GetLastError();
+    if (error == ERROR_PRIVILEGE_NOT_HELD) {
+      return {nullptr, 0, Status{static_cast<int>(error), "VirtualAlloc(MEM_LARGE_PAGES) without SeLockMemoryPrivilege"}};
+    }
+    if (error == ERROR_NO_SYSTEM_RESOURCES) {
+      return {nullptr, 0, Status{static_cast<int>(error),
+                                 "VirtualAlloc(MEM_LARGE_PAGES): not enough contiguous physical memory for large pages "
+                                 "(memory is fragmented; they are easiest to get soon after boot)"}};
+    }
+    return {nullptr, 0, Status{static_cast<int>(error), "VirtualAlloc(MEM_LARGE_PAGES)"}};
+  }
   if (!address) return {nullptr, 0, failed("VirtualAlloc(MEM_RESERVE|MEM_COMMIT)")};
   return {address, request.size_bytes, {}};
 }
@@ -90,9 +104,22 @@ Status protect(void* address, std::size_t size_bytes, bool writable) {
 Status populate_write(void* address, std::size_t size_bytes) {
   // VirtualLock brings every page into the working set (demand-zero pages are
   // zeroed on the way); unlocking keeps them resident but pageable again.
-  if (!VirtualLock(address, size_bytes)) return failed("VirtualLock");
-  VirtualUnlock(address, size_bytes);
-  return {};
+  if (VirtualLock(address, size_bytes)) {
+    VirtualUnlock(address, size_bytes);
+    return {};
+  }
+  if (GetLastError() != ERROR_WORKING_SET_QUOTA) return failed("VirtualLock");
+  // Locked pages count against the working-set minimum: raise it by the range, lock, put it back.
+  SIZE_T minimum = 0, maximum = 0;
+  if (!GetProcessWorkingSetSize(GetCurrentProcess(), &minimum, &maximum)) return failed("GetProcessWorkingSetSize");
+  if (!SetProcessWorkingSetSize(GetCurrentProcess(), minimum + size_bytes, std::max(maximum, minimum + size_bytes) + size_bytes)) {
+    return failed("SetProcessWorkingSetSize (raising the working set for VirtualLock)");
+  }
+  Status status;
+  if (VirtualLock(address, size_bytes)) VirtualUnlock(address, size_bytes);
+  else status = failed("VirtualLock (after raising the working set)");
+  (void)SetProcessWorkingSetSize(GetCurrentProcess(), minimum, maximum);
+  return status;
 }
 
 Status enable_large_page_privilege() {
@@ -112,6 +139,95 @@ Status enable_large_page_privilege() {
   }
   CloseHandle(token);
   return status;
+}
+
+namespace {
+
+// Whether this process's token carries the privilege at all (enabled or not).
+bool token_has_privilege(HANDLE token, const LUID& privilege) {
+  DWORD bytes = 0;
+  GetTokenInformation(token, TokenPrivileges, nullptr, 0, &bytes);
+  std::vector<unsigned char> buffer(bytes);
+  if (bytes == 0 || !GetTokenInformation(token, TokenPrivileges, buffer.data(), bytes, &bytes)) return false;
+  const auto* list = reinterpret_cast<const TOKEN_PRIVILEGES*>(buffer.data());
+  for (DWORD i = 0; i < list->PrivilegeCount; ++i) {
+    const LUID& luid = list->Privileges[i].Luid;
+    if (luid.LowPart == privilege.LowPart && luid.HighPart == privilege.HighPart) return true;
+  }
+  return false;
+}
+
+bool elevated(HANDLE token) {
+  TOKEN_ELEVATION elevation{};
+  DWORD bytes = 0;
+  return GetTokenInformation(token, TokenElevation, &elevation, sizeof(elevation), &bytes) && elevation.TokenIsElevated;
+}
+
+constexpr const char* kGrantSteps =
+    "grant it: run secpol.msc, open Local Policies > User Rights Assignment > \"Lock pages in memory\", add your "
+    "account, then sign out and in again";
+
+LargePages probe_large_pages() {
+  LargePages pages;
+  pages.page_bytes = GetLargePageMinimum();
+  pages.offered = pages.page_bytes > 0;
+  if (!pages.offered) {
+    pages.why_not = "this processor or Windows offers no large pages (GetLargePageMinimum is 0)";
+    return pages;
+  }
+  Status status = enable_large_page_privilege();
+  if (status.ok()) {
+    pages.privilege_held = true;
+    return pages;
+  }
+  HANDLE token = nullptr;
+  LUID privilege{};
+  if (OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &token) &&
+      LookupPrivilegeValueA(nullptr, "SeLockMemoryPrivilege", &privilege)) {
+    const bool in_token = token_has_privilege(token, privilege);
+    const bool is_elevated = elevated(token);
+    if (!in_token && !is_elevated) {
+      pages.why_not = std::string("SeLockMemoryPrivilege is not in this process's token: if your account holds \"Lock "
+                                  "pages in memory\", run from an elevated prompt (an administrator gets it only when "
+                                  "elevated); otherwise ") + kGrantSteps;
+    } else if (!in_token) {
+      pages.why_not = std::string("your account does not hold SeLockMemoryPrivilege; ") + kGrantSteps;
+    } else {
+      pages.why_not = "SeLockMemoryPrivilege is in the token but could not be enabled: " + status.message();
+    }
+  } else {
+    pages.why_not = "the process token could not be read: " + failed("OpenProcessToken").message();
+  }
+  if (token) CloseHandle(token);
+  return pages;
+}
+
+}  // namespace
+
+LargePages large_pages() {
+  static std::once_flag once;
+  static LargePages pages;
+  std::call_once(once, [] { pages = probe_large_pages(); });
+  return pages;
+}
+
+std::optional<Wine> wine() {
+  HMODULE ntdll = GetModuleHandleA("ntdll.dll");
+  if (!ntdll) return std::nullopt;
+  using VersionFunction = const char*(CDECL*)();
+  using HostFunction = void(CDECL*)(const char**, const char**);
+  auto version = reinterpret_cast<VersionFunction>(reinterpret_cast<void*>(GetProcAddress(ntdll, "wine_get_version")));
+  if (!version) return std::nullopt;
+  Wine result;
+  result.version = version();
+  if (auto host = reinterpret_cast<HostFunction>(reinterpret_cast<void*>(GetProcAddress(ntdll, "wine_get_host_version")))) {
+    const char* system = nullptr;
+    const char* release = nullptr;
+    host(&system, &release);
+    result.host_system = system ? system : "";
+    result.host_release = release ? release : "";
+  }
+  return result;
 }
 
 bool legacy_layout_active() { return false; }
@@ -214,6 +330,7 @@ ProcessTimes process_times() {
   PROCESS_MEMORY_COUNTERS counters{};
   if (GetProcessMemoryInfo(GetCurrentProcess(), &counters, sizeof(counters))) {
     times.minor_faults = counters.PageFaultCount;
+    times.faults_counted = counters.PageFaultCount > 0;
     times.rss_bytes = counters.WorkingSetSize;
   }
   return times;
@@ -234,7 +351,21 @@ std::optional<bool> free_page_reporting() { return std::nullopt; }
 bool top_down_on_request() { return true; }
 std::optional<std::map<std::string, std::uint64_t>> vmstat() { return std::nullopt; }
 std::optional<ProcessScan> scan_processes(const std::vector<int>&) { return std::nullopt; }
-std::optional<std::string> task_name(int) { return std::nullopt; }
+std::optional<std::string> task_name(int pid) {
+  HANDLE snapshot = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
+  if (snapshot == INVALID_HANDLE_VALUE) return std::nullopt;
+  PROCESSENTRY32 entry{};
+  entry.dwSize = sizeof(entry);
+  std::optional<std::string> name;
+  for (BOOL more = Process32First(snapshot, &entry); more; more = Process32Next(snapshot, &entry)) {
+    if (static_cast<int>(entry.th32ProcessID) == pid) {
+      name = entry.szExeFile;
+      break;
+    }
+  }
+  CloseHandle(snapshot);
+  return name;
+}
 // Windows counts no TLB-shootdown interrupts where a program can read them.
 std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu() { return std::nullopt; }
 
@@ -242,7 +373,41 @@ Status pin_current_thread(unsigned cpu) {
   if (cpu >= 64 || SetThreadAffinityMask(GetCurrentThread(), DWORD_PTR{1} << cpu) == 0) return failed("SetThreadAffinityMask");
   return {};
 }
-std::optional<std::vector<TaskTime>> other_tasks_cpu() { return std::nullopt; }
+namespace {
+// The System process (the kernel's threads: page zeroing among them), found by name and
+// parent (0) in the documented process snapshot, never by a fixed id.
+std::optional<DWORD> system_process_id() {
+  HANDLE snapshot = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
+  if (snapshot == INVALID_HANDLE_VALUE) return std::nullopt;
+  PROCESSENTRY32 entry{};
+  entry.dwSize = sizeof(entry);
+  std::optional<DWORD> found;
+  for (BOOL more = Process32First(snapshot, &entry); more; more = Process32Next(snapshot, &entry)) {
+    if (entry.th32ParentProcessID == 0 && std::string(entry.szExeFile) == "System") {
+      found = entry.th32ProcessID;
+      break;
+    }
+  }
+  CloseHandle(snapshot);
+  return found;
+}
+}  // namespace
+
+std::optional<std::vector<TaskTime>> other_tasks_cpu() {
+  static const std::optional<DWORD> system = system_process_id();
+  if (!system) return std::nullopt;
+  HANDLE process = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, *system);
+  if (!process) return std::nullopt;
+  FILETIME created, exited, kernel, user;
+  std::optional<std::vector<TaskTime>> tasks;
+  if (GetProcessTimes(process, &created, &exited, &kernel, &user)) {
+    tasks = std::vector<TaskTime>{{static_cast<int>(*system), filetime_ns(kernel) + filetime_ns(user)}};
+  }
+  CloseHandle(process);
+  return tasks;
+}
+const char* other_tasks_method() { return "System process (GetProcessTimes)"; }
+const char* machine_times_method() { return "GetSystemTimes"; }
 
 std::optional<std::size_t> last_level_cache_bytes() {
   DWORD bytes = 0;

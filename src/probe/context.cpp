@@ -51,6 +51,21 @@ json perf_counters() {
   return result;
 }
 
+// Under Wine every figure describes Wine on its host, not Windows: the front end labels them so.
+json wine_context() {
+  auto wine = os::wine();
+  if (!wine) return nullptr;
+  return {{"version", wine->version}, {"host_system", wine->host_system}, {"host_release", wine->host_release}};
+}
+
+json large_pages_context(const os::LargePages& pages) {
+  if (!pages.offered && pages.why_not.empty()) return nullptr;  // Linux: large pages are the hugetlb pools
+  return {{"offered", pages.offered},
+          {"page_bytes", pages.page_bytes},
+          {"privilege_held", pages.privilege_held},
+          {"why_not", pages.why_not.empty() ? json(nullptr) : json(pages.why_not)}};
+}
+
 }  // namespace
 
 json machine_context() {
@@ -77,6 +92,7 @@ json machine_context() {
       {"tool_version", MEMCOST_VERSION},
       {"host", system.host_name},
       {"os", {{"name", system.os_name}, {"release", system.os_release}, {"version", system.os_version}}},
+      {"wine", wine_context()},
       {"cpu", {{"model", system.cpu_model}, {"logical_cpus", os::logical_cpu_count()}, {"numa_nodes", system.numa_nodes}}},
       {"hypervisor", hypervisor_with_reporting()},
       {"memory",
@@ -99,10 +115,12 @@ json machine_context() {
           {"pmd_size_bytes", thp.present ? json(thp.pmd_size_bytes) : json(nullptr)},
           {"sizes", thp_sizes}}},
         {"hugetlb", pools},
+        {"large_pages", large_pages_context(offered.large_pages)},
         {"verdicts", page_kind_verdicts(offered)}}},
       {"limits", {{"max_map_count", optional_value(os::max_map_count())}, {"mappings_in_probe", optional_value(os::mapping_count())}}},
       {"counters",
-       {{"machine_cpu", machine.has_value()},
+       {{"faults", os::process_times().faults_counted},
+        {"machine_cpu", machine.has_value()},
         {"steal", machine && machine->steal_available},
         {"kernel_threads", os::kernel_thread_times().has_value()},
         {"perf", perf_counters()}}},

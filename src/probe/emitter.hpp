@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,9 @@ enum ExitCode : int {
   exit_not_enough_memory = 3,
   exit_unsupported = 4,
 };
+
+// A fault count as the protocol writes it: null where the OS counts no faults (Wine), never a 0 it did not measure.
+[[nodiscard]] inline json fault_count(bool counted, std::uint64_t count) { return counted ? json(count) : json(nullptr); }
 
 // Thrown by an experiment to end the probe with an `error` line and an exit code.
 class ProbeError : public std::runtime_error {

@@ -365,7 +365,7 @@ void measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& 
   double free_s = static_cast<double>(measure::now_ns() - free_start) / 1e9;
   json metrics = {{"elapsed_s", static_cast<double>(interval.wall_ns) / 1e9},
                   {"free_s", free_s},
-                  {"minor_faults", interval.minor_faults},
+                  {"minor_faults", fault_count(interval.faults_counted, interval.minor_faults)},
                   {"system_s", static_cast<double>(interval.process_system_ns) / 1e9},
                   {"user_s", static_cast<double>(interval.process_user_ns) / 1e9},
                   {"huge_fraction", backing ? json(backing->huge_fraction()) : json(nullptr)},
@@ -461,7 +461,7 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
             auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
             emitter.sample({{"part", "fill"}, {"method", detail::fill_method_name(method)}, {"memory", fresh ? "fresh" : "faulted"},
                             {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
-                           {{"gb_per_s", gb_per_s}, {"minor_faults", interval.minor_faults}, {"automatic_picks", picks}});
+                           {{"gb_per_s", gb_per_s}, {"minor_faults", fault_count(interval.faults_counted, interval.minor_faults)}, {"automatic_picks", picks}});
             if (fresh || last) *buffer = big_array<unsigned char>();
           }});
         }
@@ -496,7 +496,7 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
             (*variants)[v].iterate(elements);
             auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
             (*iteration_ns)[v].push_back(interval.wall_ns);
-            (*iteration_faults)[v].push_back(interval.minor_faults);
+            (*iteration_faults)[v].push_back(fault_count(interval.faults_counted, interval.minor_faults));
           }
           if (!last) return;
           *kept = big_array<std::uint32_t>();

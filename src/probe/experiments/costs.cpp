@@ -199,8 +199,8 @@ json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Setti
       {"first_touch_ns", t6 - t5},
       {"second_touch_ns", t8 - t7},
       {"free_after_touch_ns", t10 - t9},
-      {"first_touch_minor_faults", first.minor_faults},
-      {"first_touch_major_faults", first.major_faults},
+      {"first_touch_minor_faults", fault_count(first.faults_counted, first.minor_faults)},
+      {"first_touch_major_faults", fault_count(first.faults_counted, first.major_faults)},
       {"first_touch_system_ns", first.process_system_ns},
       {"first_touch_user_ns", first.process_user_ns},
       {"window_ns", window.wall_ns},
@@ -293,7 +293,7 @@ std::vector<std::size_t> usable_sizes(const os::Capabilities& offered, os::PageK
 struct Touch {
   std::uint64_t first_ns = 0;
   std::uint64_t second_ns = 0;
-  std::uint64_t faults = 0;
+  json faults;
   std::uint64_t system_ns = 0;
 };
 
@@ -308,7 +308,7 @@ Touch map_touch_release(os::PageKind kind, std::size_t size) {
   write_all(buffer, 2);
   auto t3 = measure::now_ns();
   release(buffer);
-  return {t1 - t0, t3 - t2, first.minor_faults, first.process_system_ns};
+  return {t1 - t0, t3 - t2, fault_count(first.faults_counted, first.minor_faults), first.process_system_ns};
 }
 
 // Memory reused at once against memory that sat free for a while. On a VM
@@ -372,7 +372,7 @@ void plan_threads_part(std::vector<Step>& plan, Emitter& emitter, const Settings
       emitter.sample({{"part", "threads"}, {"threads", threads}, {"size_bytes", size}, {"rep", rep}, {"warmup", rep < 0}},
                      {{"first_touch_ns", elapsed[0]},
                       {"second_touch_ns", elapsed[1]},
-                      {"first_touch_minor_faults", first_faults.minor_faults}});
+                      {"first_touch_minor_faults", fault_count(first_faults.faults_counted, first_faults.minor_faults)}});
       }});
     }
   }
@@ -536,7 +536,8 @@ void pool_frames(const Settings& settings, std::size_t frame_size, json& frame_n
       measure::keep_writes(buffer.data());
     }
     frame_ns.push_back(measure::now_ns() - frame_start);
-    frame_faults.push_back(measure::between(before, measure::take_snapshot({.machine = false})).minor_faults);
+    auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+    frame_faults.push_back(fault_count(interval.faults_counted, interval.minor_faults));
   }
 }
 
@@ -571,7 +572,8 @@ void plan_reuse_part(std::vector<Step>& plan, Emitter& emitter, const Settings& 
           if (!reuse) release(buffer);
           auto frame_end = measure::now_ns();
           frame_ns.push_back(frame_end - frame_start);
-          frame_faults.push_back(measure::between(before, measure::take_snapshot({.machine = false})).minor_faults);
+          auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+    frame_faults.push_back(fault_count(interval.faults_counted, interval.minor_faults));
         }
         if (reuse) release(kept);
         auto total = measure::now_ns() - start;
