@@ -93,6 +93,9 @@ struct Mapping {
 // Change a committed range between read/write and read-only (forces distinct
 // mappings on Linux, where neighbours with different protection never merge).
 [[nodiscard]] Status protect(void* address, std::size_t size_bytes, bool writable);
+// Whether neighbouring mappings with the same protection become one (Linux: one VMA). Windows:
+// never — every VirtualAlloc is a region of its own, so blocks are distinct without help.
+[[nodiscard]] bool neighbouring_mappings_merge();
 
 enum class PopulateMethod { populate_write, touch };
 [[nodiscard]] const char* populate_method_name(PopulateMethod method);

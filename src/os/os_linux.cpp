@@ -617,6 +617,7 @@ std::optional<RangeBacking> range_backing(const void* address, std::size_t size_
   return backing;
 }
 
+bool neighbouring_mappings_merge() { return true; }
 LargePages large_pages() { return {}; }  // Linux's large pages are the hugetlb pools
 std::optional<Wine> wine() { return std::nullopt; }
 const char* other_tasks_method() { return "schedstat"; }

@@ -230,6 +230,7 @@ std::optional<Wine> wine() {
   return result;
 }
 
+bool neighbouring_mappings_merge() { return false; }
 bool legacy_layout_active() { return false; }
 Status request_legacy_layout_for_exec() { return unsupported("personality(ADDR_COMPAT_LAYOUT)"); }
 Status exit_with_parent() { return {}; }

@@ -37,6 +37,7 @@ class Option:
     choices: Optional[list] = None
     flag_only: bool = False                       # a switch (store_true)
     to_probe: Optional[Callable[[Any], str]] = str  # None: the front end uses it, the probe never sees it
+    set_by_preset: bool = False                   # a `--preset` chooses it: not given with one
 
     @property
     def flag(self) -> str:
@@ -89,6 +90,17 @@ class Experiment:
             if flag_value is not None and flag_value is not False:
                 value = flag_value
             values[option.name] = value
+        preset = values.get("preset")
+        if preset:
+            for option in self.options:
+                if not option.set_by_preset:
+                    continue
+                if given is not None and getattr(given, option.name, None) is not None:
+                    from ..errors import MemcostError
+                    from ..exit_codes import BAD_ARGUMENTS
+                    raise MemcostError(f"--preset {preset} sets {option.flag} itself: leave {option.flag} out",
+                                       BAD_ARGUMENTS)
+                values[option.name] = None
         return values
 
     def probe_arguments(self, values: dict) -> list[str]:

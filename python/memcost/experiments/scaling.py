@@ -15,6 +15,7 @@ from .shared import budget_option, finish
 SHAPES = ["mergeable", "distinct"]
 COMMITS = ["reserve", "commit"]
 PLACEMENTS = ["default", "top-down", "bottom-up", "legacy"]
+PRESETS = ["dawson2011", "fastmm2019"]
 
 
 def count_list(text: str) -> list[int]:
@@ -27,21 +28,27 @@ def count_list(text: str) -> list[int]:
 
 OPTIONS = [
     Option("counts", "outstanding counts (default 4000,8000,...,64000; capped below vm.max_map_count)",
-           quick=[2000 * step for step in range(1, 17)], parse=count_list, metavar="LIST", to_probe=comma_list),
-    Option("block_sizes", "block sizes (default 64K,264752,1M)", quick=[64 << 10, 1 << 20], parse=arguments.size_list, metavar="LIST", to_probe=comma_list),
+           quick=[2000 * step for step in range(1, 17)], parse=count_list, metavar="LIST", to_probe=comma_list, set_by_preset=True),
+    Option("block_sizes", "block sizes (default 64K,264752,1M)", quick=[64 << 10, 1 << 20], parse=arguments.size_list, metavar="LIST", to_probe=comma_list, set_by_preset=True),
     Option("placements", "default, bottom-up, legacy (Linux); default, top-down (Windows)",
-           parse=arguments.choice_list(PLACEMENTS), metavar="LIST", to_probe=comma_list),
+           parse=arguments.choice_list(PLACEMENTS), metavar="LIST", to_probe=comma_list, set_by_preset=True),
     Option("shapes", "mergeable, distinct (default both)", parse=arguments.choice_list(SHAPES),
-           metavar="LIST", to_probe=comma_list),
+           metavar="LIST", to_probe=comma_list, set_by_preset=True),
     Option("commits", "reserve, commit (default both)", parse=arguments.choice_list(COMMITS),
-           metavar="LIST", to_probe=comma_list),
+           metavar="LIST", to_probe=comma_list, set_by_preset=True),
     Option("reps", "sweeps per case (default 2; --quick 1)", quick=1, parse=arguments.positive_int),
+    Option("preset", "a seed's sweep exactly: dawson2011 (64 KB blocks, 1,000..64,000, top-down and not) or "
+                     "fastmm2019 (264,752-byte blocks, 1..6,000, top vs bottom); sets counts, block sizes, "
+                     "placements, shapes and commits itself", choices=PRESETS),
     budget_option(),
 ]
 
 
 def _runs(values: dict) -> list[tuple[list[str], list[str]]]:
-    """(global probe flags, placements) per probe process: the legacy layout needs a probe of its own."""
+    """(global probe flags, placements) per probe process: the legacy layout needs a probe of its own.
+    A preset chooses its placements in the probe (they depend on the OS)."""
+    if values.get("preset"):
+        return [([], None)]
     placements = values["placements"] or ["default", "bottom-up", "legacy"]
     ordinary = [p for p in placements if p != "legacy"]
     runs = [([], ordinary)] if ordinary else []
@@ -59,7 +66,8 @@ def measure(values: dict, directory) -> dict:
     for global_flags, placements in _runs(values):
         try:
             run = run_with_progress("scaling", EXPERIMENT.probe_arguments({**values, "placements": placements}),
-                                    f"scaling ({', '.join(placements)})", global_arguments=global_flags)
+                                    f"scaling ({', '.join(placements or [values['preset']])})",
+                                    global_arguments=global_flags)
         except ProbeFailed as error:
             # The legacy layout is an extra; the rest of the sweep stands without it.
             if global_flags and error.exit_code == exit_codes.UNSUPPORTED and not values["placements"]:

@@ -38,6 +38,7 @@ struct Settings {
   std::vector<std::string> commits = {"reserve", "commit"};
   std::string budget;
   int reps = 2;
+  std::string preset;  // a seed's sweep, replayed exactly (apply_preset)
 };
 
 struct Case {
@@ -69,7 +70,7 @@ json sweep(const Case& c, const std::vector<std::size_t>& counts, bool read_mapp
   std::uint64_t running = 0, touch_ns = 0, hint_misses = 0;
   std::uintptr_t cursor = bottom_up_start;
   std::size_t next_checkpoint = 0;
-  std::string failure;
+  std::string failure, protect_failure;
 
   for (std::size_t i = 0; i < max_count; ++i) {
     void* hint = c.placement == "bottom-up" ? reinterpret_cast<void*>(cursor) : nullptr;
@@ -95,9 +96,10 @@ json sweep(const Case& c, const std::vector<std::size_t>& counts, bool read_mapp
       os::touch_pages(block.address, 1, page);
       touch_ns += measure::now_ns() - t2;
     }
-    if (c.distinct && i % 2 == 1) {
+    if (c.distinct && i % 2 == 1 && os::neighbouring_mappings_merge()) {
       // Neighbours with different protection never merge into one mapping.
-      (void)os::protect(block.address, c.block_size, false);
+      os::Status status = os::protect(block.address, c.block_size, false);
+      if (!status.ok() && protect_failure.empty()) protect_failure = status.message();
     }
     if (i + 1 == counts[next_checkpoint]) {
       alloc_totals.push_back(running);
@@ -115,6 +117,10 @@ json sweep(const Case& c, const std::vector<std::size_t>& counts, bool read_mapp
     emitter.warning("allocation_failed", "a " + human_size(c.block_size) + " " + (c.commit ? "committed" : "reserved") +
                                              " block failed after " + std::to_string(reached) + " blocks (" + failure +
                                              "); this case's sweep stops there");
+  }
+  if (!protect_failure.empty()) {
+    emitter.warning("distinct_shape_failed", "the distinct shape could not make every other block read-only (" + protect_failure +
+                                                 "): its blocks may have merged, so it measured the mergeable shape");
   }
 
   json free_totals = json::array();
@@ -150,6 +156,33 @@ json sweep(const Case& c, const std::vector<std::size_t>& counts, bool read_mapp
           {"reached", reached}};
 }
 
+// The seeds' sweeps by name. Placements: Windows asks for MEM_TOP_DOWN or not; on Linux the
+// default layout is the top-down one and bottom-up is address hints from a low start.
+void apply_preset(Settings& s, const CLI::App& command) {
+  if (s.preset.empty()) return;
+  for (const char* flag : {"--counts", "--block-sizes", "--placements", "--shapes", "--commits"}) {
+    if (command.count(flag) > 0) {
+      throw ProbeError(exit_bad_arguments, "bad_arguments",
+                       std::string("--preset ") + s.preset + " sets " + flag + " itself: leave " + flag + " out");
+    }
+  }
+  const bool windows_top_down = os::top_down_on_request();
+  s.placements = windows_top_down ? std::vector<std::string>{"top-down", "default"} : std::vector<std::string>{"default", "bottom-up"};
+  s.shapes = {"mergeable"};
+  s.commits = {"commit"};  // MEM_COMMIT | MEM_RESERVE in both articles
+  s.counts.clear();
+  if (s.preset == "dawson2011") {
+    // 64 KB blocks, 1,000 to 64,000 of them outstanding (shared/seeds/000).
+    s.block_sizes = {64 << 10};
+    for (std::size_t n = 1000; n <= 64000; n += 1000) s.counts.push_back(n);
+  } else {
+    // 264,752-byte blocks (where FastMM4 starts allocating from the top), 1 to 6,000 (shared/seeds/002).
+    s.block_sizes = {264752};
+    s.counts.push_back(1);
+    for (std::size_t n = 100; n <= 6000; n += 100) s.counts.push_back(n);
+  }
+}
+
 // 1. Parse: every flag typed and checked by CLI11.
 void declare(CLI::App& command, Settings& s) {
   command.add_option("--counts", s.counts, "outstanding counts (default 4000,8000,...,64000)")
@@ -163,6 +196,10 @@ void declare(CLI::App& command, Settings& s) {
                    "reserve (address space only), commit (and touch a byte per block)");
   command.add_option("--reps", s.reps, "sweeps per case")->check(CLI::Range(1, 100));
   command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
+  command.add_option("--preset", s.preset,
+                     "a seed's sweep exactly: dawson2011 (64 KB blocks, 1,000..64,000, top-down and not), "
+                     "fastmm2019 (264,752-byte blocks, 1..6,000, top vs bottom)")
+      ->check(CLI::IsMember({"dawson2011", "fastmm2019"}));
 }
 
 // 2. Plan: the counts and placements this machine allows, the budget checked, one step per sweep.
@@ -238,7 +275,10 @@ std::vector<Step> plan(const Settings& s, Emitter& emitter) {
 // 3. Run: the plan, step by step, progress counted from its length.
 Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
   declare(command, *settings);
-  return [settings](Emitter& emitter) { run_plan(emitter, plan(*settings, emitter)); };
+  return [settings, &command](Emitter& emitter) {
+    apply_preset(*settings, command);
+    run_plan(emitter, plan(*settings, emitter));
+  };
 }
 
 }  // namespace
