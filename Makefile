@@ -44,13 +44,15 @@ test-asan: | prerequisites
 	cmake --build build/asan --target memcost_tests memcost_c_api_test
 	cd build/asan && ctest --output-on-failure -R "BigArray|CApi"
 
-# The Windows back end must compile: library and probe, cross-built with mingw-w64.
+# The Windows back end, cross-built with mingw-w64: library, probe and the C++ tests
+# (tests/python/test_windows.py runs them, and the probe, under Wine).
 cross-windows: | prerequisites
 	mkdir -p build/mingw-include
 	ln -sfn /usr/include/nlohmann build/mingw-include/nlohmann
 	ln -sfn /usr/include/CLI build/mingw-include/CLI
 	cmake -S . -B $(MINGW_BUILD) -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64.cmake \
-	  -DMEMCOST_THIRD_PARTY_INCLUDE=$(CURDIR)/build/mingw-include
+	  -DMEMCOST_THIRD_PARTY_INCLUDE=$(CURDIR)/build/mingw-include \
+	  -DMEMCOST_BUILD_TESTS=ON -DMEMCOST_GTEST_SOURCE=/usr/src/googletest
 	cmake --build $(MINGW_BUILD)
 	@echo "Windows cross-build OK: $(MINGW_BUILD)/memcost-probe.exe"
 

@@ -84,18 +84,11 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
         for line in process.stdout:
             record = _parse_line(line)
             kind = record.get("type")
-            if kind == "context":
-                run = ProbeRun(context={k: v for k, v in record.items() if k not in ("type", "settings")},
-                               settings=record.get("settings", {}))
-            elif kind == "progress" and on_progress:
+            run = _take(record, run)
+            if kind == "progress" and on_progress:
                 on_progress(record["done"], record["total"], record.get("label", ""))
-            elif kind == "sample" and run is not None:
-                run.samples.append({"case": record["case"], "metrics": record["metrics"]})
-            elif kind == "warning" and run is not None:
-                warning = {"code": record["code"], "message": record["message"]}
-                run.warnings.append(warning)
-                if on_warning:
-                    on_warning(warning)
+            elif kind == "warning" and run is not None and on_warning:
+                on_warning(run.warnings[-1])
             elif kind == "error":
                 error = record
         returncode = process.wait()
@@ -135,6 +128,49 @@ def _oom_kills() -> Optional[int]:
     except OSError:
         pass
     return None
+
+
+def _take(record: dict, run: Optional[ProbeRun]) -> Optional[ProbeRun]:
+    """One protocol record into the run it belongs to (a context line starts one)."""
+    kind = record.get("type")
+    if kind == "context":
+        return ProbeRun(context={k: v for k, v in record.items() if k not in ("type", "settings")},
+                        settings=record.get("settings", {}))
+    if kind == "sample" and run is not None:
+        run.samples.append({"case": record["case"], "metrics": record["metrics"]})
+    elif kind == "warning" and run is not None:
+        run.warnings.append({"code": record["code"], "message": record["message"]})
+    return run
+
+
+def read_capture(path: Path) -> ProbeRun:
+    """A probe's output saved to a file (`memcost-probe costs > costs.jsonl`, on any machine),
+    read as run_probe reads a live probe. A capture that ended in an error line, or holds no
+    context line or no sample, is refused: half a run makes no results."""
+    run: Optional[ProbeRun] = None
+    with open(path, encoding="utf-8", errors="strict") as capture:
+        for number, line in enumerate(capture, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = _parse_line(line)
+                if record.get("type") == "error":
+                    raise ProbeFailed(exit_codes.FAILURE, "capture_failed",
+                                      f"{path}: the probe stopped with an error on line {number}: "
+                                      f"{record.get('message', 'no message')}; rerun it and capture again")
+                run = _take(record, run)
+            except (KeyError, TypeError) as error:
+                raise ProbeFailed(exit_codes.FAILURE, "protocol",
+                                  f"{path}, line {number}: a record without its fields ({error})") from error
+            except ProbeFailed as error:
+                if error.code == "capture_failed":
+                    raise
+                raise ProbeFailed(exit_codes.FAILURE, "protocol", f"{path}, line {number}: {error}") from error
+    if run is None:
+        raise ProbeFailed(exit_codes.FAILURE, "protocol", f"{path} holds no context line: it is not memcost-probe output")
+    if not run.samples:
+        raise ProbeFailed(exit_codes.FAILURE, "protocol", f"{path} holds no sample: the probe did not get to measure")
+    return run
 
 
 def _parse_line(line: str) -> dict:

@@ -22,6 +22,23 @@ class ResultsError(MemcostError):
     """A results document or directory that cannot be used; the message says why."""
 
 
+def wine_label(context: dict) -> str:
+    """"Wine 8.0 on Linux 6.18.44" for figures measured by the Windows probe under Wine, else ""."""
+    wine = context.get("wine")
+    if not isinstance(wine, dict):
+        return ""
+    host = " ".join(part for part in (wine.get("host_system"), wine.get("host_release")) if part)
+    return f"Wine {wine.get('version', '')} on {host or 'an unknown host'}".replace("  ", " ")
+
+
+def machine_label(context: dict) -> str:
+    """The host as every table, figure and comparison names it: with "(Wine … on Linux …)" when the
+    figures were measured under Wine, since they then describe Wine, not Windows."""
+    host = context.get("host", "") or "host"
+    wine = wine_label(context)
+    return f"{host} ({wine})" if wine else host
+
+
 def make_document(experiment: str, context: dict, params: dict, samples: list,
                   summary: dict, warnings: list) -> dict:
     return {

@@ -69,7 +69,7 @@ struct MapRequest {
   // Fault the range in for writing before map() returns. system and hugetlb: MAP_POPULATE.
   // base and thp: MADV_POPULATE_WRITE after the page-kind advice, because
   // MAP_POPULATE would fault the pages in before the advice could apply.
-  // Windows: ignored.
+  // Windows: VirtualLock after VirtualAlloc (a page-by-page touch where the lock fails).
   bool populate = false;
 };
 
@@ -97,6 +97,10 @@ struct Mapping {
 // never — every VirtualAlloc is a region of its own, so blocks are distinct without help.
 [[nodiscard]] bool neighbouring_mappings_merge();
 
+// What the calls behind MapRequest::populate and populate_write() are, for names in results:
+// "MAP_POPULATE" and "MADV_POPULATE_WRITE" on Linux, "VirtualAlloc + VirtualLock" and "VirtualLock" on Windows.
+[[nodiscard]] const char* populate_at_map_call();
+[[nodiscard]] const char* populate_write_call();
 enum class PopulateMethod { populate_write, touch };
 [[nodiscard]] const char* populate_method_name(PopulateMethod method);
 // Fault the range in for writing without changing its contents.

@@ -618,6 +618,8 @@ std::optional<RangeBacking> range_backing(const void* address, std::size_t size_
 }
 
 bool neighbouring_mappings_merge() { return true; }
+const char* populate_at_map_call() { return "MAP_POPULATE"; }
+const char* populate_write_call() { return "MADV_POPULATE_WRITE"; }
 LargePages large_pages() { return {}; }  // Linux's large pages are the hugetlb pools
 std::optional<Wine> wine() { return std::nullopt; }
 const char* other_tasks_method() { return "schedstat"; }

@@ -82,6 +82,9 @@ Mapping map(const MapRequest& request) {
     return {nullptr, 0, Status{static_cast<int>(error), "VirtualAlloc(MEM_LARGE_PAGES)"}};
   }
   if (!address) return {nullptr, 0, failed("VirtualAlloc(MEM_RESERVE|MEM_COMMIT)")};
+  if (request.populate && !populate_write(address, request.size_bytes).ok()) {
+    touch_pages(address, request.size_bytes, base_page_size());
+  }
   return {address, request.size_bytes, {}};
 }
 
@@ -231,6 +234,8 @@ std::optional<Wine> wine() {
 }
 
 bool neighbouring_mappings_merge() { return false; }
+const char* populate_at_map_call() { return "VirtualAlloc + VirtualLock"; }
+const char* populate_write_call() { return "VirtualLock"; }
 bool legacy_layout_active() { return false; }
 Status request_legacy_layout_for_exec() { return unsupported("personality(ADDR_COMPAT_LAYOUT)"); }
 Status exit_with_parent() { return {}; }

@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
       // The values the experiment runs with, given or default: its defaults live here only.
       json values = command->parsed() ? settings_of(*command) : json::object();
       if (!values.empty()) context["settings"] = values;
+      // Names what the lines after it hold, so that a captured stream can be imported alone.
+      if (command->parsed()) context["experiment"] = command->get_name();
     }
     emitter.context(std::move(context));
     for (auto& [command, runner] : commands) {

@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <random>
-#include <sys/prctl.h>
 #include <thread>
 
 #include "memcost/measure.hpp"
@@ -39,9 +37,10 @@ struct WorkItem {
   }
 };
 
+// A hugetlb pool exists and has no free page (Windows has no pool: its large pages are tested apart).
 bool hugetlb_pool_empty(std::size_t page) {
   auto pool = os::hugetlb_pool(os::capabilities(), page);
-  return !pool || os::hugetlb_pages_available(*pool) == 0;
+  return pool && os::hugetlb_pages_available(*pool) == 0;
 }
 
 }  // namespace
@@ -118,7 +117,7 @@ TEST(BigArray, BytesCopyableWorkItemsFillWithTheValue) {
 }
 
 TEST(BigArray, AutomaticFallsBackAndSaysWhy) {
-  if (!hugetlb_pool_empty(2 * MiB)) GTEST_SKIP() << "the 2 MB pool has pages here: no fallback to see";
+  if (!hugetlb_pool_empty(2 * MiB)) GTEST_SKIP() << "no empty 2 MB pool here: no fallback to see";
   auto a = make_big_array<char>(64 * MiB, zero);
   ASSERT_FALSE(a.report().fallbacks.empty());
   EXPECT_NE(a.report().fallbacks.front().find("hugetlb-2M: the pool has"), std::string::npos) << a.report().fallbacks.front();
@@ -130,29 +129,8 @@ TEST(BigArray, AutomaticFallsBackAndSaysWhy) {
   }
 }
 
-// THP disabled for this process (prctl): the mapping still asks for huge pages, the kernel gives
-// base pages, and the report must say what was given, not what was asked.
-TEST(BigArray, ReportsTheBasePagesItGotWhenThpWasAskedFor) {
-  if (!thp_usable()) GTEST_SKIP() << "THP is not usable here: a thp request falls back before mapping";
-  ASSERT_EQ(prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0), 0);
-  struct Restore {
-    ~Restore() { prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0); }
-  } restore;
-  auto a = make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp});
-  EXPECT_TRUE(a.report().read_back);
-  EXPECT_EQ(a.report().page_kind, "base");
-  EXPECT_LT(a.huge_fraction(), 0.5);
-  ASSERT_FALSE(a.report().fallbacks.empty());
-  EXPECT_NE(a.report().fallbacks.back().find("thp: mapped for transparent huge pages"), std::string::npos);
-
-  auto later = make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp, .strict = false, .prefault = prefault::async});
-  later.wait();
-  EXPECT_TRUE(later.report().read_back);
-  EXPECT_EQ(later.report().page_kind, "base");
-}
-
 TEST(BigArray, StrictHugetlbWithAnEmptyPoolFailsCleanly) {
-  if (!hugetlb_pool_empty(2 * MiB)) GTEST_SKIP() << "the 2 MB pool has pages here";
+  if (!hugetlb_pool_empty(2 * MiB)) GTEST_SKIP() << "no empty 2 MB pool here";
   auto before = os::mapping_count();
   try {
     auto a = make_big_array<char>(8 * MiB, zero, {.pages = pages::hugetlb_2m, .strict = true});
@@ -322,46 +300,6 @@ TEST_F(WithHugetlbPool, MoreThanThePoolHoldsFailsWhenStrictAndFallsBackOtherwise
   EXPECT_NE(a.report().page_kind, "hugetlb-2M");
   ASSERT_FALSE(a.report().fallbacks.empty());
   EXPECT_NE(a.report().fallbacks.front().find("hugetlb-2M"), std::string::npos) << a.report().fallbacks.front();
-}
-
-// THP switched to "never" machine-wide for the test (as root), and set back after.
-class WithThpNever : public ::testing::Test {
- protected:
-  static constexpr const char* kEnabled = "/sys/kernel/mm/transparent_hugepage/enabled";
-  void SetUp() override {
-    std::ifstream current(kEnabled);
-    std::string modes;
-    if (!current || !std::getline(current, modes)) GTEST_SKIP() << "this kernel has no THP settings";
-    auto open = modes.find('['), close = modes.find(']');
-    if (open == std::string::npos || close == std::string::npos) GTEST_SKIP() << "unexpected THP setting: " << modes;
-    original_ = modes.substr(open + 1, close - open - 1);
-    if (!write("never")) GTEST_SKIP() << "setting THP to never needs root";
-    changed_ = true;
-  }
-  void TearDown() override {
-    if (changed_) {
-      EXPECT_TRUE(write(original_));
-    }
-  }
-  static bool write(const std::string& mode) {
-    std::ofstream file(kEnabled);
-    file << mode;
-    file.flush();
-    return static_cast<bool>(file);
-  }
-
- private:
-  std::string original_;
-  bool changed_ = false;
-};
-
-TEST_F(WithThpNever, AThpRequestReportsTheBasePagesItGot) {
-  auto a = make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp});
-  EXPECT_EQ(a.report().page_kind, "base");
-  EXPECT_LT(a.huge_fraction(), 0.5);
-  EXPECT_FALSE(a.report().fallbacks.empty());
-  EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](std::uint64_t v) { return v == 0; }));
-  EXPECT_THROW((void)make_big_array<std::uint64_t>(8 * MiB, zero, {.pages = pages::thp, .strict = true}), big_array_error);
 }
 
 // ---- array_pool: the second array of a size pays no faults and no kernel zeroing ----

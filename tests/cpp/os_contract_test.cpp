@@ -1,5 +1,4 @@
 // The OS layer's contract (os.hpp), checked against the real kernel.
-#include <sys/mman.h>
 
 #include <algorithm>
 
@@ -116,11 +115,12 @@ TEST(OsContract, HugetlbWithEmptyPoolFailsCleanly) {
     os::Mapping mapping = os::map({page, kind});
     EXPECT_FALSE(mapping.status.ok()) << os::page_kind_name(kind);
     EXPECT_EQ(mapping.address, nullptr);
-    EXPECT_NE(mapping.status.message().find("mmap"), std::string::npos);
+    EXPECT_FALSE(mapping.status.message().empty());
   }
 }
 
 TEST(OsContract, DistinctProtectionSplitsMappings) {
+  if (!os::neighbouring_mappings_merge()) GTEST_SKIP() << "mappings never merge here: every one is distinct already";
   constexpr std::size_t page = 4096;
   ScopedMapping mapping(os::MapRequest{64 * page, os::PageKind::base});
   auto before = os::mapping_count();
@@ -137,10 +137,13 @@ TEST(OsContract, QueriesDescribeTheMachine) {
   EXPECT_GT(memory.total_bytes, 0U);
   EXPECT_GT(memory.available_bytes, 0U);
   EXPECT_LE(memory.available_bytes, memory.total_bytes);
-  EXPECT_TRUE(os::max_map_count().has_value());
-  EXPECT_TRUE(os::overcommit_mode().has_value());
   for (const auto& pool : os::hugetlb_pools()) EXPECT_GE(pool.page_size_bytes, 2 * MiB);
   auto info = os::system_info();
-  EXPECT_EQ(info.os_name, "Linux");
   EXPECT_FALSE(info.os_release.empty());
+  if (info.os_name == "Linux") {
+    EXPECT_TRUE(os::max_map_count().has_value());
+    EXPECT_TRUE(os::overcommit_mode().has_value());
+  } else {
+    EXPECT_EQ(info.os_name, "Windows");
+  }
 }

@@ -36,7 +36,7 @@ def summarize(samples: list) -> dict:
             "family": group[0]["case"]["family"], "size_bytes": size, "reps": len(group),
             "median_s": median_s, "gb_per_s": gb_per_s,
             "ratio_to_limit": gb_per_s / limit if gb_per_s and limit else None,
-            "faults": int(np.median([m["minor_faults"] for m in metrics])),
+            "faults": _median_count([m["minor_faults"] for m in metrics]),
             "huge_fraction": float(np.median(huge)) if huge else None,
             "first_percent_s": float(np.median(first)) if first else None,
             "free_s": float(np.median([m["free_s"] for m in metrics])),
@@ -52,6 +52,12 @@ def summarize(samples: list) -> dict:
             "headline": headline(rows)}
 
 
+def _median_count(counts: list) -> Optional[float]:
+    """The median of fault counts; None when the OS counted none (Wine writes null)."""
+    measured = [count for count in counts if count is not None]
+    return float(np.median(measured)) if measured and len(measured) == len(counts) else None
+
+
 def summarize_fills(samples: list, limit: Optional[float]) -> list[dict]:
     """Per kind of memory (fresh: the fill faults it in; faulted: filled again): each fill
     method's median GB/s, the fastest that can write a value of varied bytes (memset writes one
@@ -64,7 +70,7 @@ def summarize_fills(samples: list, limit: Optional[float]) -> list[dict]:
         if case["part"] != "fill":
             continue
         by_memory.setdefault(case["memory"], {}).setdefault(case["method"], []).append(sample["metrics"]["gb_per_s"])
-        faults.setdefault(case["memory"], []).append(sample["metrics"]["minor_faults"])
+        faults.setdefault(case["memory"], []).append(sample["metrics"]["minor_faults"])  # None: not counted
         picks[case["memory"]] = sample["metrics"]["automatic_picks"]
     result = []
     for memory, methods in by_memory.items():
@@ -77,7 +83,7 @@ def summarize_fills(samples: list, limit: Optional[float]) -> list[dict]:
                        "fastest": fastest, "automatic_picks": picked,
                        "picked_behind_fastest_percent": 100.0 * (medians[fastest] / medians[picked] - 1.0)
                        if medians.get(picked) else None,
-                       "faults_per_fill": float(np.median(faults[memory]))})
+                       "faults_per_fill": _median_count(faults[memory])})
     return result
 
 
@@ -96,7 +102,7 @@ def summarize_repeat(samples: list, limit: Optional[float]) -> list[dict]:
         result.append({"variant": sample["case"]["variant"], "size_bytes": size,
                        "iterations": sample["case"]["iterations"], "median_s": median_s, "gb_per_s": gb_per_s,
                        "ratio_to_limit": gb_per_s / limit if gb_per_s and limit else None,
-                       "faults_per_iteration": float(np.median(faults)),
+                       "faults_per_iteration": _median_count(faults),
                        "first_s": sample["metrics"]["iteration_ns"][0] / 1e9})
     return result
 

@@ -16,6 +16,8 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
+from ..results import machine_label
+
 
 ALPHA = 0.05
 # Two same-settings runs on a 2-vCPU KVM guest a minute apart differed by up to ≈ 1.15× in a row
@@ -130,4 +132,4 @@ def compare(runs: list[dict[str, dict]], names: list[str]) -> dict:
             have = [name for name, document in zip(names, present) if document]
             missing.append(f"{experiment}: only in {', '.join(have)}, not compared")
     return {"runs": names, "experiments": experiments, "missing": missing,
-            "machines": [next(iter(run.values()))["context"].get("host", "") for run in runs]}
+            "machines": [machine_label(next(iter(run.values()))["context"]) for run in runs]}

@@ -51,7 +51,8 @@ def _per_sample(case: dict, m: dict) -> dict:
         # (first write minus an ordinary write), the free, and work elsewhere.
         "total_us_per_mb": alloc_us / mb + fault + free_after + (elsewhere or 0.0),
         "naive_us": (m["alloc_ns"] + m["free_ns"]) / 1e3,
-        "faults_per_mb": m["first_touch_minor_faults"] / mb,
+        # None where the OS counts no faults (Wine): unmeasured, never 0.
+        "faults_per_mb": None if m["first_touch_minor_faults"] is None else m["first_touch_minor_faults"] / mb,
         "huge_fraction": m.get("huge_fraction"),
     }
 
@@ -201,7 +202,7 @@ def row_warnings(rows: list[dict]) -> list[dict]:
         if row["page"] == "base" or row["huge_fraction"] is None:
             continue
         if row["huge_fraction"] < HUGE_FRACTION_EXPECTED:
-            if row["faults_per_mb"] < 1:
+            if row["faults_per_mb"] is not None and row["faults_per_mb"] < 1:
                 why = ("the allocator recycled memory the process already had (no faults), so the page kind "
                        "could not apply")
             else:
@@ -256,10 +257,11 @@ def summarize_reuse(samples: list, page_bytes: int = 4096) -> Optional[dict]:
             group = sorted((s for s in reuse if s["case"]["route"] == route and s["case"]["mode"] == mode),
                            key=lambda s: s["case"]["rep"])
             per_frame = spread(s["metrics"]["total_ns"] / 1e3 / s["metrics"]["frames"] for s in group)
-            faults = spread(sum(s["metrics"]["frame_minor_faults"]) / s["metrics"]["frames"] for s in group)
+            faults = spread(None if None in s["metrics"]["frame_minor_faults"]
+                            else sum(s["metrics"]["frame_minor_faults"]) / s["metrics"]["frames"] for s in group)
             result[f"{mode}_us_per_frame"] = per_frame.median if per_frame else None
             result[f"{mode}_faults_per_frame"] = faults.median if faults else None
-            if mode == "reallocate" and group:
+            if mode == "reallocate" and group and None not in group[0]["metrics"]["frame_minor_faults"]:
                 # The first rep starts from the process's fresh allocator state.
                 runs = _frame_path(group[0]["metrics"]["frame_minor_faults"], pages)
                 result["path"] = runs

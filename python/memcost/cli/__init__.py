@@ -17,6 +17,7 @@ from .bigarray import BigarrayCommand
 from .compare import CompareCommand
 from .costs import CostsCommand
 from .hugepages import HugepagesCommand
+from .importing import ImportCommand
 from .info import InfoCommand
 from .monitor import MonitorCommand
 from .report import ReportCommand
@@ -25,7 +26,8 @@ from .scaling import ScalingCommand
 from .trace import TraceCommand
 
 COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, BigarrayCommand,
-                                 ReportCommand, CompareCommand, MonitorCommand, HugepagesCommand, TraceCommand]
+                                 ReportCommand, CompareCommand, MonitorCommand, HugepagesCommand, TraceCommand,
+                                 ImportCommand]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -71,6 +71,9 @@ class Experiment:
     options: list[Option] = field(default_factory=list)
     # Runs the probe(s) and returns the stored results document.
     measure: Optional[Callable[[dict, Any], dict]] = None
+    # From the probe's samples alone: the summary and the warnings it adds. What `measure` uses,
+    # and what `memcost import` uses on a stream captured elsewhere (None: not importable).
+    analyze: Optional[Callable[[list], tuple[dict, list]]] = None
     figures: Callable[[dict, str, Path], list[Path]] = lambda summary, host, folder: []
     tables: Callable[[dict], list[Table]] = lambda summary: []
     # Lines the terminal prints under the tables (verdicts, explanations).

@@ -66,7 +66,6 @@ def _variants(values: dict) -> tuple[list[tuple[str, dict]], list[dict]]:
 
 
 def measure(values: dict, directory) -> dict:
-    from ..analysis import bigarray as analysis  # numpy loads only when measuring
     from ..hugepool import reserved_for_run
     from ..runner import run_with_progress
     variants, missing = _variants(values)
@@ -81,11 +80,17 @@ def measure(values: dict, directory) -> dict:
                                       env={**os.environ, **extra_env})
             samples += extra.samples
     params["probe_settings"] = run.settings
+    summary, unverified = analyze(samples)
+    return finish(EXPERIMENT, run.context, params, samples, summary, list(run.warnings) + missing + unverified, directory)
+
+
+def analyze(samples: list) -> tuple[dict, list]:
+    from ..analysis import bigarray as analysis
     summary = analysis.summarize(samples)
     unverified = [{"code": "not_verified", "message": f"{row['strategy']} ({row['init']}): sampled elements did not "
                                                       "hold the expected value; its row is not trustworthy"}
                   for row in summary["rows"] if not row["verified"]]
-    return finish(EXPERIMENT, run.context, params, samples, summary, list(run.warnings) + missing + unverified, directory)
+    return summary, unverified
 
 
 def tables(summary: dict) -> list[Table]:
@@ -177,6 +182,7 @@ EXPERIMENT = Experiment(
     summary="Allocate and initialize one big array by every common strategy, against the machine's limit.",
     options=OPTIONS,
     measure=measure,
+    analyze=analyze,
     figures=_figures,
     tables=tables,
     notes=notes,

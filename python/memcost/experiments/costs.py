@@ -193,6 +193,7 @@ EXPERIMENT = Experiment(
     summary="Measure the per-MB hidden cost of a large allocation on this machine.",
     options=OPTIONS,
     measure=lambda values, directory: measure_simple(EXPERIMENT, values, directory, _summarize, with_front_end_hints),
+    analyze=_summarize,
     figures=_figures,
     tables=tables,
     notes=notes,

@@ -58,7 +58,6 @@ def _runs(values: dict) -> list[tuple[list[str], list[str]]]:
 
 
 def measure(values: dict, directory) -> dict:
-    from ..analysis import scaling as analysis  # numpy and scipy load only when measuring
     from ..errors import MemcostError
     from ..probe import ProbeFailed
     from ..runner import run_with_progress
@@ -78,14 +77,22 @@ def measure(values: dict, directory) -> dict:
         warnings += [w for w in run.warnings if w not in warnings]
         context = context or run.context
         settings = settings or run.settings
-    # A case whose first block already failed measured nothing; its warning says why.
-    measured = [sample for sample in samples if sample["metrics"].get("counts")]
-    if not measured:
+    if not any(sample["metrics"].get("counts") for sample in samples):
         reason = warnings[0]["message"] if warnings else "the probe returned no sweep"
         raise MemcostError(f"no case could allocate even one block ({reason}): use smaller --block-sizes",
                            exit_codes.NOT_ENOUGH_MEMORY)
-    summary = analysis.summarize(measured)
+    summary, _ = analyze(samples)
     return finish(EXPERIMENT, context, {**values, "probe_settings": settings}, samples, summary, warnings, directory)
+
+
+def analyze(samples: list) -> tuple[dict, list]:
+    """A case whose first block already failed measured nothing; its warning says why."""
+    from ..analysis import scaling as analysis  # numpy and scipy load only when measuring
+    from ..errors import MemcostError
+    measured = [sample for sample in samples if sample["metrics"].get("counts")]
+    if not measured:
+        raise MemcostError("no sweep in these samples measured even one block", exit_codes.NOT_ENOUGH_MEMORY)
+    return analysis.summarize(measured), []
 
 
 def tables(summary: dict) -> list[Table]:
@@ -150,6 +157,7 @@ EXPERIMENT = Experiment(
     summary="Measure how allocation cost grows with the number of outstanding allocations.",
     options=OPTIONS,
     measure=measure,
+    analyze=analyze,
     figures=_figures,
     tables=tables,
     notes=notes,

@@ -43,9 +43,9 @@ def measure_simple(experiment: Experiment, values: dict, directory, summarize: C
 def finish(experiment: Experiment, context: dict, params: dict, samples: list, summary: dict, warnings: list,
            directory) -> dict:
     """Draw the figures beside the results document, then store it."""
-    from ..results import make_document
+    from ..results import machine_label, make_document
     host = context.get("host", "")
-    figures = experiment.figures(summary, host, directory.directory_for(host))
+    figures = experiment.figures(summary, machine_label(context), directory.directory_for(host))
     summary["figures"] = [path.name for path in figures]
     document = make_document(experiment.name, context, params, samples, summary, warnings)
     document["path"] = str(directory.write(document))

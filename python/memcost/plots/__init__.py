@@ -28,4 +28,5 @@ def draw(document: dict, directory: Path) -> list[Path]:
     experiment = REGISTRY.get(document["experiment"])
     if experiment is None:
         return []
-    return experiment.figures(document["summary"], document["context"].get("host", ""), directory)
+    from ..results import machine_label
+    return experiment.figures(document["summary"], machine_label(document["context"]), directory)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from ..results import write_atomically
+from ..results import machine_label, write_atomically
 from ..experiments import REGISTRY
 from . import tables, title_of
 
@@ -81,7 +81,7 @@ def write(documents: dict[str, dict], directory: Path) -> Path:
     first = next(iter(documents.values()))
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     page = environment.from_string(TEMPLATE).render(
-        host=first["context"].get("host", ""), run_name=Path(directory).resolve().name,
+        host=machine_label(first["context"]), run_name=Path(directory).resolve().name,
         version=first.get("tool_version", ""), sections=sections(documents, Path(directory)))
     path = Path(directory) / "report.html"
     write_atomically(path, page)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..results import write_atomically
+from ..results import machine_label, write_atomically
 from ..experiments import REGISTRY
 from . import tables, title_of
 
@@ -19,7 +19,7 @@ def table_markdown(caption: str, headings: list[str], rows: list[list[str]]) -> 
 
 def render(documents: dict[str, dict]) -> str:
     first = next(iter(documents.values()))
-    parts = [f"# memcost — {first['context'].get('host', '')}\n"]
+    parts = [f"# memcost — {machine_label(first['context'])}\n"]
     for name, document in documents.items():
         experiment = REGISTRY.get(name)
         parts.append(f"## {title_of(name)}\n")

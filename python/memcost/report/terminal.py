@@ -26,7 +26,12 @@ def print_table(table: Table) -> None:
 def render(experiment, document: dict) -> None:
     """Tables, the lines under them, then the warnings, the headline and where the results are."""
     from ..cli.base import print_closing
+    from ..results import wine_label
     summary = document["summary"]
+    wine = wine_label(document["context"])
+    if wine:
+        console.print(f"[bold]Measured under {escape(wine)}[/bold]: every figure below describes Wine on that "
+                      "host, not Windows.")
     for table in experiment.tables(summary):
         print_table(table)
     for line in experiment.notes(summary):

@@ -194,9 +194,9 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
     list.push_back({"mmap + parallel memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, false); }});
     // With THP the advice must precede the faults, which MAP_POPULATE cannot do.
     if (kind != os::PageKind::thp) {
-      list.push_back({"MAP_POPULATE" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); }});
+      list.push_back({os::populate_at_map_call() + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); }});
     }
-    list.push_back({"parallel MADV_POPULATE_WRITE" + suffix, "os",
+    list.push_back({std::string("parallel ") + os::populate_write_call() + suffix, "os",
                     [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, true); }});
   }
   list.push_back({"make_big_array auto", "memcost", [](const StrategyInputs& c) {
