@@ -33,6 +33,9 @@ def _key_text(row: dict, key: list[str]) -> list[str]:
 def render(result: dict) -> None:
     from ..analysis.compare import ALPHA, NOISE_FLOOR
     names = result["runs"]
+    # Which machine each run measured, Wine runs labelled as such: a Wine figure says nothing of Windows.
+    for name, machine in zip(names, result.get("machines", [])):
+        console.print(f"{name}: {machine}", markup=False)
     for experiment, comparison in result["experiments"].items():
         table = Table(title=f"{experiment}: {comparison['measure']} (median); ratio to {names[0]} [95 % interval]; "
                             "≠ marks a difference beyond noise", title_justify="left")

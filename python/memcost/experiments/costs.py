@@ -112,7 +112,8 @@ def notes(summary: dict) -> list[str]:
         lines.insert(0, "† includes one 10 ms steal tick or less over all its repetitions: below what /proc/stat's "
                         "steal can resolve at this size; measure more or larger repetitions to tell")
     for route, result in ((summary.get("reuse") or {}).get("routes") or {}).items():
-        lines.append(f"{route} path, reallocating: {result['path_text']}")
+        if "path_text" in result:  # absent where faults are not counted (Wine): the path is told by faults
+            lines.append(f"{route} path, reallocating: {result['path_text']}")
     lines += [summary[key] for key in ("threads_verdict", "idle_verdict", "shootdowns_verdict") if summary.get(key)]
     return lines
 
