@@ -11,8 +11,8 @@ from memcost import exit_codes
 from memcost import probe as probe_module
 from memcost.probe import ProbeFailed, run_probe as run_probe_api
 
-CONTEXT_KEYS = {"type", "schema_version", "tool_version", "host", "os", "cpu", "hypervisor", "memory", "pages",
-                "limits", "counters", "capabilities", "build"}
+CONTEXT_KEYS = {"type", "schema_version", "tool_version", "host", "os", "wine", "cpu", "hypervisor", "memory", "pages",
+                "limits", "counters", "capabilities", "build", "experiment"}
 
 
 def test_info_prints_one_json_line_with_the_documented_keys():
