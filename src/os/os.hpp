@@ -262,8 +262,16 @@ struct TaskTime {
 // "proc_stat" on Linux; "System process (GetProcessTimes)" and "GetSystemTimes" on Windows.
 [[nodiscard]] const char* other_tasks_method();
 [[nodiscard]] const char* machine_times_method();
-// The kernel's memory counters by name (Linux: /proc/vmstat); absent where there are none.
+// The kernel's memory counters by name, cumulative: Linux /proc/vmstat ("pgfault",
+// "thp_fault_alloc", …); Windows the documented performance counters through PDH,
+// "page_faults" (\Memory\Page Faults/sec) and "demand_zero_faults" (\Memory\Demand Zero
+// Faults/sec), as raw counts. Absent where they cannot be read (memory_counters_source says why).
 [[nodiscard]] std::optional<std::map<std::string, std::uint64_t>> vmstat();
+// Where vmstat() reads, for messages: "/proc/vmstat", "PDH \Memory counters".
+[[nodiscard]] const char* memory_counters_source();
+// CPU time of the OS's own kernel process, where it has one: Windows' System process (page
+// zeroing runs there). Linux: absent — its kernel threads are kernel_thread_times().
+[[nodiscard]] std::optional<std::uint64_t> kernel_process_cpu_ns();
 
 // One process's fault and CPU counters, cumulative since it started.
 struct ProcessSample {
@@ -365,6 +373,8 @@ class ZeroingCounter {
   [[nodiscard]] const Status& status() const { return status_; }  // why it cannot count, when it cannot
   [[nodiscard]] std::optional<ZeroedAllocations> read() const;    // since construction
   [[nodiscard]] static const char* method();
+  // What it takes to count here, for the message when it cannot.
+  [[nodiscard]] static const char* requirement();
 
  private:
   std::vector<int> base_fds_;

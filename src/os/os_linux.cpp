@@ -618,6 +618,8 @@ std::optional<RangeBacking> range_backing(const void* address, std::size_t size_
 }
 
 bool neighbouring_mappings_merge() { return true; }
+const char* memory_counters_source() { return "/proc/vmstat"; }
+std::optional<std::uint64_t> kernel_process_cpu_ns() { return std::nullopt; }
 const char* populate_at_map_call() { return "MAP_POPULATE"; }
 const char* populate_write_call() { return "MADV_POPULATE_WRITE"; }
 LargePages large_pages() { return {}; }  // Linux's large pages are the hugetlb pools
@@ -900,5 +902,6 @@ std::optional<ZeroedAllocations> ZeroingCounter::read() const {
 }
 
 const char* ZeroingCounter::method() { return "tracepoint kmem:mm_page_alloc, gfp_flags & __GFP_ZERO"; }
+const char* ZeroingCounter::requirement() { return "it needs root or CAP_PERFMON and tracefs"; }
 
 }  // namespace memcost::os

@@ -169,3 +169,17 @@ def test_only_os_windows_names_a_windows_api():
                 if windows_names.search(code):
                     offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+def test_the_windows_monitor_reads_pdh_or_says_it_cannot(wine):
+    run = run_windows(wine, PROBE, "monitor", "--duration", "0.2", "--interval-ms", "100", "--no-processes")
+    lines = records(run.stdout)
+    if run.returncode == 0:  # Windows itself: the documented \Memory counters, cumulative
+        samples = [r for r in lines if r["type"] == "sample"]
+        assert samples and set(samples[0]["metrics"]["vmstat"]) == {"page_faults", "demand_zero_faults"}
+        return
+    # Wine's PDH has no \Memory counters: one clear line and "not supported here", nothing invented.
+    assert run.returncode == 4, run.stderr
+    error = next(r for r in lines if r["type"] == "error")
+    assert "PDH" in error["message"] and "Demand Zero Faults" in error["message"]
+    assert not any(r["type"] == "sample" for r in lines)

@@ -49,15 +49,20 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
     os::ZeroingCounter zeroing;
     if (!zeroing.status().ok()) {
       emitter.warning("zeroing_count_unavailable",
-                      "the kernel's count of zeroed pages cannot be read here (" + zeroing.status().message() +
-                          "); it needs root or CAP_PERFMON and tracefs");
+                      "the kernel's count of zeroed pages cannot be read here (" + zeroing.status().message() + "); " +
+                          os::ZeroingCounter::requirement());
     }
     if (!os::vmstat()) {
-      throw ProbeError(exit_unsupported, "not_supported_here", "this system has no /proc/vmstat to monitor (Linux only)");
+      throw ProbeError(exit_unsupported, "not_supported_here",
+                       std::string("this system's memory counters cannot be read (") + os::memory_counters_source() +
+                           "): there is nothing to monitor here");
     }
     const auto start = measure::now_ns();
     for (std::uint64_t sequence = 0;; ++sequence) {
-      json metrics = {{"vmstat", *os::vmstat()}, {"cpu", machine_cpu()}, {"kernel_threads_ns", kernel_threads()}};
+      json metrics = {{"vmstat", os::vmstat().value_or(std::map<std::string, std::uint64_t>{})},
+                      {"cpu", machine_cpu()},
+                      {"kernel_threads_ns", kernel_threads()}};
+      if (auto kernel = os::kernel_process_cpu_ns()) metrics["kernel_process_ns"] = *kernel;  // Windows: System
       if (s.processes) {
         auto scan = os::scan_processes(s.pids);
         json processes = json::array();
@@ -91,7 +96,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
 }  // namespace
 
 Experiment monitor_experiment() {
-  return {"monitor", "Stream the machine's memory counters for `memcost monitor` (Linux)",
+  return {"monitor", "Stream the machine's memory counters for `memcost monitor` (Linux: /proc/vmstat; Windows: PDH)",
           [](CLI::App& command) { return attach(command, std::make_shared<Settings>()); }};
 }
 
