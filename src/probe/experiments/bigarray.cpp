@@ -408,8 +408,12 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
       kinds.push_back(kind);
     } else {
       const std::size_t page = os::page_kind_bytes(kind);
-      emitter.warning("hugetlb_pool_too_small", std::string("no [") + os::page_kind_name(kind) + "] strategies: " +
-                                                    verdict.why_not + "; `memcost hugepages reserve " +
+      const std::string what = std::string("no [") + os::page_kind_name(kind) + "] strategies: " + verdict.why_not;
+      if (!os::hugetlb_pool(offered, page)) {  // no pool to grow (Windows, or a kernel without one): the reason says all
+        emitter.warning("page_kind_unavailable", what);
+        continue;
+      }
+      emitter.warning("hugetlb_pool_too_small", what + "; `memcost hugepages reserve " +
                                                     flag_size((bytes + page - 1) / page * page) + " --size " +
                                                     (kind == os::PageKind::huge_2mb ? "2M" : "1G") + "` as root");
     }
