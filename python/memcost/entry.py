@@ -16,10 +16,23 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _unraisable(report) -> None:
+    """An interrupt that landed where Python cannot raise it (a weakref callback inside the import
+    machinery) would be printed with a traceback and then lost: deliver it again a millisecond
+    later (SIGALRM, same handler), once that callback is over, so that it reaches the command's own
+    handling. Raising it here, inside the hook, would only be swallowed again."""
+    if report.exc_type is not None and issubclass(report.exc_type, KeyboardInterrupt):
+        signal.setitimer(signal.ITIMER_REAL, 0.001)
+        return
+    sys.__unraisablehook__(report)
+
+
 def main() -> int:
     # SIGTERM takes the same clean path as Ctrl-C: pools and settings restored.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGALRM, _interrupt)
+    sys.unraisablehook = _unraisable
     from . import early_signals
     if early_signals:  # it came while this module was loading
         sys.stderr.write("memcost: error: interrupted before anything was done\n")
