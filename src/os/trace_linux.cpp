@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -846,6 +847,7 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     status = failed("pipe2");
     return result;
   }
+  const pid_t tracer = getpid();
   pid_t child = attaching ? options.attach_pid : fork();
   if (child < 0) {
     status = failed("fork");
@@ -855,6 +857,9 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);
     std::signal(SIGQUIT, SIG_DFL);
+    // A tracer that dies (killed, or crashed) takes the command with it instead of leaving it
+    // running unwatched, holding the terminal.
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != tracer) _exit(126);
     if (options.command_stdout_fd >= 0 && dup2(options.command_stdout_fd, STDOUT_FILENO) < 0) _exit(126);
     if (preloading) {
       // The write end stays open across exec, for the library in the command and its children.

@@ -281,3 +281,36 @@ def test_attaching_to_a_process_that_is_not_there_is_one_line():
     assert result.returncode == exit_codes.FAILURE and "no process 99999999" in result.stderr
     assert run_memcost("trace", "--pid", "1", "--", "true").returncode == exit_codes.BAD_ARGUMENTS
     assert run_memcost("trace", "--seconds", "1", "--", "true").returncode == exit_codes.BAD_ARGUMENTS
+
+
+@needs_tracing
+def test_a_command_does_not_outlive_a_probe_that_dies():
+    import signal
+    import time
+    from memcost.probe import probe_path
+    probe = subprocess.Popen([str(probe_path()), "trace", "--", "sleep", "60"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    children = Path(f"/proc/{probe.pid}/task/{probe.pid}/children")
+    deadline = time.monotonic() + 20
+    command = None
+    while time.monotonic() < deadline and command is None:
+        listed = children.read_text().split() if children.exists() else []
+        if listed and Path(f"/proc/{listed[0]}/cmdline").read_bytes().startswith(b"sleep"):
+            command = int(listed[0])
+        else:
+            time.sleep(0.05)
+    try:
+        assert command, "the probe never started the command"
+        probe.send_signal(signal.SIGKILL)  # as a crash would end it
+        probe.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and Path(f"/proc/{command}").exists() \
+                and "Z" not in Path(f"/proc/{command}/stat").read_text().split()[2]:
+            time.sleep(0.05)
+        alive = Path(f"/proc/{command}").exists() and "Z" not in Path(f"/proc/{command}/stat").read_text().split()[2]
+        assert not alive, "the command went on running after its tracer died"
+    finally:
+        if command and Path(f"/proc/{command}").exists():
+            os.kill(command, signal.SIGKILL)
+        if probe.poll() is None:
+            probe.kill()
