@@ -299,6 +299,11 @@ void populate(void* address, std::size_t bytes);
 // After the pages are faulted in: the page kind the kernel really gave, into `report` (and the
 // NUMA policy and placement, when the array asked for one).
 void read_back(allocation_report& report, const void* address, std::size_t bytes);
+// The memory of a new array, into `into` and `report`: from the pool (the one in `options`, else
+// the default pool; none with a NUMA placement, since pooled memory is placed already) when it
+// holds a fitting piece, else mapped by the ladder and placed as asked. Leaves in options.pool the
+// pool the memory goes back to. Returns whether it came from the pool.
+bool acquire(std::size_t bytes, big_array_options& options, mapping& into, allocation_report& report);
 // Set the memory policy `options.numa` asks for on fresh memory; throws big_array_error when the OS refuses.
 void place_on_nodes(const mapping& memory, const big_array_options& options, allocation_report& report);
 // For numa_placement::local on a machine with several nodes: each node's CPUs, for the fill threads.
@@ -410,17 +415,8 @@ template <class T, class Init = construct_t>
   big_array<T> array;
   const std::size_t bytes = detail::checked_bytes(count, sizeof(T));
   if (count == 0) return array;
-  if (options.numa != numa_placement::inherit) options.pool = nullptr;  // pooled memory has its placement already
-  else if (!options.pool) options.pool = detail::default_pool();
-  const bool from_pool = options.pool && options.pool->take(bytes, options, array.mapping_, array.report_.page_kind);
-  if (!from_pool) {
-    array.mapping_ = detail::mapping(bytes, options, array.report_);
-    detail::place_on_nodes(array.mapping_, options, array.report_);
-  }
+  const bool from_pool = detail::acquire(bytes, options, array.mapping_, array.report_);
   array.pool_ = options.pool;
-  array.report_.from_pool = from_pool;
-  array.report_.read_back = from_pool;  // the page kind it had when it was last used
-  array.report_.mapped_bytes = array.mapping_.bytes();
   array.size_ = count;
   T* base = array.data();
 

@@ -70,7 +70,7 @@ bool to_options(const memcost_options* in, memcost::big_array_options& out) {
   out.threads = in->threads;
   out.numa = placements[numa_choice];
   out.numa_node = in->numa_node;
-  out.pool = in->pool && out.numa == memcost::numa_placement::inherit ? &in->pool->pool : nullptr;
+  out.pool = in->pool ? &in->pool->pool : nullptr;
   return true;
 }
 
@@ -90,13 +90,8 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
   try {
     auto result = std::make_unique<memcost_array>();
     std::size_t bytes = memcost::detail::checked_bytes(count, element_size);
-    const bool from_pool = settings.pool && settings.pool->take(bytes, settings, result->memory, result->report.page_kind);
-    if (!from_pool) {
-      result->memory = memcost::detail::mapping(bytes, settings, result->report);
-      memcost::detail::place_on_nodes(result->memory, settings, result->report);
-    }
+    const bool from_pool = memcost::detail::acquire(bytes, settings, result->memory, result->report);
     result->pool = settings.pool;
-    result->report.from_pool = from_pool;
     result->count = count;
     for (const auto& step : result->report.fallbacks) result->fallbacks += step + "\n";
     auto* base = static_cast<unsigned char*>(result->memory.data());

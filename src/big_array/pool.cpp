@@ -124,4 +124,21 @@ array_pool_stats array_pool::stats() const {
   return stats_;
 }
 
+namespace detail {
+
+bool acquire(std::size_t bytes, big_array_options& options, mapping& into, allocation_report& report) {
+  if (options.numa != numa_placement::inherit) options.pool = nullptr;
+  else if (!options.pool) options.pool = default_pool();
+  const bool from_pool = options.pool && options.pool->take(bytes, options, into, report.page_kind);
+  if (!from_pool) {
+    into = mapping(bytes, options, report);
+    place_on_nodes(into, options, report);
+  }
+  report.from_pool = from_pool;
+  report.read_back = from_pool;  // the page kind it had when it was last used
+  report.mapped_bytes = into.bytes();
+  return from_pool;
+}
+
+}  // namespace detail
 }  // namespace memcost
