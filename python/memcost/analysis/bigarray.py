@@ -103,6 +103,10 @@ def summarize_repeat(samples: list, limit: Optional[float]) -> list[dict]:
                        "iterations": sample["case"]["iterations"], "median_s": median_s, "gb_per_s": gb_per_s,
                        "ratio_to_limit": gb_per_s / limit if gb_per_s and limit else None,
                        "faults_per_iteration": _median_count(faults),
+                       # Against the floor measured just before this variant: 1.0 is as fast as
+                       # filling one kept array again.
+                       "floor_s": float(np.median(sample["metrics"]["floor_ns"])) / 1e9,
+                       "times_floor": median_s / (float(np.median(sample["metrics"]["floor_ns"])) / 1e9),
                        "first_s": sample["metrics"]["iteration_ns"][0] / 1e9})
     return result
 

@@ -473,9 +473,12 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
     }
   }
   if (!s.libc_only && s.repeat > 0) {
-    // The variants take turns, iteration by iteration, so that every ratio between them is measured
-    // side by side: on a virtual machine the bandwidth the host gives can change within a run.
-    // At once: the pool's two pieces, the floor's array and the array being made.
+    // Each variant runs its iterations back to back, as a program would, and the floor (one kept
+    // array filled again) is measured three times just before it: on a virtual machine the
+    // bandwidth the host gives moves within a run, so each variant is set against a floor taken
+    // beside it. (Taking turns iteration by iteration was tried: a fresh array then always follows
+    // another variant's free of a whole array, and on this VM paid up to 12x for it.)
+    // At once: the floor's array, the pool's two pieces and the array being made.
     std::size_t repeat_bytes = bytes;
     if (4 * repeat_bytes > budget.budget_bytes) {
       repeat_bytes = budget.budget_bytes / 4 / (16 << 20) * (16 << 20);
@@ -487,28 +490,28 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
       auto pool = std::make_shared<array_pool>(2 * repeat_bytes + (std::size_t{4} << 20));
       auto resource = std::make_shared<big_memory_resource>(big_memory_options{.pool = pool.get()});
       auto kept = std::make_shared<big_array<std::uint32_t>>();
-      auto variants = std::make_shared<std::vector<RepeatVariant>>(repeat_variants(pool, resource, kept, threads));
-      auto iteration_ns = std::make_shared<std::vector<json>>(variants->size(), json::array());
-      auto iteration_faults = std::make_shared<std::vector<json>>(variants->size(), json::array());
+      const std::vector<RepeatVariant> variants = repeat_variants(pool, resource, kept, threads);
+      const RepeatVariant& floor = variants.back();
       const std::size_t elements = repeat_bytes / sizeof(std::uint32_t);
-      for (int iteration = 0; iteration < s.repeat; ++iteration) {
-        const bool last = iteration + 1 == s.repeat;
-        steps.push_back({"repeat scenario", [&emitter, variants, iteration_ns, iteration_faults, elements, repeat_bytes, pool,
-                                             kept, last, repeat = s.repeat] {
-          for (std::size_t v = 0; v < variants->size(); ++v) {
+      constexpr int kFloorReferences = 3;
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        const bool last = v + 1 == variants.size();
+        steps.push_back({"repeat " + variants[v].name, [&emitter, variant = variants[v], floor, elements, repeat_bytes, pool,
+                                                        kept, last, repeat = s.repeat] {
+          auto timed = [&](const RepeatVariant& run, json& ns, json* faults) {
             auto before = measure::take_snapshot({.machine = false});
-            (*variants)[v].iterate(elements);
+            run.iterate(elements);
             auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
-            (*iteration_ns)[v].push_back(interval.wall_ns);
-            (*iteration_faults)[v].push_back(fault_count(interval.faults_counted, interval.minor_faults));
-          }
-          if (!last) return;
-          *kept = big_array<std::uint32_t>();
+            ns.push_back(interval.wall_ns);
+            if (faults) faults->push_back(fault_count(interval.faults_counted, interval.minor_faults));
+          };
+          json floor_ns = json::array(), iteration_ns = json::array(), iteration_faults = json::array();
+          for (int i = 0; i < kFloorReferences; ++i) timed(floor, floor_ns, nullptr);
+          for (int i = 0; i < repeat; ++i) timed(variant, iteration_ns, &iteration_faults);
           pool->release();
-          for (std::size_t v = 0; v < variants->size(); ++v) {
-            emitter.sample({{"part", "repeat"}, {"variant", (*variants)[v].name}, {"size_bytes", repeat_bytes}, {"iterations", repeat}},
-                           {{"iteration_ns", (*iteration_ns)[v]}, {"iteration_faults", (*iteration_faults)[v]}});
-          }
+          if (last) *kept = big_array<std::uint32_t>();
+          emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", repeat}},
+                         {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}, {"floor_ns", floor_ns}});
         }});
       }
     }
