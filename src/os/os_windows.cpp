@@ -512,8 +512,8 @@ std::optional<RangeBacking> range_backing(const void* address, std::size_t size_
   return backing;
 }
 
-PerfHandle perf_open(PerfEvent) { return {-1, unsupported("perf_event_open")}; }
-Status perf_enable(const PerfHandle&, bool) { return unsupported("perf_event_open"); }
+PerfHandle perf_open(PerfEvent) { return {-1, unsupported("Linux perf events (none on Windows)")}; }
+Status perf_enable(const PerfHandle&, bool) { return unsupported("Linux perf events (none on Windows)"); }
 std::optional<std::uint64_t> perf_read(const PerfHandle&) { return std::nullopt; }
 void perf_close(PerfHandle& handle) { handle.fd = -1; }
 std::optional<int> perf_event_paranoid() { return std::nullopt; }

@@ -49,6 +49,7 @@ def captures(wine, tmp_path_factory):
     """The Windows probe's output of each experiment, captured as a user on Windows would."""
     folder = tmp_path_factory.mktemp("captures")
     runs = {
+        "info": ["info"],
         "costs": ["costs", "--sizes", "8M", "--pages", "base,hugetlb-2M", "--routes", "os,malloc", "--parts", "rows,reuse",
                   "--reps", "3", "--warmup", "1", "--frames", "20", "--baseline-ms", "50"],
         "dawson2011": ["scaling", "--preset", "dawson2011", "--reps", "1"],
@@ -117,8 +118,8 @@ def test_bigarray_under_wine_is_right_and_names_windows_calls(captures):
 
 def test_import_makes_results_that_report_and_compare_read_labelled_as_wine(captures, tmp_path):
     results = tmp_path / "results"
-    imported = run_memcost("--results-dir", str(results), "import", str(captures["costs"]), str(captures["fastmm2019"]),
-                           str(captures["bigarray"]))
+    imported = run_memcost("--results-dir", str(results), "import", str(captures["info"]), str(captures["costs"]),
+                           str(captures["fastmm2019"]), str(captures["bigarray"]))
     assert imported.returncode == 0, imported.stderr
     assert "Wine" in imported.stdout
     directory = results / "latest"
@@ -131,7 +132,9 @@ def test_import_makes_results_that_report_and_compare_read_labelled_as_wine(capt
     assert all(case.get("complexity") for case in scaling["cases"])
     report = run_memcost("report", str(directory))
     assert report.returncode == 0, report.stderr
-    assert "(Wine " in (directory / "summary.md").read_text().splitlines()[0]
+    summary = (directory / "summary.md").read_text()
+    assert "(Wine " in summary.splitlines()[0]
+    assert "| Wine | Wine " in summary and "| Large pages |" in summary  # the machine, as its probe described it
     # A second import of the same captures (another "machine" run) compares with the first.
     again = run_memcost("--results-dir", str(tmp_path / "again"), "import", str(captures["costs"]))
     assert again.returncode == 0, again.stderr

@@ -17,10 +17,11 @@ class ImportCommand(Command):
     On the other machine (a Windows PC, a server without Python), run the probe alone and keep
     its standard output, e.g.:
 
+        memcost-probe.exe info > info.jsonl
         memcost-probe.exe costs > costs.jsonl
         memcost-probe.exe scaling --preset fastmm2019 > scaling.jsonl
 
-    Then here: memcost import costs.jsonl scaling.jsonl. Captures of one host go into one results
+    Then here: memcost import info.jsonl costs.jsonl scaling.jsonl. Captures of one host go into one results
     directory (one per host when they come from several); summaries, tables and figures are
     computed here exactly as for a run on this machine. See docs/windows.md.
     """
@@ -34,8 +35,10 @@ class ImportCommand(Command):
         from ..experiments import REGISTRY
         from ..experiments.shared import finish
         from ..probe import read_capture
-        from ..results import RunDirectory, machine_label, reading
-        importable = sorted(name for name, experiment in REGISTRY.items() if experiment.analyze)
+        from ..results import RunDirectory, machine_label, make_document, reading
+        from .info import notes as info_notes
+        # `info` (the machine alone) is no experiment: its document is the context and its notes.
+        importable = sorted(["info", *(name for name, experiment in REGISTRY.items() if experiment.analyze)])
         # Everything is read and checked before anything is written: a bad file leaves no results.
         captures = []
         seen: dict[tuple[str, str], Path] = {}
@@ -58,14 +61,20 @@ class ImportCommand(Command):
                                    exit_codes.FAILURE)
             seen[(host, name)] = path
             with reading(str(path)):
-                summary, warnings = REGISTRY[name].analyze(run.samples)
+                summary, warnings = ({"notes": info_notes(run.context)}, []) if name == "info" \
+                    else REGISTRY[name].analyze(run.samples)
             captures.append((path, run, name, summary, warnings))
         directories: dict[str, RunDirectory] = {}
         for path, run, name, summary, warnings in captures:
             host = run.context.get("host", "")
             directory = directories.setdefault(host, RunDirectory(args.results_dir))
             params = {"imported_from": str(path.resolve()), "probe_settings": run.settings}
-            document = finish(REGISTRY[name], run.context, params, run.samples, summary, run.warnings + warnings, directory)
+            if name == "info":
+                document = make_document("info", run.context, params, [], summary, run.warnings)
+                document["path"] = str(directory.write(document))
+            else:
+                document = finish(REGISTRY[name], run.context, params, run.samples, summary, run.warnings + warnings,
+                                  directory)
             console.print(f"{name} from {machine_label(run.context)}: {document['path']}", markup=False)
         for directory in directories.values():
             console.print(f"Report: memcost report {directory.path}", markup=False)

@@ -28,8 +28,18 @@ def _pool_label(page_size_bytes: int) -> str:
 
 def notes(context: dict) -> list[str]:
     """Plain-language consequences of the machine's settings for memcost's experiments."""
+    from ..results import wine_label
     result = []
     memory, pages = context["memory"], context["pages"]
+    if wine_label(context):
+        result.append(f"Measured under {wine_label(context)}: every figure describes Wine on that host, not Windows.")
+    large = pages.get("large_pages")
+    if large and large.get("offered"):
+        result.append(f"Large pages ({format_bytes(large['page_bytes'])}): "
+                      + ("SeLockMemoryPrivilege held, hugetlb-2M modes use them."
+                         if large["privilege_held"] else f"not usable — {large['why_not']}."))
+    if context.get("counters", {}).get("faults") is False:
+        result.append("This system counts no page faults for a process: every fault count reads n/a, never 0.")
     thp = pages["thp"]
     # Usable or not is the probe's capability layer's verdict; info only explains it.
     # (A context from before the verdicts were recorded falls back to the mode itself.)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..experiments.base import Table
+from ..results import wine_label
 from ..units import format_bytes
 
 
@@ -19,4 +20,10 @@ def info(document: dict) -> list[Table]:
             ["hugetlb pools", ", ".join(f"{format_bytes(p['page_size_bytes'])}: {p['free_pages']} free of {p['total_pages']}"
                                         for p in pages["hugetlb"]) or "none"],
             ["memcost", context["tool_version"]]]
+    if context.get("wine"):
+        rows.insert(2, ["Wine", wine_label(context) + " — figures describe Wine, not Windows"])
+    large = pages.get("large_pages")
+    if large and large.get("offered"):
+        rows.insert(-1, ["Large pages", f"{format_bytes(large['page_bytes'])}, "
+                                        + ("privilege held" if large["privilege_held"] else "not usable: " + large["why_not"])])
     return [("Machine", ["", ""], rows)]
