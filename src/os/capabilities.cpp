@@ -39,7 +39,7 @@ Verdict page_kind_verdict(const Capabilities& offered, PageKind kind, std::size_
     case PageKind::system:
     case PageKind::base: return {true, ""};
     case PageKind::thp:
-      if (!offered.thp.present) return {false, "this kernel offers no transparent huge pages"};
+      if (!offered.thp.present) return {false, "this system offers no transparent huge pages"};
       if (offered.thp.enabled == "never") return {false, "THP is 'never' here"};
       return {true, ""};
     case PageKind::huge_2mb:
