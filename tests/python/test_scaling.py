@@ -95,3 +95,26 @@ def test_end_to_end_with_csv(tmp_path):
     for name in ("scaling-cases.png", "scaling-totals.png", "scaling-marginal.png"):
         assert matplotlib.image.imread(tmp_path / "results" / "latest" / name).shape[0] > 100
     assert "In short:" in result.stdout
+
+
+def test_the_fastmm2019_preset_replays_the_articles_sweep_on_linux(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "scaling", "--preset", "fastmm2019", "--reps", "1")
+    assert result.returncode == 0, result.stderr
+    document = load_document(tmp_path / "latest" / "scaling.json")
+    samples = [s for s in document["samples"] if s["metrics"].get("counts")]
+    # Linux: the default layout is the top-down one; bottom-up is the probe's address hints.
+    assert {s["case"]["placement"] for s in samples} == {"default", "bottom-up"}
+    assert {(s["case"]["block_size_bytes"], s["case"]["shape"], s["case"]["commit"]) for s in samples} == \
+        {(264752, "mergeable", "commit")}
+    assert all(s["metrics"]["counts"][0] == 1 and s["metrics"]["counts"][-1] == 6000 for s in samples)
+    assert document["params"]["probe_settings"]["preset"] == "fastmm2019"
+
+
+@pytest.mark.parametrize("flag", [["--counts", "5"], ["--block-sizes", "1M"], ["--placements", "default"]])
+def test_a_preset_with_a_flag_it_sets_is_one_clear_error(tmp_path, flag):
+    result = run_memcost("--results-dir", str(tmp_path), "scaling", "--preset", "dawson2011", *flag)
+    assert result.returncode == exit_codes.BAD_ARGUMENTS
+    assert f"--preset dawson2011 sets {flag[0]} itself" in result.stderr and "Traceback" not in result.stderr
+    probe = run_probe("scaling", "--preset", "dawson2011", *flag)
+    assert probe.returncode == exit_codes.BAD_ARGUMENTS and "leave" in probe.stderr
+    assert not (tmp_path / "latest").exists()
