@@ -69,7 +69,7 @@ struct MapRequest {
   // Fault the range in for writing before map() returns. system and hugetlb: MAP_POPULATE.
   // base and thp: MADV_POPULATE_WRITE after the page-kind advice, because
   // MAP_POPULATE would fault the pages in before the advice could apply.
-  // Windows: VirtualLock after VirtualAlloc (a page-by-page touch where the lock fails).
+  // Windows: populate_write() after VirtualAlloc. Where populating fails, map() fails with its error.
   bool populate = false;
 };
 
@@ -106,7 +106,8 @@ enum class PopulateMethod { populate_write, touch };
 // Fault the range in for writing without changing its contents.
 // Linux: MADV_POPULATE_WRITE; when the kernel lacks it (EINVAL) the call reports
 // that, and the caller may choose touch_pages(). Windows: VirtualLock then
-// VirtualUnlock, which fails beyond the process's working-set quota.
+// VirtualUnlock; beyond the working-set quota the working-set minimum is raised by
+// the range for the lock and put back after.
 // Test hook: with MEMCOST_INJECT_FAILURE containing "populate_write" it fails with EINVAL.
 [[nodiscard]] Status populate_write(void* address, std::size_t size_bytes);
 // Write one byte per `stride_bytes` (read-modify-write of the existing value,

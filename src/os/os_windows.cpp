@@ -10,6 +10,7 @@
 #include <tlhelp32.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -84,8 +85,12 @@ Mapping map(const MapRequest& request) {
     return {nullptr, 0, Status{static_cast<int>(error), "VirtualAlloc(MEM_LARGE_PAGES)"}};
   }
   if (!address) return {nullptr, 0, failed("VirtualAlloc(MEM_RESERVE|MEM_COMMIT)")};
-  if (request.populate && !populate_write(address, request.size_bytes).ok()) {
-    touch_pages(address, request.size_bytes, base_page_size());
+  if (request.populate) {
+    Status populate_failed = populate_write(address, request.size_bytes);
+    if (!populate_failed.ok()) {
+      VirtualFree(address, 0, MEM_RELEASE);
+      return {nullptr, 0, populate_failed};
+    }
   }
   return {address, request.size_bytes, {}};
 }
@@ -401,20 +406,29 @@ std::optional<std::uint64_t> kernel_process_cpu_ns() {
   return system->front().run_ns;
 }
 std::optional<ProcessScan> scan_processes(const std::vector<int>&) { return std::nullopt; }
-std::optional<std::string> task_name(int pid) {
+namespace {
+// The first process in the documented process snapshot that `wanted` accepts.
+std::optional<PROCESSENTRY32> find_process(const std::function<bool(const PROCESSENTRY32&)>& wanted) {
   HANDLE snapshot = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
   if (snapshot == INVALID_HANDLE_VALUE) return std::nullopt;
   PROCESSENTRY32 entry{};
   entry.dwSize = sizeof(entry);
-  std::optional<std::string> name;
+  std::optional<PROCESSENTRY32> found;
   for (BOOL more = Process32First(snapshot, &entry); more; more = Process32Next(snapshot, &entry)) {
-    if (static_cast<int>(entry.th32ProcessID) == pid) {
-      name = entry.szExeFile;
+    if (wanted(entry)) {
+      found = entry;
       break;
     }
   }
   CloseHandle(snapshot);
-  return name;
+  return found;
+}
+}  // namespace
+
+std::optional<std::string> task_name(int pid) {
+  auto process = find_process([pid](const PROCESSENTRY32& entry) { return static_cast<int>(entry.th32ProcessID) == pid; });
+  if (!process) return std::nullopt;
+  return std::string(process->szExeFile);
 }
 // Windows counts no TLB-shootdown interrupts where a program can read them.
 std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu() { return std::nullopt; }
@@ -427,19 +441,11 @@ namespace {
 // The System process (the kernel's threads: page zeroing among them), found by name and
 // parent (0) in the documented process snapshot, never by a fixed id.
 std::optional<DWORD> system_process_id() {
-  HANDLE snapshot = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
-  if (snapshot == INVALID_HANDLE_VALUE) return std::nullopt;
-  PROCESSENTRY32 entry{};
-  entry.dwSize = sizeof(entry);
-  std::optional<DWORD> found;
-  for (BOOL more = Process32First(snapshot, &entry); more; more = Process32Next(snapshot, &entry)) {
-    if (entry.th32ParentProcessID == 0 && std::string(entry.szExeFile) == "System") {
-      found = entry.th32ProcessID;
-      break;
-    }
-  }
-  CloseHandle(snapshot);
-  return found;
+  auto process = find_process([](const PROCESSENTRY32& entry) {
+    return entry.th32ParentProcessID == 0 && std::string(entry.szExeFile) == "System";
+  });
+  if (!process) return std::nullopt;
+  return process->th32ProcessID;
 }
 }  // namespace
 

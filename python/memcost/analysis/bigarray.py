@@ -97,16 +97,15 @@ def summarize_repeat(samples: list, limit: Optional[float]) -> list[dict]:
         times = sample["metrics"]["iteration_ns"][1:] or sample["metrics"]["iteration_ns"]
         faults = sample["metrics"]["iteration_faults"][1:] or sample["metrics"]["iteration_faults"]
         median_s = float(np.median(times)) / 1e9
+        # The floor measured just before this variant: 1.0 is as fast as filling one kept array again.
+        floor_s = float(np.median(sample["metrics"]["floor_ns"])) / 1e9
         size = sample["case"]["size_bytes"]
         gb_per_s = size / median_s / 1e9 if median_s > 0 else None
         result.append({"variant": sample["case"]["variant"], "size_bytes": size,
                        "iterations": sample["case"]["iterations"], "median_s": median_s, "gb_per_s": gb_per_s,
                        "ratio_to_limit": gb_per_s / limit if gb_per_s and limit else None,
                        "faults_per_iteration": _median_count(faults),
-                       # Against the floor measured just before this variant: 1.0 is as fast as
-                       # filling one kept array again.
-                       "floor_s": float(np.median(sample["metrics"]["floor_ns"])) / 1e9,
-                       "times_floor": median_s / (float(np.median(sample["metrics"]["floor_ns"])) / 1e9),
+                       "floor_s": floor_s, "times_floor": median_s / floor_s,
                        "first_s": sample["metrics"]["iteration_ns"][0] / 1e9})
     return result
 

@@ -55,6 +55,8 @@ class ImportCommand(Command):
             if name not in importable:
                 what = f"'{name}'" if name else "an unnamed experiment (a probe older than this memcost)"
                 raise MemcostError(f"{path} holds {what}; memcost import reads {', '.join(importable)}", exit_codes.FAILURE)
+            if name != "info" and not run.samples:  # info is the machine alone: a context line
+                raise MemcostError(f"{path} holds no sample: the probe did not get to measure", exit_codes.FAILURE)
             host = run.context.get("host", "")
             if (host, name) in seen:
                 raise MemcostError(f"{path} and {seen[(host, name)]} both hold {name} from {host}: import them one at a time",

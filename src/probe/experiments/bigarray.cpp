@@ -227,15 +227,20 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
   return list;
 }
 
+// The machine's limit, and the repeat scenario's floor: a parallel memset, one part per thread.
+void parallel_memset(void* data, std::size_t bytes, unsigned threads, int byte) {
+  auto* bytes_at = static_cast<unsigned char*>(data);
+  parallel_for(threads, bytes, [bytes_at, byte](std::size_t first, std::size_t last) {
+    std::memset(bytes_at + first, byte, last - first);
+    measure::keep_writes(bytes_at);
+  });
+}
+
 // The machine's limit: GB/s of a parallel memset over memory already faulted in.
 double limit_gb_per_s(std::size_t bytes, unsigned threads) {
   auto buffer = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
-  auto* data = buffer.data();
   auto start = measure::now_ns();
-  parallel_for(threads, bytes, [data](std::size_t first, std::size_t last) {
-    std::memset(data + first, 0x11, last - first);
-    measure::keep_writes(data);
-  });
+  parallel_memset(buffer.data(), bytes, threads, 0x11);
   return static_cast<double>(bytes) / static_cast<double>(measure::now_ns() - start);
 }
 
@@ -319,12 +324,8 @@ std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std
       {"one array kept, filled again (the floor)",
        [kept, threads](std::size_t count) {
          if (kept->size() != count) *kept = make_big_array<std::uint32_t>(count, zero);
-         auto* data = kept->data();
-         // The same parallel memset the limit is measured with: what re-initializing costs at best.
-         parallel_for(threads, count, [data](std::size_t first, std::size_t last) {
-           std::memset(static_cast<void*>(data + first), 0x01, (last - first) * sizeof(std::uint32_t));
-         });
-         measure::keep_writes(data);
+         // The parallel memset the limit is measured with: what re-initializing costs at best.
+         parallel_memset(kept->data(), count * sizeof(std::uint32_t), threads, 0x01);
        }},
   };
 }
@@ -444,8 +445,6 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
                        {{"gb_per_s", limit_gb_per_s(bytes, threads)}});
       }});
     }
-  }
-  if (!s.libc_only) {
     // The fill methods side by side, on fresh memory (the fill faults it in) and on memory faulted
     // in once and filled again: the evidence for fill_method::automatic's rule.
     auto buffer = std::make_shared<big_array<unsigned char>>();
