@@ -8,6 +8,7 @@ SOURCES := $(shell find src include python CMakeLists.txt pyproject.toml -type f
 
 # What `make test` needs is a superset of what `make run` needs: tools/debian-packages.txt says which.
 PREREQUISITES := $(if $(filter test test-%,$(MAKECMDGOALS)),test,run)
+REQUIRE_TRACING := $(if $(filter 0,$(shell id -u)),MEMCOST_REQUIRE_TRACING=1)
 
 .PHONY: run test test-cpp test-asan test-python cross-windows clean setup prerequisites
 
@@ -38,11 +39,14 @@ test-cpp: | prerequisites
 	cmake --build $(BUILD)
 	cd $(BUILD) && ctest --output-on-failure
 
-# big_array and its C API under AddressSanitizer (with LeakSanitizer) and UBSan.
-test-asan: | prerequisites
+# big_array and its C API under AddressSanitizer (with LeakSanitizer) and UBSan; then the trace
+# tests, the interrupt stress included, with the probe built the same way.
+test-asan: setup
 	cmake -S . -B build/asan -G Ninja -DMEMCOST_BUILD_TESTS=ON -DMEMCOST_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build build/asan --target memcost_tests memcost_c_api_test
+	cmake --build build/asan --target memcost_tests memcost_c_api_test memcost-probe memcost-preload
 	cd build/asan && ctest --output-on-failure -R "BigArray|CApi"
+	MEMCOST_PROBE=$(CURDIR)/build/asan/memcost-probe $(REQUIRE_TRACING) $(VENV)/bin/pytest -q \
+	  tests/python/test_trace.py tests/python/test_trace_processes.py
 
 # The Windows back end, cross-built with mingw-w64: library, probe and the C++ tests
 # (tests/python/test_windows.py runs them, and the probe, under Wine).
@@ -57,8 +61,9 @@ cross-windows: | prerequisites
 	@echo "Windows cross-build OK: $(MINGW_BUILD)/memcost-probe.exe"
 
 # MEMCOST_REQUIRE_WINE: the Windows tests fail, not skip, when Wine or the Windows build is missing.
+# MEMCOST_REQUIRE_TRACING (as root): so do the tests that need perf events, tracepoints or tracefs.
 test-python: setup
-	MEMCOST_REQUIRE_WINE=1 $(VENV)/bin/pytest -q
+	MEMCOST_REQUIRE_WINE=1 $(REQUIRE_TRACING) $(VENV)/bin/pytest -q
 
 clean:
 	rm -rf build $(VENV)

@@ -33,6 +33,7 @@ class ProbeRun:
     samples: list = field(default_factory=list)
     settings: dict = field(default_factory=dict)  # the values the probe ran with, its defaults included
     warnings: list = field(default_factory=list)
+    interrupted: bool = False  # with forward_interrupts: SIGINT or SIGTERM came and was passed to the probe
 
 
 def probe_path() -> Path:
@@ -61,10 +62,13 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
               on_progress: Optional[ProgressCallback] = None,
               on_warning: Optional[WarningCallback] = None,
               env: Optional[dict] = None,
-              pass_fds: tuple = ()) -> ProbeRun:
+              pass_fds: tuple = (),
+              forward_interrupts: bool = False) -> ProbeRun:
     """Run one experiment in a fresh probe process and collect what it reports.
     `global_arguments` go before the experiment's name (e.g. --legacy-layout); `pass_fds` are
-    descriptors the probe inherits (trace gives the command the user's stdout this way)."""
+    descriptors the probe inherits (trace gives the command the user's stdout this way).
+    `forward_interrupts`: SIGINT and SIGTERM are passed to the probe, which decides what they mean
+    and still reports what it has (trace: they end the traced command); the run says they came."""
     command = [str(probe_path()), *(global_arguments or []), experiment, *(arguments or [])]
     oom_kills_before = _oom_kills()
     try:
@@ -80,6 +84,17 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
 
     run: Optional[ProbeRun] = None
     error: Optional[dict] = None
+    interrupted = False
+    previous_handlers = {}
+    if forward_interrupts:
+        def forward(signum, frame):
+            nonlocal interrupted
+            interrupted = True
+            try:
+                process.send_signal(signum)
+            except ProcessLookupError:
+                pass
+        previous_handlers = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         for line in process.stdout:
             record = _parse_line(line)
@@ -102,6 +117,9 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
                 process.kill()
                 process.wait()
         raise
+    finally:
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
     drain.join(timeout=5)
 
     if returncode < 0:
@@ -116,6 +134,7 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
         raise ProbeFailed(returncode, "failure", f"memcost-probe {experiment} failed (exit {returncode}): {detail}")
     if run is None:
         raise ProbeFailed(exit_codes.FAILURE, "protocol", f"memcost-probe {experiment} printed no context line")
+    run.interrupted = interrupted
     return run
 
 

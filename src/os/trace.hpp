@@ -21,8 +21,16 @@
 //   into each sample and unwound with DWARF call-frame information by elfutils' libdwfl, as
 //   `perf --call-graph dwarf` does, so code without frame pointers unwinds; symbols, files and
 //   lines come from libdwfl too. Identical stacks are delivered once, with an id.
-// - Nothing is lost silently: when a buffer is a quarter full the command is held (SIGSTOP, then
-//   SIGCONT) while the tracer catches up; records the kernel still dropped are counted.
+// - Nothing is lost silently: when a buffer is a quarter full, or before slow work (a module's
+//   debug information) while one is filling, every process of the traced tree is held (SIGSTOP,
+//   then SIGCONT) while the tracer catches up: the command and all its descendants, found through
+//   /proc as well as the records, so a child forked a moment ago is held too. Records the kernel
+//   still dropped are counted.
+// - Processes: every fork, exec and exit in the traced tree is reported with the program's name.
+// - Interrupts: SIGTERM to this process is passed to the traced tree at once. SIGINT (Ctrl-C) is
+//   the command's: a terminal sends it to the whole group; if the command is still running a
+//   second later (SIGINT went to this process alone, or the command ignores it) it is passed on,
+//   then SIGTERM after 3 s more, then SIGKILL after 5 s more. Result.interrupted says it came.
 #pragma once
 
 #include <cstdint>
@@ -96,12 +104,29 @@ struct Fault {
   bool user_mode = true;  // taken by user code (false: inside a system call)
 };
 
+// A process of the traced tree: the command as it starts (or the process attached to), a child
+// it forked, a program it exec'd (the same pid, a new name), and its end.
+enum class ProcessChange { start = 0, fork = 1, exec = 2, exit = 3 };
+[[nodiscard]] inline const char* change_name(ProcessChange change) {
+  static constexpr const char* names[] = {"start", "fork", "exec", "exit"};
+  return names[static_cast<int>(change)];
+}
+
+struct ProcessEvent {
+  ProcessChange change = ProcessChange::start;
+  int pid = 0;
+  int parent = 0;            // the forking process (fork), else 0
+  std::uint64_t time_ns = 0;  // CLOCK_MONOTONIC
+  std::string name;          // the kernel's comm: the program's file name, at most 15 bytes
+};
+
 class Sink {
  public:
   virtual ~Sink() = default;
   virtual void stack(std::uint32_t id, const std::vector<Frame>& frames) = 0;
   virtual void call(const MappingCall& call) = 0;
   virtual void fault(const Fault& fault) = 0;
+  virtual void process(const ProcessEvent& event) = 0;
 };
 
 struct Result {
@@ -113,13 +138,14 @@ struct Result {
   std::uint64_t system_ns = 0;
   std::uint64_t minor_faults = 0;  // the kernel's own count (rusage), to check the samples against
   std::uint64_t major_faults = 0;
+  std::uint64_t faults_before_exec = 0;  // of those, taken by memcost's fork before it became the command
   std::uint64_t lost_records = 0;
   std::uint64_t buffer_bytes = 0;  // per CPU, as granted
   std::uint32_t stack_bytes = 0;   // copied per sample, as used (less than asked without privilege)
   std::uint64_t pauses = 0;     // times the command was held (SIGSTOP) while the tracer caught up
   std::uint64_t paused_ns = 0;  // included in wall_ns
   std::uint64_t unwind_failures = 0;
-  std::string mounted_tracefs;  // where tracefs was mounted for the run (and unmounted after)
+  bool interrupted = false;     // SIGINT or SIGTERM reached this process while tracing
   std::string call_source;      // how mapping calls were seen
   std::string fault_source;     // how faults were seen
 };

@@ -10,7 +10,6 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -60,27 +59,23 @@ std::string read_text(const std::string& path) {
 // ---- tracefs ---------------------------------------------------------------
 
 struct Tracefs {
-  std::string root;     // where events/ lives
-  std::string mounted;  // non-empty when this run mounted it
+  std::string root;  // where events/ lives
 };
 
+// tracefs is mounted by whoever may change the machine and journal it (the memcost front end):
+// this process only finds it.
 Failure find_tracefs(Tracefs& tracefs) {
   for (const char* root : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
-    if (access((std::string(root) + "/events/syscalls").c_str(), F_OK) == 0) {
+    if (access((std::string(root) + "/events").c_str(), F_OK) == 0) {
       tracefs.root = root;
+      if (access((tracefs.root + "/events/syscalls").c_str(), F_OK) != 0) {
+        return Failure{ENOENT, "this kernel has no syscalls tracepoints (CONFIG_FTRACE_SYSCALLS)"};
+      }
       return {};
     }
   }
-  if (geteuid() != 0) {
-    return Failure{EACCES, "tracefs is not mounted and only root can mount it (mount -t tracefs nodev /sys/kernel/tracing)"};
-  }
-  if (mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) != 0) return failed("mount(tracefs on /sys/kernel/tracing)");
-  tracefs = {"/sys/kernel/tracing", "/sys/kernel/tracing"};
-  if (access("/sys/kernel/tracing/events/syscalls", F_OK) != 0) {
-    umount2("/sys/kernel/tracing", MNT_DETACH);
-    return Failure{ENOENT, "this kernel has no syscalls tracepoints (CONFIG_FTRACE_SYSCALLS)"};
-  }
-  return {};
+  return Failure{ENOENT, "tracefs is not mounted: as root, `mount -t tracefs nodev /sys/kernel/tracing` (memcost trace "
+                         "mounts it for its run)"};
 }
 
 struct TracepointFormat {
@@ -254,9 +249,13 @@ class Recorder {
 
   void exec(int pid) { processes_.erase(pid); }
 
+  // A forked child has its parent's address space until it execs: it shares the parent's
+  // unwinder, so its samples unwind with the modules and memo already loaded (loading them again
+  // per child took long enough for the ring buffers to overflow with a few children).
   void fork(int parent, int child) {
-    if (parent == child || !processes_.count(parent)) return;
-    for (const Mapping& mapping : processes_[parent]->mappings) add_mapping(child, mapping);
+    if (parent == child) return;
+    auto found = processes_.find(parent);
+    if (found != processes_.end()) processes_[child] = found->second;
   }
 
   // The id of the unwound, symbolized stack of one sample; 0 when nothing could be unwound.
@@ -319,7 +318,7 @@ class Recorder {
   Process& get(int pid) {
     auto& slot = processes_[pid];
     if (!slot) {
-      slot = std::make_unique<Process>();
+      slot = std::make_shared<Process>();
       slot->pid = pid;
       slot->generation = ++generations_;
       slot->dwfl = dwfl_begin(&kDwflCallbacks);
@@ -415,7 +414,7 @@ class Recorder {
 
   const Options& options_;
   Sink& sink_;
-  std::unordered_map<int, std::unique_ptr<Process>> processes_;
+  std::unordered_map<int, std::shared_ptr<Process>> processes_;
   std::unordered_map<std::string, std::uint32_t> by_sample_;
   std::unordered_map<std::string, std::uint32_t> stacks_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, Frame> frames_;
@@ -496,6 +495,12 @@ class Session {
   [[nodiscard]] std::uint64_t unwind_failures() const { return recorder_.unwind_failures(); }
   Recorder& recorder() { return recorder_; }
 
+  // The first process: its name before any record names it.
+  void started(int pid, std::uint64_t time_ns, const std::string& name) {
+    names_[pid] = name.substr(0, 15);
+    sink_.process({ProcessChange::start, pid, 0, time_ns, names_[pid]});
+  }
+
   // How full the fullest buffer is, 0 to 1.
   [[nodiscard]] double fullest() const {
     double fullest = 0;
@@ -545,13 +550,36 @@ class Session {
         if ((prot & PROT_EXEC) && !mapping.path.empty() && mapping.path[0] == '/') recorder_.add_mapping(static_cast<int>(pid), mapping);
         break;
       }
-      case PERF_RECORD_COMM:
-        if (header->misc & PERF_RECORD_MISC_COMM_EXEC) recorder_.exec(static_cast<int>(in.take<std::uint32_t>()));
+      case PERF_RECORD_COMM: {
+        auto pid = static_cast<int>(in.take<std::uint32_t>());
+        auto tid = static_cast<int>(in.take<std::uint32_t>());
+        std::string name(reinterpret_cast<const char*>(in.at), strnlen(reinterpret_cast<const char*>(in.at), 16));
+        if ((header->misc & PERF_RECORD_MISC_COMM_EXEC) && pid == tid) {
+          recorder_.exec(pid);
+          names_[pid] = name;
+          // sample_id_all: pid, tid, time and the identifier close the record.
+          std::uint64_t time = 0;
+          std::memcpy(&time, record + size - 2 * sizeof(std::uint64_t), sizeof(time));
+          sink_.process({ProcessChange::exec, pid, 0, time, name});
+        }
         break;
-      case PERF_RECORD_FORK: {
-        auto pid = in.take<std::uint32_t>();
-        auto ppid = in.take<std::uint32_t>();
-        recorder_.fork(static_cast<int>(ppid), static_cast<int>(pid));
+      }
+      case PERF_RECORD_FORK:
+      case PERF_RECORD_EXIT: {
+        auto pid = static_cast<int>(in.take<std::uint32_t>());
+        auto ppid = static_cast<int>(in.take<std::uint32_t>());
+        auto tid = static_cast<int>(in.take<std::uint32_t>());
+        in.skip(4);  // ptid
+        auto time = in.take<std::uint64_t>();
+        if (pid != tid) break;  // a thread, not a process
+        if (header->type == PERF_RECORD_FORK) {
+          if (pid == ppid) break;
+          recorder_.fork(ppid, pid);
+          names_[pid] = names_[ppid];
+          sink_.process({ProcessChange::fork, pid, ppid, time, names_[pid]});
+        } else {
+          sink_.process({ProcessChange::exit, pid, 0, time, names_[pid]});
+        }
         break;
       }
       case PERF_RECORD_LOST:
@@ -652,12 +680,90 @@ class Session {
   Recorder recorder_;
   std::vector<SyscallEvent> syscalls_;
   std::unordered_map<int, MappingCall> open_;
+  std::unordered_map<int, std::string> names_;
   std::vector<std::uint8_t> wrapped_;
   std::size_t page_size_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 };
 
-volatile sig_atomic_t g_stop_requested = 0;
+volatile sig_atomic_t g_stop_requested = 0;  // SIGTERM: end the command now
+volatile sig_atomic_t g_interrupted = 0;     // SIGINT: the command's, passed on if it is not heeded
 void on_terminate(int) { g_stop_requested = 1; }
+void on_interrupt(int) { g_interrupted = 1; }
+
+// The traced tree as it is now: `root` and its descendants, by the parent each names in
+// /proc/PID/stat. A process that left the tree (a daemon that re-parented itself) is not in it.
+std::vector<pid_t> process_tree(pid_t root) {
+  std::unordered_map<pid_t, std::vector<pid_t>> children;
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* entry = readdir(proc)) {
+      if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+      const std::string path = std::string("/proc/") + entry->d_name + "/stat";
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char text[512];
+      ssize_t got = read(fd, text, sizeof(text) - 1);
+      close(fd);
+      if (got <= 0) continue;
+      text[got] = 0;
+      const char* after_name = std::strrchr(text, ')');  // the name may hold spaces and parentheses
+      int parent = 0;
+      if (after_name && std::sscanf(after_name + 1, " %*c %d", &parent) == 1 && parent > 0) {
+        children[parent].push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+      }
+    }
+    closedir(proc);
+  }
+  std::vector<pid_t> tree{root};
+  for (std::size_t at = 0; at < tree.size(); ++at) {
+    auto found = children.find(tree[at]);
+    if (found != children.end()) tree.insert(tree.end(), found->second.begin(), found->second.end());
+  }
+  return tree;
+}
+
+void signal_tree(pid_t root, int signal) {
+  for (pid_t pid : process_tree(root)) kill(pid, signal);
+}
+
+// Holds every process of the traced tree still while the tracer catches up. A process that was
+// forking as the others stopped shows up in the next look at /proc: look until none is new.
+class Hold {
+ public:
+  explicit Hold(pid_t root) : root_(root) {}
+  ~Hold() { release(); }
+
+  void hold() {
+    if (!held_.empty()) return;
+    for (int round = 0; round < 16; ++round) {
+      bool added = false;
+      for (pid_t pid : process_tree(root_)) {
+        if (std::find(held_.begin(), held_.end(), pid) == held_.end() && kill(pid, SIGSTOP) == 0) {
+          held_.push_back(pid);
+          added = true;
+        }
+      }
+      if (!added) break;
+    }
+    if (!held_.empty()) {
+      since_ns_ = monotonic_ns();
+      ++pauses;
+    }
+  }
+
+  void release() {
+    if (held_.empty()) return;
+    for (pid_t pid : held_) kill(pid, SIGCONT);
+    held_.clear();
+    paused_ns += monotonic_ns() - since_ns_;
+  }
+
+  std::uint64_t pauses = 0, paused_ns = 0;
+
+ private:
+  pid_t root_;
+  std::vector<pid_t> held_;
+  std::uint64_t since_ns_ = 0;
+};
 
 struct Descriptors {
   std::vector<int> fds;
@@ -748,6 +854,13 @@ class PreloadReader {
   std::vector<char> pending_;
 };
 
+// A process attached to may end as a zombie whose parent has not reaped it yet.
+bool is_zombie(pid_t pid) {
+  std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
+  auto close_paren = text.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < text.size() && text[close_paren + 2] == 'Z';
+}
+
 struct ProcessStat {
   bool alive = false;
   std::uint64_t minor_faults = 0, major_faults = 0, user_ticks = 0, system_ticks = 0;
@@ -808,13 +921,6 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   Tracefs tracefs;
   std::vector<std::pair<Event, TracepointFormat>> tracepoints;
   Failure no_kernel_calls = kernel_calls(tracefs, tracepoints);
-  result.mounted_tracefs = tracefs.mounted;
-  struct Unmount {
-    std::string path;
-    ~Unmount() {
-      if (!path.empty()) umount2(path.c_str(), MNT_DETACH);
-    }
-  } unmount{tracefs.mounted};
   const bool preloading = !no_kernel_calls.ok();
   if (preloading && (options.preload_library.empty() || access(options.preload_library.c_str(), R_OK) != 0)) {
     status = no_kernel_calls;
@@ -875,6 +981,12 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     std::vector<char*> argv;
     for (const std::string& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));
     argv.push_back(nullptr);
+    // The faults this process took before it became the command (its events start at exec):
+    // the kernel's count for the command includes them.
+    rusage before_exec{};
+    getrusage(RUSAGE_SELF, &before_exec);
+    const std::uint64_t faults = static_cast<std::uint64_t>(before_exec.ru_minflt + before_exec.ru_majflt);
+    (void)!write(exec_error[1], &faults, sizeof(faults));
     execvp(argv[0], argv.data());
     int error = errno;
     (void)!write(exec_error[1], &error, sizeof(error));
@@ -1002,12 +1114,14 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     }
   }
 
-  // Ctrl-C belongs to the command; this process records until the command is gone. Attached to
-  // a running process, Ctrl-C ends the tracing instead.
-  struct sigaction ignore {}, terminate {}, old_int {}, old_term {};
-  ignore.sa_handler = SIG_IGN;
+  // Ctrl-C belongs to the command (see the contract for when it is passed on); this process
+  // records until the command is gone. Attached to a running process, Ctrl-C ends the tracing.
+  g_stop_requested = 0;
+  g_interrupted = 0;
+  struct sigaction interrupt {}, terminate {}, old_int {}, old_term {};
+  interrupt.sa_handler = on_interrupt;
   terminate.sa_handler = on_terminate;
-  sigaction(SIGINT, attaching ? &terminate : &ignore, &old_int);
+  sigaction(SIGINT, attaching ? &terminate : &interrupt, &old_int);
   sigaction(SIGTERM, &terminate, &old_term);
 
   // The tracer must keep up with the kernel, or records are lost: ahead of ordinary processes
@@ -1017,14 +1131,20 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   const std::uint64_t started = monotonic_ns();
   ProcessStat stat_before = attaching ? read_process_stat(child) : ProcessStat{};
   if (attaching) {
+    session.started(child, started, read_text("/proc/" + std::to_string(child) + "/comm"));
     report_existing_mappings(child, started, sink);
     for (int fd : descriptors.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
   }
   if (!attaching) {
+    session.started(child, started, options.command[0].substr(options.command[0].rfind('/') + 1));
     (void)!write(go[1], "x", 1);
     close(go[1]);
   }
   int exec_errno = 0;
+  if (!attaching && read(exec_error[0], &result.faults_before_exec, sizeof(result.faults_before_exec)) !=
+                        static_cast<ssize_t>(sizeof(result.faults_before_exec))) {
+    result.faults_before_exec = 0;
+  }
   if (!attaching &&
       read(exec_error[0], &exec_errno, sizeof(exec_errno)) == static_cast<ssize_t>(sizeof(exec_errno))) {
     close(exec_error[0]);
@@ -1044,37 +1164,33 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   for (const RingBuffer& buffer : session.buffers) polls.push_back({buffer.fd, POLLIN, 0});
   int wait_status = 0;
   rusage usage{};
-  bool forwarded = false;
+  bool terminated = false;
+  std::uint64_t interrupted_at = 0;
+  int escalation = 0;
+  Hold hold(child);
+  // A small buffer (no privilege to lock more) overflows within one slow step: hold before each.
+  // A large one only once it is filling.
+  const bool small_buffers = buffers_pages * page < (32U << 20);
+  session.recorder().before_slow_work = [&] {
+    if (small_buffers || session.fullest() > 1.0 / 16) hold.hold();
+  };
   while (true) {
     // perf may deliver its wakeup only at the next tick: look every millisecond as well.
     poll(polls.data(), polls.size(), 1);
-    // Behind the kernel (a buffer a quarter full): hold the command still while catching up, rather
-    // than lose records. Only the command's own process is held; it is told nothing.
-    std::uint64_t paused_at = 0;
-    auto hold = [&] {
-      if (!paused_at && kill(child, SIGSTOP) == 0) {
-        paused_at = monotonic_ns();
-        ++result.pauses;
-      }
-    };
-    if (session.fullest() > 0.25) hold();
-    // A small buffer (no privilege to lock more) overflows within one slow step: hold then too.
-    if (buffers_pages * page < (32U << 20)) session.recorder().before_slow_work = hold;
-    session.drain(false, hold);
+    // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching up,
+    // rather than lose records. It is told nothing.
+    if (session.fullest() > 0.25) hold.hold();
+    session.drain(false, [&] { hold.hold(); });
     if (preloading) preload.drain();
-    session.recorder().before_slow_work = nullptr;
-    if (paused_at) {
-      kill(child, SIGCONT);
-      result.paused_ns += monotonic_ns() - paused_at;
-    }
+    hold.release();
+    const std::uint64_t now = monotonic_ns();
     if (attaching) {
       // Watch it (its counters, read now and then) until it ends, the time is up, or we are told to stop.
-      const std::uint64_t now = monotonic_ns();
       if (now - last_stat_ns > 100'000'000ULL) {
         if (ProcessStat current = read_process_stat(child); current.alive) stat_last = current;
         last_stat_ns = now;
       }
-      if (g_stop_requested || kill(child, 0) != 0 ||
+      if (g_stop_requested || kill(child, 0) != 0 || is_zombie(child) ||
           (options.attach_seconds > 0 && static_cast<double>(now - started) >= options.attach_seconds * 1e9)) {
         // It goes on running: stop the events first, so the counts and the window agree.
         for (int fd : descriptors.fds) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
@@ -1083,13 +1199,24 @@ Result run(const Options& options, Sink& sink, Failure& status) {
       }
       continue;
     }
-    if (g_stop_requested && !forwarded) {
-      kill(child, SIGTERM);
-      forwarded = true;
+    if (g_stop_requested && !terminated) {
+      signal_tree(child, SIGTERM);
+      terminated = true;
+    }
+    if (g_interrupted && !interrupted_at) interrupted_at = now;
+    // Ctrl-C not heeded: passed on (it may have reached this process alone), then firmer.
+    static constexpr std::pair<std::uint64_t, int> kEscalation[] = {
+        {1'000'000'000ULL, SIGINT}, {4'000'000'000ULL, SIGTERM}, {9'000'000'000ULL, SIGKILL}};
+    if (interrupted_at && escalation < 3 && now - interrupted_at >= kEscalation[escalation].first) {
+      signal_tree(child, kEscalation[escalation++].second);
     }
     pid_t done = wait4(child, &wait_status, WNOHANG, &usage);
     if (done == child) break;
   }
+  session.recorder().before_slow_work = nullptr;
+  result.pauses = hold.pauses;
+  result.paused_ns = hold.paused_ns;
+  result.interrupted = g_interrupted || g_stop_requested;
   result.wall_ns = monotonic_ns() - started;
   if (options.window_closed) options.window_closed();
   session.drain(true);

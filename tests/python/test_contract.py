@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_probe
+from conftest import run_probe, unavailable
 
 DOC = Path(__file__).parents[2] / "docs" / "probe.md"
 ROW = re.compile(r"^\| (\w+) \| (case|metrics) \| `(\w+)` \| [^|]+ \| (.*) \|$")
@@ -52,7 +52,7 @@ def part_of(experiment: str, case: dict) -> str:
 def samples_of(experiment: str) -> list[dict]:
     result = run_probe(*RUNS[experiment])
     if experiment == "trace" and result.returncode == 4:
-        pytest.skip("tracing needs perf events: " + result.stdout[-300:])
+        unavailable("tracing needs perf events: " + result.stdout[-300:])
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     return [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from conftest import interrupt, run_memcost, run_probe
+from conftest import interrupt, run_memcost, run_probe, start_memcost
 from memcost import exit_codes
 from memcost.results import load_document
 
@@ -159,9 +159,8 @@ def _pool_pages() -> int:
 @pytest.mark.skipif(os.geteuid() != 0, reason="growing a hugetlb pool needs root")
 def test_reserved_pool_is_restored_after_sigint(tmp_path):
     original = _pool_pages()
-    process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "costs", "--pages",
-                                "hugetlb-2M", "--routes", "os", "--parts", "rows", "--sizes", "16M", "--reps", "1000",
-                                "--reserve-hugepages", "16M"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = start_memcost("--results-dir", str(tmp_path), "costs", "--pages", "hugetlb-2M", "--routes", "os", "--parts",
+                            "rows", "--sizes", "16M", "--reps", "1000", "--reserve-hugepages", "16M", folder=tmp_path)
     deadline = time.monotonic() + 60
     while _pool_pages() == original and time.monotonic() < deadline:
         time.sleep(0.05)

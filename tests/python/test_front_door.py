@@ -13,7 +13,7 @@ import pytest
 from memcost import exit_codes
 from memcost.probe import probe_path
 
-from conftest import run_memcost
+from conftest import interrupt, run_memcost, start_memcost
 
 ROOT = Path(__file__).resolve().parents[2]
 PREREQUISITES = ROOT / "tools" / "prerequisites"
@@ -107,12 +107,9 @@ def test_hugepages_reserve_beyond_the_budget_is_refused():
 
 @pytest.mark.parametrize("delay_s", [0.05, 0.3, 0.8])
 def test_ctrl_c_while_starting_exits_130_without_a_traceback(tmp_path, delay_s):
-    process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "costs", "--sizes", "8M",
-                                "--pages", "base", "--parts", "rows"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    time.sleep(delay_s)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
+    process = start_memcost("--results-dir", str(tmp_path), "costs", "--sizes", "8M", "--pages", "base", "--parts",
+                            "rows", folder=tmp_path)
+    stderr = interrupt(process, after_s=delay_s)
     assert process.returncode in (exit_codes.INTERRUPTED, exit_codes.OK), stderr
     assert "Traceback" not in stderr
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_memcost
+from conftest import finish, run_memcost, start_memcost
 from memcost import exit_codes
 from memcost.monitor.sampler import CostModel, Reading, Sampler
 
@@ -80,9 +80,9 @@ def test_prometheus_endpoint_answers_on_loopback(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "monitor", "--json",
-                                "--interval", "0.3", "--duration", "6", "--serve", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Output to files: --json writes a few kB per interval, which would fill an unread pipe.
+    process = start_memcost("--results-dir", str(tmp_path), "monitor", "--json", "--interval", "0.3", "--duration", "6",
+                            "--serve", str(port), folder=tmp_path)
     try:
         text = ""
         deadline = time.monotonic() + 20
@@ -93,12 +93,12 @@ def test_prometheus_endpoint_answers_on_loopback(tmp_path):
             except OSError:
                 continue
     finally:
-        process.wait(timeout=30)
+        _, stderr = finish(process, timeout=30)
     for name in ("memcost_page_faults_per_second{kind=\"minor\"}", "memcost_pages_allocated_per_second",
                  "memcost_cpu_percent{kind=\"system\"}", "memcost_kernel_thread_cpu_percent{family=\"kswapd\"}",
                  "memcost_thp_events_per_second{event=\"fault_alloc\"}"):
         assert name in text, name
-    assert process.returncode == 0
+    assert process.returncode == 0, stderr
 
 
 def _reading(vmstat, cpu=None, t=0.0):
@@ -186,3 +186,47 @@ def test_without_the_kernel_count_the_figure_is_an_upper_bound_and_says_why():
     assert record["kernel_zeroed_mb_per_s"] is None and record["kernel_count_note"] == "not counted"
     assert record["upper_bound_mb_per_s"] == pytest.approx(1000 * os.sysconf("SC_PAGE_SIZE") / (1 << 20))
     assert "file-backed" in record["upper_bound_why"]
+
+
+@pytest.fixture
+def tracefs_unmounted():
+    """tracefs unmounted for the test, as after a boot; mounted again afterwards if it was."""
+    from memcost import tracefs
+    was_mounted = tracefs.mounted()
+    if was_mounted:
+        subprocess.run(["umount", tracefs.TRACEFS], check=True)
+    yield tracefs
+    if was_mounted and not tracefs.mounted():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", tracefs.TRACEFS], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting tracefs needs root")
+def test_monitor_mounts_tracefs_for_its_run_and_unmounts_it(tmp_path, tracefs_unmounted):
+    result = run_memcost("--results-dir", str(tmp_path), "monitor", "--once", "--json", "--interval", "0.3")
+    assert result.returncode == 0, result.stderr
+    [record] = _records(result.stdout)
+    assert record["zeroing"]["kernel_count_method"], record["zeroing"]
+    assert not tracefs_unmounted.mounted()
+    assert json.loads(Path(os.environ["MEMCOST_JOURNAL"]).read_text()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting tracefs needs root")
+def test_tracefs_left_mounted_by_a_killed_monitor_is_unmounted_by_the_next_command(tmp_path, tracefs_unmounted):
+    process = start_memcost("--results-dir", str(tmp_path), "monitor", "--json", "--interval", "0.2", folder=tmp_path)
+    deadline = time.monotonic() + 30
+    while not tracefs_unmounted.mounted() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        assert tracefs_unmounted.mounted(), "the monitor never mounted tracefs"
+        process.kill()
+        finish(process)
+        assert tracefs_unmounted.mounted()
+        [entry] = json.loads(Path(os.environ["MEMCOST_JOURNAL"]).read_text())
+        assert entry["kind"] == "tracefs_mount"
+        result = run_memcost("hugepages", "status")
+        assert result.returncode == 0, result.stderr
+        assert "tracefs at /sys/kernel/tracing unmounted" in result.stderr
+        assert not tracefs_unmounted.mounted()
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -15,7 +15,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from conftest import interrupt, run_memcost
+from conftest import interrupt, run_memcost, start_memcost
 from memcost import exit_codes
 from memcost.analysis.compare import difference
 
@@ -172,8 +172,7 @@ def test_report_renders_in_headless_chromium(run_a, tmp_path):
 
 
 def test_interrupted_run_keeps_finished_results_and_writes_a_report(tmp_path):
-    process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "run", "--only",
-                                "info,costs"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = start_memcost("--results-dir", str(tmp_path), "run", "--only", "info,costs", folder=tmp_path)
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob("*/info.json")) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -15,38 +15,20 @@ import pytest
 from memcost import exit_codes
 from memcost.results import load_document
 
-from conftest import run_memcost
+from conftest import finish, needs_tracing, run_memcost, start_memcost
 
-DATA = Path(__file__).parent / "data"
-GOLDEN_COSTS = Path(__file__).resolve().parents[1] / "data" / "run_a" / "costs.json"
 MIB = 1 << 20
 
 
-def _may_trace() -> bool:
-    paranoid = Path("/proc/sys/kernel/perf_event_paranoid")
-    return os.geteuid() == 0 or (paranoid.exists() and int(paranoid.read_text()) <= -1)
-
-
-needs_tracing = pytest.mark.skipif(not _may_trace(), reason="tracing needs root or perf_event_paranoid -1")
+@pytest.fixture(scope="module")
+def sites_program(c_program) -> Path:
+    return c_program("trace_sites")
 
 
 @pytest.fixture(scope="module")
-def sites_program(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("trace_program")
-    program = folder / "trace_sites"
-    subprocess.run(["cc", "-O2", "-g", "-fomit-frame-pointer", "-o", str(program), str(DATA / "trace_sites.c")], check=True)
-    return program
-
-
-@pytest.fixture(scope="module")
-def results_root(tmp_path_factory) -> Path:
-    """A results folder holding a costs result for this host (the recorded one, renamed), so the
-    fault cost model is fixed and no calibration runs."""
+def results_root(golden_results, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("trace_results")
-    document = json.loads(GOLDEN_COSTS.read_text())
-    document["context"]["host"] = socket.gethostname()
-    (root / "20260101T000000Z-golden").mkdir()
-    (root / "20260101T000000Z-golden" / "costs.json").write_text(json.dumps(document))
+    shutil.copytree(golden_results, root, dirs_exist_ok=True)
     return root
 
 
@@ -195,49 +177,28 @@ def test_a_command_that_does_not_exist_is_one_clear_line(results_root):
 
 
 @needs_tracing
-def _traced_and_interrupted(root, running):
-    """memcost trace of a command that writes 64 MiB and sleeps, Ctrl-C to the whole group once it
-    runs; (return code, stderr), or None when the probe crashed (the command then lingers)."""
+def test_ctrl_c_stops_the_command_and_keeps_what_was_recorded(results_root, tmp_path):
     import signal
     import sys
     import time
+    root = tmp_path / "results"
+    shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
+    running = tmp_path / "running"
     # A terminal sends Ctrl-C to the whole foreground process group: memcost, the probe, the command.
-    process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(root), "trace", "--",
-                                "python3", "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                                f"b = b\"x\" * (64 << 20); open({str(running)!r}, 'w').close(); time.sleep(60)"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = start_memcost("--results-dir", str(root), "trace", "--", "python3", "-c",
+                            "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                            f"b = b\"x\" * (64 << 20); open({str(running)!r}, 'w').close(); time.sleep(60)",
+                            folder=tmp_path, start_new_session=True)
     deadline = time.monotonic() + 60
     while not running.exists() and time.monotonic() < deadline:  # the command is running, its pages written
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGINT)
-    try:
-        _, stderr = process.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        if "was killed (SIGSEGV)" in stderr:
-            return None
-        raise
-    return process.returncode, stderr
-
-
-def test_ctrl_c_stops_the_command_and_keeps_what_was_recorded(results_root, tmp_path):
-    import signal
-    import warnings
-    root = tmp_path / "results"
-    shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
-    outcome = _traced_and_interrupted(root, tmp_path / "running")
-    if outcome is None:
-        # Seen once in about ten CI runs, never reproduced by hand: the trace probe crashed around
-        # the Ctrl-C. Said loudly, tried once more; the session note records it as an open bug.
-        warnings.warn("memcost-probe trace crashed with SIGSEGV around Ctrl-C; retrying once")
-        outcome = _traced_and_interrupted(root, tmp_path / "running-again")
-    assert outcome is not None, "memcost-probe trace crashed (SIGSEGV) twice around Ctrl-C"
-    returncode, stderr = outcome
-    assert "Traceback" not in stderr
-    assert returncode == 128 + signal.SIGINT  # the command's end, passed on
+    _, stderr = finish(process)
+    assert "Traceback" not in stderr and "SIGSEGV" not in stderr
+    assert process.returncode == exit_codes.INTERRUPTED, stderr
     document = load_document(root / "latest" / "trace.json")
-    assert document["summary"]["totals"]["exit_code"] == returncode
+    assert document["summary"]["totals"]["exit_code"] == 128 + signal.SIGINT  # the command's own end, recorded
+    assert document["summary"]["totals"]["interrupted"]
     assert document["summary"]["totals"]["faults"] >= (64 << 20) // 4096
 
 
@@ -262,13 +223,13 @@ def test_attaching_to_a_running_process_watches_it_and_leaves_it_running(results
                                "    time.sleep(0.02)\n"])
     try:
         time.sleep(0.5)
-        result = run_memcost("--results-dir", str(root), "trace", "--pid", str(target.pid), "--seconds", "1")
+        result = run_memcost("--results-dir", str(root), "trace", "--pid", str(target.pid), "--seconds", "2")
         assert result.returncode == 0, result.stderr
         assert target.poll() is None  # still running
         document = load_document(root / "latest" / "trace.json")
         totals = document["summary"]["totals"]
         # Each 64 MiB bytes object is a fresh mapping of 16,384 pages, written once.
-        assert totals["faults_attributed"] >= 4 * 16384
+        assert totals["faults_attributed"] >= 3 * 16384
         assert abs(totals["faults"] - totals["kernel_faults"]) <= 0.02 * totals["kernel_faults"] + 100
         assert any(row["call"] == "mmap" and row["churn"] >= 3 for row in document["summary"]["rows"])
     finally:

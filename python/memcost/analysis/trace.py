@@ -111,10 +111,11 @@ class Trace:
     fault_address: np.ndarray
     fault_stack: np.ndarray
     run: dict
+    processes: list = field(default_factory=list)  # start, fork, exec and exit of each traced process, in time order
 
 
 def read(samples: list) -> Trace:
-    stacks, calls, columns = {}, [], defaultdict(list)
+    stacks, calls, columns, processes = {}, [], defaultdict(list), []
     run: dict = {}
     for sample in samples:
         record, metrics = sample["case"]["record"], sample["metrics"]
@@ -122,6 +123,8 @@ def read(samples: list) -> Trace:
             stacks[metrics["stack"]] = metrics["frames"]
         elif record == "call":
             calls.append({"call": sample["case"]["call"], **metrics})
+        elif record == "process":
+            processes.append({"change": sample["case"]["change"], **metrics})
         elif record == "faults":
             for name in ("time_ns", "pid", "tid", "address", "stack"):
                 columns[name].extend(metrics[name])
@@ -132,7 +135,43 @@ def read(samples: list) -> Trace:
     def column(name: str) -> np.ndarray:
         return np.asarray(columns[name], dtype=np.uint64 if name in ("time_ns", "address") else np.int64)[order]
     calls.sort(key=lambda c: c["exit_ns"])
-    return Trace(stacks, calls, column("time_ns"), column("pid"), column("tid"), column("address"), column("stack"), run)
+    processes.sort(key=lambda p: p["time_ns"])
+    return Trace(stacks, calls, column("time_ns"), column("pid"), column("tid"), column("address"), column("stack"), run,
+                 processes)
+
+
+def processes_table(trace: Trace, owner: np.ndarray) -> list[dict]:
+    """Faults per process of the traced tree, one row per program a pid ran (an exec starts a new
+    row): which process took them, by pid and name."""
+    names: dict[int, list[tuple[int, str, int]]] = defaultdict(list)  # pid -> (from ns, name, parent)
+    for event in trace.processes:
+        if event["change"] in ("start", "fork", "exec"):
+            parent = event["parent"] or (names[event["pid"]][-1][2] if names[event["pid"]] else 0)
+            names[event["pid"]].append((event["time_ns"], event["name"], parent))
+    period = trace.run.get("sample_period", 1)
+    faults: Counter = Counter()
+    attributed: Counter = Counter()
+    for pid in np.unique(trace.fault_pid).tolist():
+        selected = trace.fault_pid == pid
+        images = names.get(pid) or [(0, "?", 0)]
+        starts = np.asarray([image[0] for image in images], dtype=np.uint64)
+        which = np.maximum(np.searchsorted(starts, trace.fault_time[selected], side="right") - 1, 0)
+        for image, count in Counter(which.tolist()).items():
+            faults[(pid, image)] += count * period
+        for image, count in Counter(which[owner[selected] >= 0].tolist()).items():
+            attributed[(pid, image)] += count * period
+    rows = []
+    for pid, images in names.items():
+        for image, (_, name, parent) in enumerate(images):
+            if faults[(pid, image)] or image == len(images) - 1:
+                rows.append({"pid": pid, "name": name, "parent": parent, "faults": faults[(pid, image)],
+                             "faults_attributed": attributed[(pid, image)]})
+    for pid, image in faults:
+        if pid not in names:  # faults of a process no record named (none expected)
+            rows.append({"pid": pid, "name": "?", "parent": 0, "faults": faults[(pid, image)],
+                         "faults_attributed": attributed[(pid, image)]})
+    rows.sort(key=lambda r: r["faults"], reverse=True)
+    return rows
 
 
 def user_frame(frames: list) -> Optional[dict]:
@@ -209,6 +248,12 @@ class _Space:
             self.pieces.insert(where, piece)
         return removed
 
+    def copy(self) -> "_Space":
+        twin = _Space()
+        twin.starts, twin.pieces = list(self.starts), list(self.pieces)
+        twin.brk_base, twin.brk_end = self.brk_base, self.brk_end
+        return twin
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return (np.asarray([p[0] for p in self.pieces], dtype=np.uint64),
                 np.asarray([p[1] for p in self.pieces], dtype=np.uint64),
@@ -254,8 +299,14 @@ def attribute(trace: Trace, thp_mode: str = "madvise") -> tuple[list[Mapping], n
             if whole and not any(p[2] == index for p in space.pieces):
                 mapping.freed_ns = call["exit_ns"]
 
-    for call in trace.calls:
+    # A forked child starts with its parent's mappings (copy-on-write): they are its too.
+    forks = [{"call": "fork", "exit_ns": p["time_ns"], "pid": p["pid"], "parent": p["parent"]}
+             for p in trace.processes if p["change"] == "fork"]
+    for call in sorted(trace.calls + forks, key=lambda c: c["exit_ns"]):
         charge_faults(call["exit_ns"])
+        if call["call"] == "fork":
+            spaces[call["pid"]] = spaces[call["parent"]].copy()
+            continue
         result = _signed(call["result"])
         if -4096 < result < 0:
             continue  # the call failed: nothing changed
@@ -399,15 +450,19 @@ def summarize(samples: list, cost: CostModel, thp_mode: str) -> dict:
         "elsewhere_ms": _ms(run["elsewhere_ns"]) if run.get("elsewhere_ns") is not None else None,
         "elsewhere_method": run.get("elsewhere_method"),
         "tracer_cpu_ms": _ms(run.get("tracer_user_ns", 0) + run.get("tracer_system_ns", 0)),
+        # The kernel's count for the command, less what memcost's fork took before it exec'd it.
         "faults": sampled, "faults_attributed": attributed, "kernel_faults": run.get("rusage_minor_faults", 0)
-        + run.get("rusage_major_faults", 0), "lost_records": run.get("lost_records", 0),
+        + run.get("rusage_major_faults", 0) - run.get("faults_before_exec", 0), "lost_records": run.get("lost_records", 0),
         "sample_period": period, "exit_code": run.get("exit_code"), "thp_mode": thp_mode,
         "fault_source": run.get("fault_source", "?"), "call_source": run.get("call_source", "?"),
         "fault_ms": sum(r["fault_ms"] for r in rows), "free_ms": sum(r["free_ms"] for r in rows),
         "map_ms": sum(r["map_ms"] for r in rows),
         "cost_source": cost.source, "base_fault_us_per_mb": cost.base_us_per_mb, "thp_fault_us_per_mb": cost.thp_us_per_mb,
     }
-    return {"rows": rows, "touching": touching, "totals": totals, "headline": headline(rows, totals)}
+    totals["signal"] = run.get("signal", 0)
+    totals["interrupted"] = bool(run.get("interrupted"))
+    return {"rows": rows, "touching": touching, "processes": processes_table(trace, owner), "totals": totals,
+            "headline": headline(rows, totals)}
 
 
 def _touching_sites(trace: Trace, mappings: list[Mapping], owner: np.ndarray, cost: CostModel, period: int) -> list[dict]:

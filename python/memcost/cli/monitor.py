@@ -10,7 +10,7 @@ import subprocess
 import time
 from typing import Optional
 
-from .. import arguments, exit_codes
+from .. import arguments, exit_codes, tracefs
 from ..console import console
 from ..errors import MemcostError
 from ..monitor.sampler import CostModel, Sampler
@@ -52,6 +52,11 @@ class MonitorCommand(Command):
                             help="run COMMAND and monitor it until it exits")
 
     def run(self, args: argparse.Namespace) -> int:
+        # The kernel's count of zeroed pages needs tracefs: mounted for this run where root may.
+        with tracefs.available():
+            return self._monitor(args)
+
+    def _monitor(self, args: argparse.Namespace) -> int:
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         # The probe samples; its first sample comes before the command starts, so none of the
         # command's work falls before the first reading.

@@ -10,32 +10,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 from rich.markup import escape
 from rich.table import Table
 
-from .. import exit_codes, export, journal
+from .. import exit_codes, export, tracefs
 from ..console import console, warn
 from ..errors import MemcostError
 from ..results import RunDirectory, documents_of_host, make_document
 from .. import arguments
 from .base import Command, print_closing
 
-TRACEFS = "/sys/kernel/tracing"
-
-
-def _tracefs_mounted() -> bool:
-    return any(os.path.exists(f"{root}/events/syscalls") for root in (TRACEFS, "/sys/kernel/debug/tracing"))
-
-
-def _unmount_tracefs(undo: dict) -> str:
-    if os.path.exists(f"{undo['path']}/events"):
-        subprocess.run(["umount", undo["path"]], check=True, capture_output=True)
-    return f"tracefs at {undo['path']} unmounted"
-
-
-journal.register("tracefs_mount", _unmount_tracefs)
+# Signals that mean the program crashed, rather than was stopped.
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT, signal.SIGTRAP, signal.SIGSYS}
 
 
 def perf_event_paranoid() -> int:
@@ -76,20 +63,14 @@ def record(command: list[str], args: argparse.Namespace):
         probe_arguments += ["--attach", str(args.pid)] + (["--attach-seconds", str(args.seconds)] if args.seconds else [])
     stdout_copy = os.dup(sys.stdout.fileno())
     sys.stdout.flush()
-    entry = None
-    if os.geteuid() == 0 and not _tracefs_mounted():
-        entry = journal.record("tracefs_mount", f"tracefs at {TRACEFS}", path=TRACEFS)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        target = ["--command-stdout-fd", str(stdout_copy), "--", *command] if command else []
-        return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,))
+        with tracefs.available():
+            target = ["--command-stdout-fd", str(stdout_copy), "--", *command] if command else []
+            # Ctrl-C and SIGTERM go to the probe, which passes them to the command (see
+            # src/os/trace.hpp) and still reports what it recorded.
+            return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True)
     finally:
-        signal.signal(signal.SIGINT, previous)
         os.close(stdout_copy)
-        if entry is not None:
-            if os.path.exists(f"{TRACEFS}/events"):  # the probe did not get to unmount it
-                _unmount_tracefs({"path": TRACEFS})
-            journal.forget(entry)
 
 
 def untraced_wall_s(command: list[str]) -> float:
@@ -222,7 +203,13 @@ class TraceCommand(Command):
             pprof.write(document, args.export_pprof)
             console.print(f"Exported: {args.export_pprof}", markup=False)
         export.export_requested(document, args)
+        if run.interrupted:
+            warn(f"interrupted: what was recorded until then is in {document['path']}")
+            return exit_codes.INTERRUPTED
         exit_code = 0 if args.pid else totals["exit_code"]  # a watched process is not ours to pass on
-        if exit_code:
+        if totals.get("signal") in CRASH_SIGNALS:
+            warn(f"{command[0]} crashed ({signal.Signals(totals['signal']).name}); what it did until then is above; "
+                 f"memcost passes on {exit_code}, as a shell would")
+        elif exit_code:
             warn(f"{command[0]} exited with {exit_code}; memcost passes it on")
         return int(exit_code or 0)

@@ -17,7 +17,13 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
               f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
     touching = [[r["site"], f"{r['faults']:,}", number(r["fault_ms"], 1), r["allocation_site"]]
                 for r in summary["touching"][:top]]
-    return [("Allocation sites — where the memory was made",
+    processes = summary.get("processes", [])
+    shown = [[str(r["pid"]), r["name"], str(r["parent"] or "-"), f"{r['faults']:,}", f"{r['faults_attributed']:,}"]
+             for r in processes[:top]]
+    by_process = ([("Processes — which process took the faults (a program that exec'd another is two rows)",
+                    ["pid", "program", "parent", "faults", "in traced mappings"], shown)]
+                  if len(processes) > 1 else [])
+    return by_process + [("Allocation sites — where the memory was made",
              ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms (est.)", "free ms",
               "churn", "% wall", "% CPU"], sites),
             ("Touching sites — where the pages were faulted in", ["site", "faults", "fault ms (est.)", "memory allocated at"],

@@ -6,6 +6,7 @@
 //   stack  — one unwound, symbolized call stack, once, before anything refers to its id;
 //   call   — one mapping call: mmap, munmap, mremap, brk or madvise;
 //   faults — a batch of page faults, as parallel arrays;
+//   process — a process of the traced tree started, forked, exec'd or exited, with its name;
 //   run    — last: the command's exit, CPU and fault counts, what was lost, how it was measured.
 #include <algorithm>
 #include <memory>
@@ -66,6 +67,11 @@ class JsonSink : public os::trace::Sink {
     user_.push_back(fault.user_mode);
     ++faults_;
     if (time_.size() >= kFaultsKept) flush();
+  }
+
+  void process(const os::trace::ProcessEvent& event) override {
+    emitter_.sample({{"record", "process"}, {"change", os::trace::change_name(event.change)}},
+                    {{"pid", event.pid}, {"parent", event.parent}, {"time_ns", event.time_ns}, {"name", event.name}});
   }
 
   void flush() {
@@ -172,6 +178,7 @@ Experiment trace_experiment() {
                   {{"exit_code", result.exit_code}, {"signal", result.signal}, {"wall_ns", result.wall_ns},
                    {"user_ns", result.user_ns}, {"system_ns", result.system_ns},
                    {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
+                   {"faults_before_exec", result.faults_before_exec},
                    {"sampled_faults", sink.faults()}, {"calls", sink.calls()}, {"sample_period", settings->sample_period},
                    {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
                    {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
@@ -180,7 +187,8 @@ Experiment trace_experiment() {
                    {"elsewhere_ns", elsewhere ? json(*elsewhere) : json(nullptr)},
                    {"elsewhere_method", interval.elsewhere_method()},
                    {"fault_source", result.fault_source}, {"call_source", result.call_source},
-                   {"mounted_tracefs", result.mounted_tracefs}, {"attached_pid", settings->attach_pid}});
+                   {"attached_pid", settings->attach_pid},
+                   {"interrupted", result.interrupted}});
               if (result.lost_records) {
                 emitter.warning("events_lost", std::to_string(result.lost_records) +
                                                    " records were lost (ring buffer full): pass a larger --buffer-pages or a "

@@ -1,0 +1,49 @@
+"""tracefs, which the probe's kernel tracepoints need (trace's mapping calls, monitor's count of
+zeroed pages). A fresh boot leaves it unmounted. As root, a command that needs it mounts it for its
+own run: journaled before the mount, unmounted when the command ends, and unmounted by the next
+memcost command if this one was killed (journal.py). Without root nothing is mounted: the probe
+says what it could not count and what to do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from contextlib import contextmanager
+from typing import Iterator
+
+from . import journal
+
+TRACEFS = "/sys/kernel/tracing"
+_ROOTS = (TRACEFS, "/sys/kernel/debug/tracing")
+
+
+def mounted() -> bool:
+    return any(os.path.isdir(f"{root}/events") for root in _ROOTS)
+
+
+def _unmount(undo: dict) -> str:
+    if os.path.isdir(f"{undo['path']}/events"):
+        subprocess.run(["umount", undo["path"]], check=True, capture_output=True)
+    return f"tracefs at {undo['path']} unmounted"
+
+
+journal.register("tracefs_mount", _unmount)
+
+
+@contextmanager
+def available() -> Iterator[bool]:
+    """tracefs mounted for the duration, where this process may mount it; yields whether it is there."""
+    entry = None
+    if os.geteuid() == 0 and not mounted() and os.path.isdir(TRACEFS):
+        entry = journal.record("tracefs_mount", f"tracefs at {TRACEFS}", path=TRACEFS)
+        try:
+            subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError):
+            journal.forget(entry)  # nothing was changed; the probe says what it could not count
+            entry = None
+    try:
+        yield mounted()
+    finally:
+        if entry is not None:
+            _unmount({"path": TRACEFS})
+            journal.forget(entry)

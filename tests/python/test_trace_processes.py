@@ -1,0 +1,192 @@
+"""memcost trace on programs that fork, exec, crash and misbehave (tests/python/data/trace_tree.c):
+nothing is lost at the default settings, every process is named, and each ends with the right
+exit code and what was recorded until then."""
+
+import os
+import random
+import resource
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from memcost import exit_codes
+from memcost.results import load_document
+
+from conftest import finish, needs_tracing, run_memcost, start_memcost
+
+PAGES_PER_MIB = 256
+# Sampled faults against the kernel's count for the command (less the faults memcost's fork took
+# before it exec'd the command): within 0.1 %.
+KERNEL_TOLERANCE = 0.001
+
+pytestmark = needs_tracing
+
+
+@pytest.fixture(scope="module")
+def tree(c_program) -> Path:
+    return c_program("trace_tree")
+
+
+@pytest.fixture
+def results(golden_results, tmp_path) -> Path:
+    root = tmp_path / "results"
+    shutil.copytree(golden_results, root)
+    return root
+
+
+def no_core_dumps() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def trace(results: Path, *command: str):
+    result = run_memcost("--results-dir", str(results), "trace", "--", *command)
+    document = load_document(results / "latest" / "trace.json") if (results / "latest" / "trace.json").exists() else None
+    return result, document
+
+
+def assert_exact(totals: dict) -> None:
+    assert totals["lost_records"] == 0
+    assert totals["faults"] == pytest.approx(totals["kernel_faults"], rel=KERNEL_TOLERANCE)
+
+
+def test_every_forked_child_is_counted_and_named(tree, results):
+    result, document = trace(results, str(tree), "fork", "4", "64")
+    assert result.returncode == 0, result.stderr
+    totals = document["summary"]["totals"]
+    assert_exact(totals)
+    processes = document["summary"]["processes"]
+    assert len(processes) == 5 and {p["name"] for p in processes} == {"trace_tree"}
+    parent = next(p for p in processes if not p["parent"])
+    children = [p for p in processes if p["parent"] == parent["pid"]]
+    assert len(children) == 4
+    for process in processes:
+        assert process["faults"] >= 64 * PAGES_PER_MIB, process
+    assert "Processes — which process took the faults" in result.stdout
+
+
+def test_an_exec_chain_counts_and_names_both_programs(tree, results, tmp_path):
+    first, second = tmp_path / "prog_a", tmp_path / "prog_b"
+    shutil.copy(tree, first)
+    shutil.copy(tree, second)
+    result, document = trace(results, "sh", "-c", f"{first} touch 256; {second} touch 128")
+    assert result.returncode == 0, result.stderr
+    assert_exact(document["summary"]["totals"])
+    by_name = {p["name"]: p for p in document["summary"]["processes"]}
+    assert by_name["prog_a"]["faults"] >= 256 * PAGES_PER_MIB
+    assert by_name["prog_b"]["faults"] >= 128 * PAGES_PER_MIB
+    assert by_name["prog_a"]["faults"] < 257 * PAGES_PER_MIB and by_name["prog_b"]["faults"] < 129 * PAGES_PER_MIB
+
+
+def test_a_command_that_crashes_gives_139_and_what_it_did(tree, results):
+    result = run_memcost("--results-dir", str(results), "trace", "--", str(tree), "crash", "64")
+    assert result.returncode == 128 + signal.SIGSEGV, result.stderr
+    assert "crashed (SIGSEGV)" in result.stderr and "Traceback" not in result.stderr
+    document = load_document(results / "latest" / "trace.json")
+    totals = document["summary"]["totals"]
+    assert totals["exit_code"] == 139 and totals["signal"] == signal.SIGSEGV
+    assert_exact(totals)
+    assert totals["faults_attributed"] >= 64 * PAGES_PER_MIB
+
+
+def test_a_command_that_closes_its_output_is_traced_to_the_end(tree, results):
+    result, document = trace(results, str(tree), "closed", "64")
+    assert result.returncode == 0, result.stderr
+    assert_exact(document["summary"]["totals"])
+    assert document["summary"]["totals"]["faults_attributed"] >= 64 * PAGES_PER_MIB
+
+
+def test_a_command_that_ignores_ctrl_c_is_stopped_and_its_record_kept(tree, results, tmp_path):
+    running = tmp_path / "running"
+    process = start_memcost("--results-dir", str(results), "trace", "--", str(tree), "noint", "64", "60", str(running),
+                            folder=tmp_path, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not running.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = finish(process)
+    assert process.returncode == exit_codes.INTERRUPTED, stderr
+    assert time.monotonic() - started < 20  # SIGINT passed on after 1 s, then SIGTERM after 3 s more
+    totals = load_document(results / "latest" / "trace.json")["summary"]["totals"]
+    assert totals["exit_code"] == 128 + signal.SIGTERM and totals["interrupted"]
+    assert totals["faults_attributed"] >= 64 * PAGES_PER_MIB
+
+
+def test_a_watched_process_that_exits_ends_the_watch(results, tmp_path):
+    import subprocess
+    import sys
+    running = tmp_path / "running"
+    target = subprocess.Popen([sys.executable, "-c",
+                               f"import time\nopen({str(running)!r}, 'w').close()\ntime.sleep(1.5)\n"
+                               "for _ in range(3):\n    b = b'x' * (64 << 20)\n    del b\ntime.sleep(0.5)\n"])
+    try:
+        deadline = time.monotonic() + 30
+        while not running.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result = run_memcost("--results-dir", str(results), "trace", "--pid", str(target.pid))
+        assert result.returncode == 0, result.stderr
+        totals = load_document(results / "latest" / "trace.json")["summary"]["totals"]
+        assert totals["faults_attributed"] >= 3 * 64 * PAGES_PER_MIB
+        assert target.wait(timeout=10) == 0
+    finally:
+        if target.poll() is None:
+            target.kill()
+
+
+def _lingering(program: Path) -> list[int]:
+    """Processes still running the given program (traced commands left behind)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if (proc / "cmdline").read_bytes().split(b"\0")[0] == str(program).encode():
+                    stat = (proc / "stat").read_text()
+                    if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                        found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+ROUNDS = int(os.environ.get("MEMCOST_INTERRUPT_ROUNDS", "50"))
+
+
+def test_interrupting_a_fault_heavy_trace_at_random_moments(tree, golden_results, tmp_path):
+    """Ctrl-C at 50 random moments, 20 ms to 1 s after the command started (half to the whole
+    process group, as a terminal sends it, half to the front end alone): every round ends with
+    exit 130 and its results written, no crash, no core, no traced command left running."""
+    program = tmp_path / "fault_loop"
+    shutil.copy(tree, program)
+    moments = random.Random(20).sample(range(20, 1000), ROUNDS)
+    failures = []
+    for number, delay_ms in enumerate(moments):
+        to_group = number % 2 == 0
+        root, running = tmp_path / f"results-{number}", tmp_path / f"running-{number}"
+        shutil.copytree(golden_results, root)
+        process = start_memcost("--results-dir", str(root), "trace", "--", str(program), "loop", "32", str(running),
+                                folder=tmp_path, cwd=tmp_path, start_new_session=True, preexec_fn=no_core_dumps)
+        deadline = time.monotonic() + 60
+        while not running.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(delay_ms / 1000)
+        if to_group:
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGINT)
+        _, stderr = finish(process, timeout=60)
+        where = f"round {number} ({'group' if to_group else 'front end'}, {delay_ms} ms)"
+        document = root / "latest" / "trace.json"
+        if process.returncode != exit_codes.INTERRUPTED or not document.exists() or "Traceback" in stderr \
+                or "SIGSEGV" in stderr or _lingering(program):
+            failures.append(f"{where}: exit {process.returncode}, results {'kept' if document.exists() else 'missing'}, "
+                            f"left running {_lingering(program)}: {stderr.strip()[-400:]}")
+            for pid in _lingering(program):
+                os.kill(pid, signal.SIGKILL)
+        elif not load_document(document)["summary"]["totals"]["interrupted"]:
+            failures.append(f"{where}: the results do not say the trace was interrupted")
+        shutil.rmtree(root)
+    assert not list(tmp_path.glob("core*")), "a core file was written"
+    assert not failures, "\n".join(failures)
