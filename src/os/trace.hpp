@@ -127,6 +127,8 @@ class Sink {
   virtual void call(const MappingCall& call) = 0;
   virtual void fault(const Fault& fault) = 0;
   virtual void process(const ProcessEvent& event) = 0;
+  // Every call and fault up to this moment (CLOCK_MONOTONIC) has been delivered; UINT64_MAX at the end.
+  virtual void settle(std::uint64_t until_ns) { (void)until_ns; }
 };
 
 struct Result {

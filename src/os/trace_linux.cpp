@@ -451,7 +451,8 @@ class Session {
   // wraps around the end of its buffer), giving space back to the kernel as they go.
   // `behind` is called when a buffer is a quarter full while draining, so the caller can hold
   // the command until this drain ends.
-  void drain(bool final = false, const std::function<void()>& behind = {}) {
+  // Returns the moment up to which every record has now been delivered.
+  std::uint64_t drain(bool final = false, const std::function<void()>& behind = {}) {
     // Records of events older than this are all in the buffers by now, whichever CPU wrote them.
     const std::uint64_t settled = final ? UINT64_MAX : monotonic_ns() - 20'000'000ULL;
     std::vector<std::pair<std::uint64_t, std::uint64_t>> spans(buffers.size());
@@ -490,6 +491,7 @@ class Session {
       }
     }
     pair_calls(settled);
+    return settled;
   }
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return recorder_.unwind_failures(); }
@@ -1180,8 +1182,9 @@ Result run(const Options& options, Sink& sink, Failure& status) {
     // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching up,
     // rather than lose records. It is told nothing.
     if (session.fullest() > 0.25) hold.hold();
-    session.drain(false, [&] { hold.hold(); });
+    const std::uint64_t settled = session.drain(false, [&] { hold.hold(); });
     if (preloading) preload.drain();
+    sink.settle(settled);
     hold.release();
     const std::uint64_t now = monotonic_ns();
     if (attaching) {
@@ -1221,6 +1224,7 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   if (options.window_closed) options.window_closed();
   session.drain(true);
   if (preloading) preload.drain();
+  sink.settle(UINT64_MAX);
   result.fault_source = kernel_faults ? "perf software event page-faults, user and kernel mode"
                                       : "perf software event page-faults, user mode only (kernel-mode sampling not permitted)";
   sigaction(SIGINT, &old_int, nullptr);

@@ -83,8 +83,9 @@ def test_unmap_time_is_measured_and_the_exit_code_passes_through(traced):
     assert result.returncode == 3, result.stderr
     assert "done" in result.stdout  # the command's own output reaches the user
     assert _row(document, "site_a_frames")["free_ms"] > 0
-    calls = [s for s in document["samples"] if s["case"]["record"] == "call" and s["case"]["call"] == "munmap"]
-    assert calls and all(s["metrics"]["exit_ns"] >= s["metrics"]["enter_ns"] for s in calls)
+    # The document holds the aggregate, not a record per fault or call.
+    assert {s["case"]["record"] for s in document["samples"]} <= {"stack", "process", "faults", "allocations", "run"}
+    assert sum(len(s["metrics"]["faults"]) for s in document["samples"] if s["case"]["record"] == "faults") < 100
     assert document["summary"]["totals"]["lost_records"] == 0
 
 

@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-from rich.markup import escape
-from rich.table import Table
 
 from .. import exit_codes, export, tracefs
 from ..console import console, warn

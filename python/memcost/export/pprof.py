@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -81,24 +81,19 @@ class _Strings:
 def build(document: dict) -> bytes:
     """The serialized (not yet gzipped) profile of a trace results document."""
     trace = analysis.read(document["samples"])
-    mappings, owner = analysis.attribute(trace, document["summary"]["totals"]["thp_mode"])
     totals = document["summary"]["totals"]
-    period = trace.run.get("sample_period", 1)
+    period = trace.period
     cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
-    base_ns = cost.fault_us("base") * 1e3
 
     values: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
-    for (stack_id, index), faults in Counter(zip(trace.fault_stack.tolist(), owner.tolist())).items():
-        allocation = mappings[index].stack if index >= 0 else 0
-        touch = analysis.site_of(trace.stacks, stack_id)
-        entry = values[(allocation, touch)]
-        entry[0] += faults * period
-        mapping = mappings[index] if index >= 0 else None
-        per_fault_ns = (mapping.fault_us(cost) * 1e3 / mapping.faults) if mapping is not None and mapping.faults else base_ns
-        entry[1] += int(faults * period * per_fault_ns)
-    for mapping in mappings:
-        if mapping.freed_bytes:
-            values[(mapping.stack, "")][2] += mapping.freed_bytes
+    for row in trace.faults:
+        allocation = row["allocation_stack"] if row["allocation_call"] else 0
+        entry = values[(allocation, analysis.site_of(trace.stacks, row["touch_stack"]))]
+        entry[0] += row["faults"] * period
+        entry[1] += int(row["faults"] * period * cost.fault_us("thp" if row["huge"] else "base") * 1e3)
+    for origin in trace.origins:
+        if origin["freed_bytes"]:
+            values[(origin["stack"], "")][2] += origin["freed_bytes"]
 
     Profile = _profile_class()
     profile = Profile()

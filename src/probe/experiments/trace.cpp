@@ -1,13 +1,16 @@
-// `memcost-probe trace -- COMMAND ...`: runs a command under perf events and streams what its
-// memory cost the OS: every mapping call (with its call stack and measured duration) and every
-// page fault (with its address and call stack). Statistics are the Python side's.
+// `memcost-probe trace -- COMMAND ...`: runs a command under perf events and reports what its
+// memory cost the OS, attributed as the records stream (src/trace/attribution.hpp): the probe's
+// memory and its output grow with distinct stacks, sites and processes, not with faults.
+// Statistics and advice are the Python side's.
 //
 // Records (all `sample` lines, told apart by case.record):
-//   stack  — one unwound, symbolized call stack, once, before anything refers to its id;
-//   call   — one mapping call: mmap, munmap, mremap, brk or madvise;
-//   faults — a batch of page faults, as parallel arrays;
-//   process — a process of the traced tree started, forked, exec'd or exited, with its name;
-//   run    — last: the command's exit, CPU and fault counts, what was lost, how it was measured.
+//   stack       — one unwound, symbolized call stack, once, before anything refers to its id;
+//   process     — a process of the traced tree started, forked, exec'd or exited, with its name;
+//   faults      — the fault counts per (allocation stack and call, touching stack, process,
+//                 program, page kind), as parallel arrays;
+//   allocations — per allocation origin (stack and call): mappings made and freed, bytes,
+//                 measured call time, the largest mapping, the freed mappings by size;
+//   run         — last: the command's exit, CPU and fault counts, what was lost, how it was measured.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -16,15 +19,12 @@
 #include "memcost/measure.hpp"
 #include "os/trace.hpp"
 #include "probe/experiment.hpp"
+#include "trace/attribution.hpp"
 
 namespace memcost::probe {
 namespace {
 
-// Faults are kept and written after the command ends (in lines of kFaultLine): writing while it
-// runs would let a slow reader of stdout stall the probe until the kernel's ring buffer overflows.
-// Past kFaultsKept they are written at once, so memory stays bounded (about 48 bytes a fault).
-constexpr std::size_t kFaultLine = 65536;
-constexpr std::size_t kFaultsKept = std::size_t{4} << 20;
+constexpr std::size_t kFaultLine = 65536;  // entries per `faults` line
 
 struct Settings {
   std::vector<std::string> command;
@@ -36,6 +36,7 @@ struct Settings {
   double attach_seconds = 0;
 };
 
+// Stacks and processes go out as they come: few, and the aggregate refers to them.
 class JsonSink : public os::trace::Sink {
  public:
   explicit JsonSink(Emitter& emitter) : emitter_(emitter) {}
@@ -49,58 +50,66 @@ class JsonSink : public os::trace::Sink {
     emitter_.sample({{"record", "stack"}}, {{"stack", id}, {"frames", std::move(list)}});
   }
 
-  void call(const os::trace::MappingCall& call) override {
-    json args = json::array();
-    for (std::uint64_t value : call.args) args.push_back(value);
-    emitter_.sample({{"record", "call"}, {"call", os::trace::call_name(call.kind)}},
-                    {{"pid", call.pid}, {"tid", call.tid}, {"enter_ns", call.enter_ns}, {"exit_ns", call.exit_ns},
-                     {"args", std::move(args)}, {"result", call.result}, {"stack", call.stack}});
-    ++calls_;
-  }
-
-  void fault(const os::trace::Fault& fault) override {
-    pid_.push_back(fault.pid);
-    tid_.push_back(fault.tid);
-    time_.push_back(fault.time_ns);
-    address_.push_back(fault.address);
-    stack_.push_back(fault.stack);
-    user_.push_back(fault.user_mode);
-    ++faults_;
-    if (time_.size() >= kFaultsKept) flush();
-  }
-
   void process(const os::trace::ProcessEvent& event) override {
     emitter_.sample({{"record", "process"}, {"change", os::trace::change_name(event.change)}},
                     {{"pid", event.pid}, {"parent", event.parent}, {"time_ns", event.time_ns}, {"name", event.name}});
   }
 
-  void flush() {
-    for (std::size_t from = 0; from < time_.size(); from += kFaultLine) {
-      const std::size_t to = std::min(time_.size(), from + kFaultLine);
-      auto part = [from, to](const auto& column) { return json(std::vector(column.begin() + from, column.begin() + to)); };
-      emitter_.sample({{"record", "faults"}}, {{"pid", part(pid_)}, {"tid", part(tid_)}, {"time_ns", part(time_)},
-                                               {"address", part(address_)}, {"stack", part(stack_)},
-                                               {"user_mode", part(user_)}});
-    }
-    pid_.clear();
-    tid_.clear();
-    time_.clear();
-    address_.clear();
-    stack_.clear();
-    user_.clear();
-  }
-
-  [[nodiscard]] std::uint64_t faults() const { return faults_; }
-  [[nodiscard]] std::uint64_t calls() const { return calls_; }
+  void call(const os::trace::MappingCall&) override {}
+  void fault(const os::trace::Fault&) override {}
 
  private:
   Emitter& emitter_;
-  std::vector<int> pid_, tid_;
-  std::vector<std::uint64_t> time_, address_;
-  std::vector<std::uint32_t> stack_;
-  std::vector<bool> user_;
-  std::uint64_t faults_ = 0, calls_ = 0;
 };
+
+const char* origin_name(int call) {
+  return call == trace::kOutside ? "" : os::trace::call_name(static_cast<os::trace::CallKind>(call));
+}
+
+void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
+  std::vector<std::pair<trace::FaultKey, std::uint64_t>> counts(attribution.faults().begin(), attribution.faults().end());
+  std::sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (std::size_t from = 0; from < counts.size(); from += kFaultLine) {
+    json allocation_stack = json::array(), allocation_call = json::array(), touch_stack = json::array(),
+         pid = json::array(), program = json::array(), huge = json::array(), faults = json::array();
+    for (std::size_t i = from; i < std::min(counts.size(), from + kFaultLine); ++i) {
+      const auto& [key, count] = counts[i];
+      allocation_stack.push_back(key.allocation_stack);
+      allocation_call.push_back(origin_name(key.allocation_call));
+      touch_stack.push_back(key.touch_stack);
+      pid.push_back(key.pid);
+      program.push_back(key.program);
+      huge.push_back(key.huge);
+      faults.push_back(count);
+    }
+    emitter.sample({{"record", "faults"}},
+                   {{"allocation_stack", std::move(allocation_stack)}, {"allocation_call", std::move(allocation_call)},
+                    {"touch_stack", std::move(touch_stack)}, {"pid", std::move(pid)}, {"program", std::move(program)},
+                    {"huge", std::move(huge)}, {"faults", std::move(faults)}});
+  }
+  for (const auto& [origin, summary] : attribution.origins()) {
+    json sizes = json::array();
+    for (const auto& [bytes, size] : summary.by_size) {
+      sizes.push_back({{"bytes", bytes}, {"freed", size.freed}, {"faults_base", size.faults_base},
+                       {"faults_thp", size.faults_thp}, {"free_ns", size.free_ns}, {"map_ns", size.map_ns}});
+    }
+    emitter.sample({{"record", "allocations"}, {"call", origin_name(origin.call)}},
+                   {{"stack", origin.stack}, {"made", summary.made}, {"freed", summary.freed}, {"bytes", summary.bytes},
+                    {"freed_bytes", summary.freed_bytes}, {"map_ns", summary.map_ns}, {"free_ns", summary.free_ns},
+                    {"huge_advised", summary.huge_advised}, {"largest_bytes", summary.largest_bytes},
+                    {"largest_faults_base", summary.largest_faults_base},
+                    {"largest_faults_thp", summary.largest_faults_thp},
+                    {"largest_one_thread", summary.largest_one_thread}, {"freed_by_size", std::move(sizes)}});
+  }
+}
+
+trace::ThpMode thp_mode() {
+  const os::ThpSettings thp = os::thp_settings();
+  if (!thp.present) return trace::ThpMode::absent;
+  if (thp.enabled == "always") return trace::ThpMode::always;
+  if (thp.enabled == "madvise") return trace::ThpMode::madvise;
+  return trace::ThpMode::never;
+}
 
 }  // namespace
 
@@ -147,7 +156,9 @@ Experiment trace_experiment() {
               options.command_stdout_fd = settings->command_stdout_fd;
               // The preload library lives beside the probe (the build folder, or memcost/_bin).
               options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
-              JsonSink sink(emitter);
+              JsonSink output(emitter);
+              trace::Attribution sink(thp_mode());
+              sink.stacks = &output;
               os::trace::Failure failure;
               const measure::SnapshotOptions everyone{true, false, true};
               measure::Snapshot before, after;
@@ -168,7 +179,8 @@ Experiment trace_experiment() {
                                                "and a mounted tracefs"
                                              : ""));
               }
-              sink.flush();
+              sink.finish();
+              emit_aggregate(emitter, sink);
               measure::Interval interval = measure::between(before, after);
               std::optional<std::int64_t> elsewhere = interval.elsewhere_ns();
               // A process attached to ran beside the probe all along: it is the subject, not "elsewhere".
@@ -179,7 +191,8 @@ Experiment trace_experiment() {
                    {"user_ns", result.user_ns}, {"system_ns", result.system_ns},
                    {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
                    {"faults_before_exec", result.faults_before_exec},
-                   {"sampled_faults", sink.faults()}, {"calls", sink.calls()}, {"sample_period", settings->sample_period},
+                   {"sampled_faults", sink.faults_seen()}, {"calls", sink.calls_seen()},
+                   {"most_records_pending", sink.most_pending()}, {"most_mappings_live", sink.most_live()}, {"sample_period", settings->sample_period},
                    {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
                    {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
                    {"stack_bytes", result.stack_bytes},

@@ -5,7 +5,8 @@
      crash MIB            write MIB, then die of SIGSEGV
      closed MIB           close stdout and stderr first, then write MIB
      noint MIB SECONDS [FILE]  ignore SIGINT, write MIB, create FILE, sleep, exit 0
-     loop MIB [FILE]      write and free MIB over and over until killed; create FILE once running */
+     loop MIB [FILE]      write and free MIB over and over until killed; create FILE once running
+     repeat MIB ROUNDS    write and free MIB, ROUNDS times */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,9 @@ int main(int argc, char **argv) {
     write_fresh(strtoul(argv[2], NULL, 10));
     if (argc > 4) fclose(fopen(argv[4], "w"));
     sleep((unsigned)atoi(argv[3]));
+  } else if (strcmp(mode, "repeat") == 0 && argc > 3) {
+    const size_t mib = strtoul(argv[2], NULL, 10);
+    for (int round = atoi(argv[3]); round > 0; --round) write_fresh(mib);
   } else if (strcmp(mode, "loop") == 0) {
     const size_t mib = strtoul(argv[2], NULL, 10);
     write_fresh(mib);

@@ -1,0 +1,340 @@
+// Streaming attribution (see attribution.hpp for the contract).
+#include "trace/attribution.hpp"
+
+#include <algorithm>
+
+namespace memcost::trace {
+namespace {
+
+constexpr std::uint64_t kHuge = 2ULL << 20;
+constexpr std::uint64_t kMapAnonymous = 0x20;
+constexpr std::uint64_t kMadvDontneed = 4, kMadvFree = 8, kMadvRemove = 9, kMadvHugepage = 14, kMadvNohugepage = 15;
+
+bool failed(const os::trace::MappingCall& call) {
+  const auto result = call.result;
+  return result < 0 && result > -4096;
+}
+
+std::uint64_t duration(const os::trace::MappingCall& call) {
+  return call.exit_ns > call.enter_ns ? call.exit_ns - call.enter_ns : 0;
+}
+
+}  // namespace
+
+void Attribution::stack(std::uint32_t id, const std::vector<os::trace::Frame>& frames) {
+  if (stacks) stacks->stack(id, frames);
+}
+
+void Attribution::call(const os::trace::MappingCall& call) {
+  ++calls_seen_;
+  pending_calls_.push_back(call);
+  most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size());
+}
+
+void Attribution::fault(const os::trace::Fault& fault) {
+  ++faults_seen_;
+  pending_faults_.push_back(fault);
+  most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size());
+}
+
+void Attribution::process(const os::trace::ProcessEvent& event) {
+  if (stacks) stacks->process(event);
+  if (event.change == os::trace::ProcessChange::exit) return;
+  auto& programs = programs_[event.pid];
+  if (event.change == os::trace::ProcessChange::exec || programs.empty()) programs.push_back(event.time_ns);
+  if (event.change != os::trace::ProcessChange::start) pending_forks_.push_back(event);
+}
+
+std::uint32_t Attribution::program_of(int pid, std::uint64_t time_ns) const {
+  auto found = programs_.find(pid);
+  if (found == programs_.end()) return 0;
+  const auto& begins = found->second;
+  auto after = std::upper_bound(begins.begin(), begins.end(), time_ns);
+  return after == begins.begin() ? 0 : static_cast<std::uint32_t>(after - begins.begin() - 1);
+}
+
+void Attribution::settle(std::uint64_t until_ns) {
+  auto by_exit = [](const auto& a, const auto& b) { return a.exit_ns < b.exit_ns; };
+  std::stable_sort(pending_calls_.begin(), pending_calls_.end(), by_exit);
+  std::stable_sort(pending_faults_.begin(), pending_faults_.end(),
+                   [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
+  std::stable_sort(pending_forks_.begin(), pending_forks_.end(),
+                   [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
+  std::size_t calls = 0, faults = 0, forks = 0;
+  auto faults_before = [&](std::uint64_t time_ns) {
+    for (; faults < pending_faults_.size() && pending_faults_[faults].time_ns < time_ns; ++faults) {
+      charge(pending_faults_[faults]);
+    }
+  };
+  while (true) {
+    const std::uint64_t call_at = calls < pending_calls_.size() ? pending_calls_[calls].exit_ns : UINT64_MAX;
+    const std::uint64_t fork_at = forks < pending_forks_.size() ? pending_forks_[forks].time_ns : UINT64_MAX;
+    if (calls == pending_calls_.size() && forks == pending_forks_.size()) break;
+    const std::uint64_t next = std::min(call_at, fork_at);
+    if (next > until_ns) break;
+    faults_before(next);
+    if (fork_at <= call_at) {
+      const auto& event = pending_forks_[forks++];
+      if (event.change == os::trace::ProcessChange::fork) {
+        // The child starts with every mapping its parent has: both now hold each piece.
+        Space& child = spaces_[event.pid];
+        child = spaces_[event.parent];
+        for (const auto& [start, piece] : child.pieces) live_[piece.mapping].live_bytes += piece.end - start;
+      } else {
+        // An exec'd program starts with an empty address space: the old one's mappings end here.
+        auto space = spaces_.find(event.pid);
+        if (space == spaces_.end()) continue;
+        for (const auto& [start, piece] : space->second.pieces) {
+          Mapping& mapping = live_[piece.mapping];
+          mapping.live_bytes -= std::min(mapping.live_bytes, piece.end - start);
+          if (mapping.live_bytes == 0) retire(piece.mapping);
+        }
+        spaces_.erase(space);
+      }
+    } else {
+      apply(pending_calls_[calls++]);
+    }
+  }
+  faults_before(until_ns == UINT64_MAX ? UINT64_MAX : until_ns + 1);
+  if (until_ns == UINT64_MAX) {
+    for (; faults < pending_faults_.size(); ++faults) charge(pending_faults_[faults]);
+  }
+  pending_calls_.erase(pending_calls_.begin(), pending_calls_.begin() + static_cast<std::ptrdiff_t>(calls));
+  pending_faults_.erase(pending_faults_.begin(), pending_faults_.begin() + static_cast<std::ptrdiff_t>(faults));
+  pending_forks_.erase(pending_forks_.begin(), pending_forks_.begin() + static_cast<std::ptrdiff_t>(forks));
+}
+
+void Attribution::finish() {
+  settle(UINT64_MAX);
+  std::vector<std::uint64_t> ids;
+  ids.reserve(live_.size());
+  for (const auto& [id, mapping] : live_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (std::uint64_t id : ids) retire(id);
+  spaces_.clear();
+}
+
+void Attribution::charge(const os::trace::Fault& fault) {
+  const std::uint32_t program = program_of(fault.pid, fault.time_ns);
+  FaultKey key{0, kOutside, fault.stack, fault.pid, program, false};
+  auto space = spaces_.find(fault.pid);
+  if (space != spaces_.end()) {
+    auto& pieces = space->second.pieces;
+    auto after = pieces.upper_bound(fault.address);
+    if (after != pieces.begin()) {
+      auto piece = std::prev(after);
+      if (fault.address < piece->second.end) {
+        Mapping& mapping = live_[piece->second.mapping];
+        key.allocation_stack = mapping.origin.stack;
+        key.allocation_call = mapping.origin.call;
+        if (mapping.first_tid == 0) mapping.first_tid = fault.tid;
+        else if (mapping.first_tid != fault.tid) mapping.one_thread = false;
+        Region& region = mapping.regions[fault.address / kHuge];
+        if (region.faults == 0) {
+          // Its kind is known only when the mapping ends: one fault in the region may be a huge page.
+          region = {1, fault.stack, fault.pid, program};
+          return;
+        }
+        if (region.faults == 1) {  // a second fault: the first was a base page too
+          ++faults_[{key.allocation_stack, key.allocation_call, region.first_touch, region.pid, region.program, false}];
+          ++mapping.faults_base;
+        }
+        ++region.faults;
+        ++mapping.faults_base;
+      }
+    }
+  }
+  ++faults_[key];
+}
+
+std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t length, const os::trace::MappingCall& call,
+                                 bool anonymous) {
+  Space& space = spaces_[pid];
+  for (const auto& [displaced, bytes] : cut(space, start, start + length)) {
+    Mapping& old = live_[displaced];
+    old.live_bytes -= std::min(old.live_bytes, bytes);
+    if (old.live_bytes == 0) retire(displaced);
+  }
+  const std::uint64_t id = next_id_++;
+  Mapping& mapping = live_[id];
+  mapping.origin = {call.stack, static_cast<int>(call.kind)};
+  mapping.length = mapping.live_bytes = length;
+  mapping.map_ns = duration(call);
+  mapping.anonymous = anonymous;
+  space.pieces[start] = {start + length, id};
+  OriginSummary& origin = origins_[mapping.origin];
+  ++origin.made;
+  origin.bytes += length;
+  most_live_ = std::max(most_live_, live_.size());
+  return id;
+}
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> Attribution::overlaps(Space& space, std::uint64_t start,
+                                                                            std::uint64_t end) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> found;
+  auto at = space.pieces.upper_bound(start);
+  if (at != space.pieces.begin()) --at;
+  for (; at != space.pieces.end() && at->first < end; ++at) {
+    if (at->second.end <= start) continue;
+    found.emplace_back(at->second.mapping, std::min(end, at->second.end) - std::max(start, at->first));
+  }
+  return found;
+}
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> Attribution::cut(Space& space, std::uint64_t start,
+                                                                       std::uint64_t end) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> removed;
+  auto at = space.pieces.upper_bound(start);
+  if (at != space.pieces.begin()) --at;
+  while (at != space.pieces.end() && at->first < end) {
+    const std::uint64_t piece_start = at->first;
+    const Piece piece = at->second;
+    if (piece.end <= start) {
+      ++at;
+      continue;
+    }
+    removed.emplace_back(piece.mapping, std::min(end, piece.end) - std::max(start, piece_start));
+    at = space.pieces.erase(at);
+    if (piece_start < start) space.pieces[piece_start] = {start, piece.mapping};
+    if (piece.end > end) at = space.pieces.emplace(end, Piece{piece.end, piece.mapping}).first;
+  }
+  return removed;
+}
+
+void Attribution::free_range(Space& space, std::uint64_t start, std::uint64_t length, const os::trace::MappingCall& call,
+                             bool whole) {
+  auto removed = whole ? cut(space, start, start + length) : overlaps(space, start, start + length);
+  std::uint64_t total = 0;
+  for (const auto& [id, bytes] : removed) total += bytes;
+  for (const auto& [id, bytes] : removed) {
+    Mapping& mapping = live_[id];
+    origins_[mapping.origin].freed_bytes += bytes;
+    mapping.free_ns += duration(call) * bytes / std::max<std::uint64_t>(total, 1);
+    if (!whole) continue;
+    mapping.live_bytes -= std::min(mapping.live_bytes, bytes);
+    if (mapping.live_bytes == 0) {
+      mapping.freed = true;
+      retire(id);
+    }
+  }
+}
+
+std::uint64_t Attribution::block_at(Space& space, std::uint64_t start) {
+  auto found = space.pieces.find(start);
+  return found == space.pieces.end() ? 0 : found->second.mapping;
+}
+
+void Attribution::apply(const os::trace::MappingCall& call) {
+  if (failed(call)) return;
+  Space& space = spaces_[call.pid];
+  const auto result = static_cast<std::uint64_t>(call.result);
+  const std::uint64_t* args = call.args;
+  switch (call.kind) {
+    case CallKind::mmap:
+    case CallKind::existing:
+      make(call.pid, result, args[1], call, (args[3] & kMapAnonymous) != 0);
+      break;
+    case CallKind::malloc:  // the interposer: a big block from malloc, calloc or an aligned allocation
+      make(call.pid, result, args[1], call, true);
+      break;
+    case CallKind::free:
+      if (std::uint64_t block = block_at(space, args[0])) free_range(space, args[0], live_[block].length, call, true);
+      break;
+    case CallKind::realloc: {
+      if (result == 0) break;  // failed: the old block stays
+      const std::uint64_t block = args[0] ? block_at(space, args[0]) : 0;
+      if (block == 0) {
+        os::trace::MappingCall made = call;
+        made.kind = CallKind::malloc;
+        make(call.pid, result, args[2], made, true);
+        break;
+      }
+      Mapping& mapping = live_[block];
+      cut(space, args[0], args[0] + mapping.length);
+      for (const auto& [displaced, bytes] : cut(space, result, result + args[2])) {
+        if (displaced != block && (live_[displaced].live_bytes -= std::min(live_[displaced].live_bytes, bytes)) == 0) {
+          retire(displaced);
+        }
+      }
+      mapping.length = mapping.live_bytes = args[2];
+      mapping.free_ns += duration(call);
+      space.pieces[result] = {result + args[2], block};
+      break;
+    }
+    case CallKind::munmap:
+      free_range(space, args[0], args[1], call, true);
+      break;
+    case CallKind::mremap: {
+      auto moved = cut(space, args[0], args[0] + args[1]);
+      if (moved.empty()) break;
+      const std::uint64_t id = moved.front().first;
+      Mapping& mapping = live_[id];
+      std::uint64_t removed = 0;
+      for (const auto& [piece, bytes] : moved) removed += piece == id ? bytes : 0;
+      mapping.length += args[2] > args[1] ? args[2] - args[1] : 0;
+      mapping.free_ns += duration(call);
+      mapping.live_bytes = mapping.live_bytes - std::min(mapping.live_bytes, removed) + args[2];
+      for (const auto& [displaced, bytes] : cut(space, result, result + args[2])) {
+        if ((live_[displaced].live_bytes -= std::min(live_[displaced].live_bytes, bytes)) == 0) retire(displaced);
+      }
+      space.pieces[result] = {result + args[2], id};
+      break;
+    }
+    case CallKind::brk:
+      if (space.brk_end == 0) {
+        space.brk_end = result;
+      } else if (result > space.brk_end) {
+        make(call.pid, space.brk_end, result - space.brk_end, call, true);
+        space.brk_end = result;
+      } else if (result < space.brk_end) {
+        free_range(space, result, space.brk_end - result, call, true);
+        space.brk_end = result;
+      }
+      break;
+    case CallKind::madvise:
+      if (args[2] == kMadvDontneed || args[2] == kMadvFree || args[2] == kMadvRemove) {
+        free_range(space, args[0], args[1], call, false);
+      } else if (args[2] == kMadvHugepage || args[2] == kMadvNohugepage) {
+        for (const auto& [id, bytes] : overlaps(space, args[0], args[0] + args[1])) {
+          (args[2] == kMadvHugepage ? live_[id].huge_advised : live_[id].huge_refused) = true;
+        }
+      }
+      break;
+  }
+}
+
+void Attribution::retire(std::uint64_t id) {
+  auto found = live_.find(id);
+  if (found == live_.end()) return;
+  Mapping& mapping = found->second;
+  const bool huge_possible = thp_ == ThpMode::always || (thp_ == ThpMode::madvise && mapping.huge_advised);
+  const bool huge = huge_possible && !mapping.huge_refused && mapping.length >= kHuge;
+  for (const auto& [number, region] : mapping.regions) {
+    if (region.faults != 1) continue;
+    ++faults_[{mapping.origin.stack, mapping.origin.call, region.first_touch, region.pid, region.program, huge}];
+    ++(huge ? mapping.faults_thp : mapping.faults_base);
+  }
+  OriginSummary& origin = origins_[mapping.origin];
+  origin.map_ns += mapping.map_ns;
+  origin.free_ns += mapping.free_ns;
+  origin.huge_advised = origin.huge_advised || mapping.huge_advised;
+  if (mapping.freed) {
+    ++origin.freed;
+    const bool room = origin.by_size.size() < kMaxSizes || origin.by_size.count(mapping.length);
+    SizeSummary& size = origin.by_size[room ? mapping.length : 0];  // 0: the sizes past kMaxSizes
+    ++size.freed;
+    size.faults_base += mapping.faults_base;
+    size.faults_thp += mapping.faults_thp;
+    size.free_ns += mapping.free_ns;
+    size.map_ns += mapping.map_ns;
+  }
+  if (mapping.length > origin.largest_bytes) {
+    origin.largest_bytes = mapping.length;
+    origin.largest_faults_base = mapping.faults_base;
+    origin.largest_faults_thp = mapping.faults_thp;
+    origin.largest_one_thread = mapping.one_thread;
+  }
+  live_.erase(found);
+}
+
+}  // namespace memcost::trace

@@ -1,0 +1,166 @@
+// Streaming attribution: each page fault is charged, as the records arrive, to the mapping live
+// at its address at its moment, and counted per (allocation stack, touching stack, process,
+// page kind). Memory grows with live mappings, distinct stacks and processes, never with the
+// number of faults: a fault is a counter increment once its moment has settled.
+//
+// Contract:
+// - Calls (in time order of their return, as the tracer pairs them) and faults (in any order)
+//   are held until settle(t) says every record up to t has been delivered; then they are replayed
+//   in time order, a fault before a call that returned after it.
+// - A call that failed changes nothing. mmap (and a big malloc, and a mapping found at attach)
+//   makes a mapping; munmap, free, brk shrinking and madvise(DONTNEED/FREE/REMOVE) free what they
+//   cover (madvise frees pages, not the mapping); mremap moves and resizes; brk growth is a
+//   mapping; madvise(HUGEPAGE/NOHUGEPAGE) marks what it covers. A forked child starts with its
+//   parent's mappings; an exec'd program with none.
+// - Page kind: a 2 MB region of a mapping of 2 MB or more that took exactly one fault was mapped
+//   whole, by a huge page, where huge pages were possible (THP always, or madvise and advised);
+//   every other fault is a base page. A region's kind is known when its mapping ends (or at
+//   finish()): faults are counted into the aggregate then.
+// - Allocation origins (stack and call kind) keep lifetime summaries: mappings made and freed,
+//   bytes, measured call time, and per size of freed mapping how many and what they cost.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "os/trace.hpp"
+
+namespace memcost::trace {
+
+using os::trace::CallKind;
+
+// Where huge pages could back anonymous memory: the machine's THP mode.
+enum class ThpMode { absent, never, madvise, always };
+
+// A call kind beyond the tracer's: the fault fell in no traced mapping.
+inline constexpr int kOutside = -1;
+
+struct FaultKey {
+  std::uint32_t allocation_stack = 0;  // 0 with call kOutside
+  int allocation_call = kOutside;      // CallKind of the origin, or kOutside
+  std::uint32_t touch_stack = 0;
+  int pid = 0;
+  std::uint32_t program = 0;  // which program the pid ran: 0 the first, 1 after its first exec, ...
+  bool huge = false;
+  bool operator==(const FaultKey&) const = default;
+};
+
+struct FaultKeyHash {
+  std::size_t operator()(const FaultKey& key) const {
+    std::uint64_t h = key.allocation_stack * 0x9E3779B97F4A7C15ULL;
+    h ^= (static_cast<std::uint64_t>(key.touch_stack) << 20) ^ static_cast<std::uint64_t>(key.allocation_call + 7);
+    h ^= (static_cast<std::uint64_t>(key.pid) << 32) ^ (static_cast<std::uint64_t>(key.program) << 8) ^ key.huge;
+    return static_cast<std::size_t>(h * 0xBF58476D1CE4E5B9ULL);
+  }
+};
+
+// What the freed mappings of one size, from one origin, cost.
+struct SizeSummary {
+  std::uint64_t freed = 0;
+  std::uint64_t faults_base = 0, faults_thp = 0;
+  std::uint64_t free_ns = 0, map_ns = 0;
+};
+
+struct OriginKey {
+  std::uint32_t stack = 0;
+  int call = 0;
+  auto operator<=>(const OriginKey&) const = default;
+};
+
+struct OriginSummary {
+  std::uint64_t made = 0, freed = 0;
+  std::uint64_t bytes = 0, freed_bytes = 0;
+  std::uint64_t map_ns = 0, free_ns = 0;
+  bool huge_advised = false;
+  std::map<std::uint64_t, SizeSummary> by_size;  // freed mappings by length; past kMaxSizes, 0 holds the rest
+  // The largest mapping: its length, faults and whether one thread faulted it all.
+  std::uint64_t largest_bytes = 0, largest_faults_base = 0, largest_faults_thp = 0;
+  bool largest_one_thread = true;
+};
+
+class Attribution : public os::trace::Sink {
+ public:
+  static constexpr std::size_t kMaxSizes = 256;
+  explicit Attribution(ThpMode thp) : thp_(thp) {}
+
+  // Stacks pass straight through to `next` (they are interned by the unwinder already).
+  os::trace::Sink* stacks = nullptr;
+
+  void stack(std::uint32_t id, const std::vector<os::trace::Frame>& frames) override;
+  void call(const os::trace::MappingCall& call) override;
+  void fault(const os::trace::Fault& fault) override;
+  void process(const os::trace::ProcessEvent& event) override;
+
+  // Every record with a time up to `until_ns` has been delivered: replay them.
+  void settle(std::uint64_t until_ns);
+  // The end: replay everything, and count the faults of the mappings still live.
+  void finish();
+
+  [[nodiscard]] const std::unordered_map<FaultKey, std::uint64_t, FaultKeyHash>& faults() const { return faults_; }
+  [[nodiscard]] const std::map<OriginKey, OriginSummary>& origins() const { return origins_; }
+  [[nodiscard]] std::uint64_t faults_seen() const { return faults_seen_; }
+  [[nodiscard]] std::uint64_t calls_seen() const { return calls_seen_; }
+  // The most records held at once waiting for their moment to settle, and live mappings at once.
+  [[nodiscard]] std::size_t most_pending() const { return most_pending_; }
+  [[nodiscard]] std::size_t most_live() const { return most_live_; }
+
+ private:
+  struct Region {
+    std::uint32_t faults = 0;
+    std::uint32_t first_touch = 0;  // the first fault's touching stack
+    int pid = 0;
+    std::uint32_t program = 0;
+  };
+  struct Mapping {
+    OriginKey origin;
+    std::uint64_t length = 0;
+    std::uint64_t live_bytes = 0;
+    std::uint64_t map_ns = 0, free_ns = 0;
+    bool anonymous = true, huge_advised = false, huge_refused = false;
+    std::unordered_map<std::uint64_t, Region> regions;  // by 2 MB region number
+    std::uint64_t faults_base = 0, faults_thp = 0;
+    int first_tid = 0;
+    bool one_thread = true;
+    bool freed = false;
+  };
+  struct Piece {
+    std::uint64_t end;
+    std::uint64_t mapping;
+  };
+  struct Space {
+    std::map<std::uint64_t, Piece> pieces;  // by start; disjoint
+    std::uint64_t brk_end = 0;              // 0: no brk seen yet
+  };
+  struct Program {
+    std::uint64_t from_ns;
+  };
+
+  void apply(const os::trace::MappingCall& call);
+  void charge(const os::trace::Fault& fault);
+  std::uint64_t make(int pid, std::uint64_t start, std::uint64_t length, const os::trace::MappingCall& call, bool anonymous);
+  // Cut [start, end) out of the space; per mapping touched, the bytes removed.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(Space& space, std::uint64_t start, std::uint64_t end);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> overlaps(Space& space, std::uint64_t start, std::uint64_t end);
+  void free_range(Space& space, std::uint64_t start, std::uint64_t length, const os::trace::MappingCall& call, bool whole);
+  std::uint64_t block_at(Space& space, std::uint64_t start);  // the mapping a live piece starts at, or 0
+  void retire(std::uint64_t id);  // counts its regions' faults, sums it into its origin, forgets it
+  std::uint32_t program_of(int pid, std::uint64_t time_ns) const;
+
+  ThpMode thp_;
+  std::vector<os::trace::MappingCall> pending_calls_;  // in order of exit_ns
+  std::vector<os::trace::Fault> pending_faults_;
+  std::vector<os::trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
+  std::unordered_map<int, Space> spaces_;
+  std::unordered_map<std::uint64_t, Mapping> live_;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<int, std::vector<std::uint64_t>> programs_;  // pid -> when each program began
+  std::unordered_map<FaultKey, std::uint64_t, FaultKeyHash> faults_;
+  std::map<OriginKey, OriginSummary> origins_;
+  std::uint64_t faults_seen_ = 0, calls_seen_ = 0;
+  std::size_t most_pending_ = 0, most_live_ = 0;
+};
+
+}  // namespace memcost::trace
