@@ -37,7 +37,7 @@ $(VENV)/.installed: $(VENV)/.deps $(SOURCES) | prerequisites
 test-cpp: | prerequisites
 	cmake -S . -B $(BUILD) -G Ninja -DMEMCOST_BUILD_TESTS=ON
 	cmake --build $(BUILD)
-	cd $(BUILD) && ctest --output-on-failure
+	cd $(BUILD) && $(REQUIRE_TRACING) ctest --output-on-failure
 
 # big_array and its C API under AddressSanitizer (with LeakSanitizer) and UBSan; then the trace
 # tests, the interrupt stress included, with the probe built the same way.

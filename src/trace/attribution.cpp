@@ -10,39 +10,39 @@ constexpr std::uint64_t kHuge = 2ULL << 20;
 constexpr std::uint64_t kMapAnonymous = 0x20;
 constexpr std::uint64_t kMadvDontneed = 4, kMadvFree = 8, kMadvRemove = 9, kMadvHugepage = 14, kMadvNohugepage = 15;
 
-bool failed(const os::trace::MappingCall& call) {
+bool failed(const trace::MappingCall& call) {
   const auto result = call.result;
   return result < 0 && result > -4096;
 }
 
-std::uint64_t duration(const os::trace::MappingCall& call) {
+std::uint64_t duration(const trace::MappingCall& call) {
   return call.exit_ns > call.enter_ns ? call.exit_ns - call.enter_ns : 0;
 }
 
 }  // namespace
 
-void Attribution::stack(std::uint32_t id, const std::vector<os::trace::Frame>& frames) {
+void Attribution::stack(std::uint32_t id, const std::vector<trace::Frame>& frames) {
   if (stacks) stacks->stack(id, frames);
 }
 
-void Attribution::call(const os::trace::MappingCall& call) {
+void Attribution::call(const trace::MappingCall& call) {
   ++calls_seen_;
   pending_calls_.push_back(call);
   most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size());
 }
 
-void Attribution::fault(const os::trace::Fault& fault) {
+void Attribution::fault(const trace::Fault& fault) {
   ++faults_seen_;
   pending_faults_.push_back(fault);
   most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size());
 }
 
-void Attribution::process(const os::trace::ProcessEvent& event) {
+void Attribution::process(const trace::ProcessEvent& event) {
   if (stacks) stacks->process(event);
-  if (event.change == os::trace::ProcessChange::exit) return;
+  if (event.change == trace::ProcessChange::exit) return;
   auto& programs = programs_[event.pid];
-  if (event.change == os::trace::ProcessChange::exec || programs.empty()) programs.push_back(event.time_ns);
-  if (event.change != os::trace::ProcessChange::start) pending_forks_.push_back(event);
+  if (event.change == trace::ProcessChange::exec || programs.empty()) programs.push_back(event.time_ns);
+  if (event.change != trace::ProcessChange::start) pending_forks_.push_back(event);
 }
 
 std::uint32_t Attribution::program_of(int pid, std::uint64_t time_ns) const {
@@ -75,7 +75,7 @@ void Attribution::settle(std::uint64_t until_ns) {
     faults_before(next);
     if (fork_at <= call_at) {
       const auto& event = pending_forks_[forks++];
-      if (event.change == os::trace::ProcessChange::fork) {
+      if (event.change == trace::ProcessChange::fork) {
         // The child starts with every mapping its parent has: both now hold each piece.
         Space& child = spaces_[event.pid];
         child = spaces_[event.parent];
@@ -114,7 +114,7 @@ void Attribution::finish() {
   spaces_.clear();
 }
 
-void Attribution::charge(const os::trace::Fault& fault) {
+void Attribution::charge(const trace::Fault& fault) {
   const std::uint32_t program = program_of(fault.pid, fault.time_ns);
   FaultKey key{0, kOutside, fault.stack, fault.pid, program, false};
   auto space = spaces_.find(fault.pid);
@@ -147,7 +147,7 @@ void Attribution::charge(const os::trace::Fault& fault) {
   ++faults_[key];
 }
 
-std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t length, const os::trace::MappingCall& call,
+std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call,
                                  bool anonymous) {
   Space& space = spaces_[pid];
   for (const auto& [displaced, bytes] : cut(space, start, start + length)) {
@@ -201,7 +201,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> Attribution::cut(Space& spa
   return removed;
 }
 
-void Attribution::free_range(Space& space, std::uint64_t start, std::uint64_t length, const os::trace::MappingCall& call,
+void Attribution::free_range(Space& space, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call,
                              bool whole) {
   auto removed = whole ? cut(space, start, start + length) : overlaps(space, start, start + length);
   std::uint64_t total = 0;
@@ -224,7 +224,7 @@ std::uint64_t Attribution::block_at(Space& space, std::uint64_t start) {
   return found == space.pieces.end() ? 0 : found->second.mapping;
 }
 
-void Attribution::apply(const os::trace::MappingCall& call) {
+void Attribution::apply(const trace::MappingCall& call) {
   if (failed(call)) return;
   Space& space = spaces_[call.pid];
   const auto result = static_cast<std::uint64_t>(call.result);
@@ -244,7 +244,7 @@ void Attribution::apply(const os::trace::MappingCall& call) {
       if (result == 0) break;  // failed: the old block stays
       const std::uint64_t block = args[0] ? block_at(space, args[0]) : 0;
       if (block == 0) {
-        os::trace::MappingCall made = call;
+        trace::MappingCall made = call;
         made.kind = CallKind::malloc;
         make(call.pid, result, args[2], made, true);
         break;

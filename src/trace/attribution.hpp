@@ -26,11 +26,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "os/trace.hpp"
+#include "trace/tracer.hpp"
 
 namespace memcost::trace {
 
-using os::trace::CallKind;
 
 // Where huge pages could back anonymous memory: the machine's THP mode.
 enum class ThpMode { absent, never, madvise, always };
@@ -81,18 +80,18 @@ struct OriginSummary {
   bool largest_one_thread = true;
 };
 
-class Attribution : public os::trace::Sink {
+class Attribution : public trace::Sink {
  public:
   static constexpr std::size_t kMaxSizes = 256;
   explicit Attribution(ThpMode thp) : thp_(thp) {}
 
   // Stacks pass straight through to `next` (they are interned by the unwinder already).
-  os::trace::Sink* stacks = nullptr;
+  trace::Sink* stacks = nullptr;
 
-  void stack(std::uint32_t id, const std::vector<os::trace::Frame>& frames) override;
-  void call(const os::trace::MappingCall& call) override;
-  void fault(const os::trace::Fault& fault) override;
-  void process(const os::trace::ProcessEvent& event) override;
+  void stack(std::uint32_t id, const std::vector<trace::Frame>& frames) override;
+  void call(const trace::MappingCall& call) override;
+  void fault(const trace::Fault& fault) override;
+  void process(const trace::ProcessEvent& event) override;
 
   // Every record with a time up to `until_ns` has been delivered: replay them.
   void settle(std::uint64_t until_ns);
@@ -138,21 +137,21 @@ class Attribution : public os::trace::Sink {
     std::uint64_t from_ns;
   };
 
-  void apply(const os::trace::MappingCall& call);
-  void charge(const os::trace::Fault& fault);
-  std::uint64_t make(int pid, std::uint64_t start, std::uint64_t length, const os::trace::MappingCall& call, bool anonymous);
+  void apply(const trace::MappingCall& call);
+  void charge(const trace::Fault& fault);
+  std::uint64_t make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool anonymous);
   // Cut [start, end) out of the space; per mapping touched, the bytes removed.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(Space& space, std::uint64_t start, std::uint64_t end);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> overlaps(Space& space, std::uint64_t start, std::uint64_t end);
-  void free_range(Space& space, std::uint64_t start, std::uint64_t length, const os::trace::MappingCall& call, bool whole);
+  void free_range(Space& space, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool whole);
   std::uint64_t block_at(Space& space, std::uint64_t start);  // the mapping a live piece starts at, or 0
   void retire(std::uint64_t id);  // counts its regions' faults, sums it into its origin, forgets it
   std::uint32_t program_of(int pid, std::uint64_t time_ns) const;
 
   ThpMode thp_;
-  std::vector<os::trace::MappingCall> pending_calls_;  // in order of exit_ns
-  std::vector<os::trace::Fault> pending_faults_;
-  std::vector<os::trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
+  std::vector<trace::MappingCall> pending_calls_;  // in order of exit_ns
+  std::vector<trace::Fault> pending_faults_;
+  std::vector<trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
   std::unordered_map<int, Space> spaces_;
   std::unordered_map<std::uint64_t, Mapping> live_;
   std::uint64_t next_id_ = 1;

@@ -6,8 +6,8 @@
 namespace memcost::trace {
 namespace {
 
-using os::trace::Fault;
-using os::trace::MappingCall;
+using trace::Fault;
+using trace::MappingCall;
 
 constexpr std::uint64_t kMiB = 1ULL << 20;
 constexpr std::uint64_t kPage = 4096;
@@ -132,13 +132,13 @@ TEST(Attribution, OneFaultPer2MbRegionIsAHugePageOnlyWhereHugePagesWerePossible)
 
 TEST(Attribution, AForkedChildFaultsInItsParentsMappingsAndEachProgramIsCountedApart) {
   Attribution attribution(ThpMode::madvise);
-  attribution.process({os::trace::ProcessChange::start, kPid, 0, 0, "parent"});
+  attribution.process({trace::ProcessChange::start, kPid, 0, 0, "parent"});
   attribution.call(call(CallKind::mmap, 1'000, {0, kMiB, 3, 0x22}, kBase));
-  attribution.process({os::trace::ProcessChange::fork, 8, kPid, 2'000, "parent"});
+  attribution.process({trace::ProcessChange::fork, 8, kPid, 2'000, "parent"});
   touch(attribution, kBase, 16, 3'000, 2, 8, 8);  // copy-on-write in the child
   attribution.call(call(CallKind::munmap, 4'000, {kBase, kMiB}, 0));  // the parent lets go; the child holds it
   touch(attribution, kBase + 16 * kPage, 4, 5'000, 2, 8, 8);
-  attribution.process({os::trace::ProcessChange::exec, 8, 0, 6'000, "child"});
+  attribution.process({trace::ProcessChange::exec, 8, 0, 6'000, "child"});
   touch(attribution, kBase, 2, 7'000, 2, 8, 8);  // after exec: a new program, nothing mapped here yet
   attribution.finish();
   std::uint64_t first = 0, second = 0, outside = 0;

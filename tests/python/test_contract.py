@@ -144,7 +144,7 @@ def test_the_trace_analysis_reads_only_documented_keys(emitted):
     from memcost.analysis import trace
     samples = emitted.get("trace") or samples_of("trace")
     wrapped, reads = recorded("trace", samples)
-    trace.summarize(wrapped, trace.CostModel(base_us_per_mb=500.0, thp_us_per_mb=50.0, source="test"), "madvise")
+    trace.summarize(wrapped, trace.CostModel(base_us_per_mb=500.0, thp_us_per_mb=50.0, source="test"))
     documented = contract()["trace"]
     for part, where_reads in reads.items():
         for where, keys in where_reads.items():

@@ -120,14 +120,20 @@ def _paranoid() -> int:
     return int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
 
 
-def test_where_users_may_not_use_perf_the_command_says_what_to_do(monkeypatch, capsys):
-    from memcost.cli import main
-    from memcost.cli import trace as trace_command
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(trace_command, "perf_event_paranoid", lambda: 3)
-    assert main(["trace", "--", "true"]) == exit_codes.UNSUPPORTED
-    error = capsys.readouterr().err
-    assert "perf_event_paranoid" in error and "sudo" in error
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to set the sysctl and drop to a user")
+def test_where_users_may_not_use_perf_the_command_says_what_to_do():
+    from memcost.probe import probe_path
+    setting = Path("/proc/sys/kernel/perf_event_paranoid")
+    before = setting.read_text()
+    try:
+        setting.write_text("3")  # put back below, whatever happens; the suite checks it is
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(probe_path()),
+                                 "trace", "--", "true"], capture_output=True, text=True, timeout=60, cwd="/tmp")
+    finally:
+        setting.write_text(before)
+    assert result.returncode == exit_codes.UNSUPPORTED, result.stdout + result.stderr
+    error = json.loads(result.stdout.splitlines()[-1])
+    assert "perf_event_paranoid 3" in error["message"] and "sudo" in error["message"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or _paranoid() <= -1 or _paranoid() > 2,
@@ -157,7 +163,7 @@ def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
     # Without privilege the buffers are small and the tracer has no priority: the command is held
     # while it catches up, which loses nothing on a quiet machine; under load a few may go, counted.
     assert run["lost_records"] <= 0.01 * run["sampled_faults"]
-    summary = analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"), "madvise")
+    summary = analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
     document = {"summary": summary}
     a, b = _row(document, "site_a_frames"), _row(document, "site_b_allocate")
     assert a["faults"] == pytest.approx(50 * 2048, rel=0.02) and (a["mappings"], a["freed"]) == (50, 50)
@@ -276,3 +282,65 @@ def test_a_command_does_not_outlive_a_probe_that_dies():
             os.kill(command, signal.SIGKILL)
         if probe.poll() is None:
             probe.kill()
+
+
+@needs_tracing
+def test_raw_records_are_kept_on_request_and_reaggregate_to_the_same_sites(sites_program, results_root, tmp_path):
+    root = tmp_path / "results"
+    shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
+    result = run_memcost("--results-dir", str(root), "trace", "--raw", "--", str(sites_program), "fresh")
+    assert result.returncode == 0, result.stderr
+    run_folder = (root / "latest").resolve()
+    assert (run_folder / "trace.raw.gz").is_file() and not list(root.glob(".trace.raw.gz.*"))
+    before = load_document(run_folder / "trace.json")["summary"]["rows"]
+    again = run_memcost("--results-dir", str(root), "report", "--reaggregate", str(run_folder))
+    assert again.returncode == 0, again.stderr
+    after = load_document(run_folder / "trace.json")["summary"]["rows"]
+    assert [(r["site"], r["faults"], r["freed"]) for r in after] == [(r["site"], r["faults"], r["freed"]) for r in before]
+    (run_folder / "trace.raw.gz").write_bytes(gzip.compress(b"memcost-trace-raw 1\nf\x01"))  # cut short
+    broken = run_memcost("--results-dir", str(root), "report", "--reaggregate", str(run_folder))
+    assert broken.returncode == exit_codes.FAILURE and "cut short" in broken.stderr and "Traceback" not in broken.stderr
+
+
+def test_reaggregating_a_run_without_raw_records_says_how_to_keep_them(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "report", "--reaggregate", str(tmp_path))
+    assert result.returncode == exit_codes.FAILURE and "memcost trace --raw" in result.stderr
+
+
+@needs_tracing
+def test_a_trace_captured_by_the_probe_alone_imports_priced_by_that_machines_costs(sites_program, results_root, tmp_path):
+    from memcost.probe import probe_path
+    capture = tmp_path / "trace.jsonl"
+    with open(capture, "w") as out:
+        probe = subprocess.run([str(probe_path()), "trace", "--", str(sites_program), "fresh"], stdout=out,
+                               stderr=subprocess.PIPE, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    lines = [line for line in capture.read_text().splitlines() if line.startswith("{")]  # the program printed too
+    capture.write_text("\n".join(lines) + "\n")
+    unpriced = run_memcost("--results-dir", str(tmp_path / "empty"), "import", str(capture))
+    assert unpriced.returncode == exit_codes.FAILURE and "memcost-probe costs" in unpriced.stderr
+    assert not (tmp_path / "empty" / "latest").exists()
+    root = tmp_path / "results"
+    shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
+    result = run_memcost("--results-dir", str(root), "import", str(capture))
+    assert result.returncode == 0, result.stderr
+    document = load_document(root / "latest" / "trace.json")
+    assert _row(document, "site_b_allocate")["faults"] == pytest.approx(65536, rel=0.02)
+    assert "memcost costs" in document["summary"]["totals"]["cost_source"] or "costs" in document["summary"]["totals"]["cost_source"]
+
+
+@needs_tracing
+def test_compare_of_two_traces_shows_each_sites_faults_before_and_after(sites_program, results_root, tmp_path):
+    runs = []
+    for mode in ("fresh", "reuse"):
+        root = tmp_path / mode
+        shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
+        result = run_memcost("--results-dir", str(root), "trace", "--", str(sites_program), mode)
+        assert result.returncode == 0, result.stderr
+        runs.append(str((root / "latest").resolve()))
+    compared = run_memcost("--results-dir", str(tmp_path), "compare", *runs, "--export-json", str(tmp_path / "c.json"))
+    assert compared.returncode == 0, compared.stderr
+    rows = json.loads((tmp_path / "c.json").read_text())["experiments"]["trace"]["rows"]
+    site_b = next(r for r in rows if r["site"].startswith("site_b_allocate") and r["figure"] == "faults")
+    assert site_b["versus_first"][0]["ratio"] == pytest.approx(1.0, abs=0.02)  # the same 256 MiB either way
+    assert "one trace a run" in site_b["versus_first"][0]["note"]

@@ -42,10 +42,14 @@ def process(change, pid, name, time_ns, parent=0):
             "metrics": {"pid": pid, "parent": parent, "time_ns": time_ns, "name": name}}
 
 
-def run(wall_ms=1000.0, period=1):
+def run(wall_ms=1000.0, period=1, thp_mode="madvise"):
     return {"case": {"record": "run"}, "metrics": {"exit_code": 0, "wall_ns": int(wall_ms * 1e6), "user_ns": int(4e8),
                                                    "system_ns": int(4e8), "sample_period": period,
-                                                   "rusage_minor_faults": 0}}
+                                                   "rusage_minor_faults": 0, "thp_mode": thp_mode}}
+
+
+def with_thp(samples, mode):
+    return samples[:-1] + [run(thp_mode=mode)]
 
 
 def churn(frames, size=8 * MIB, touched_pages=2048, wall_ms=1000.0):
@@ -60,7 +64,7 @@ def test_sites_group_origins_and_price_faults_by_page_kind():
     samples = [stack(1, "maker", "main"), stack(3, "maker", "main"), stack(2, "writer"),
                faults((1, "mmap", 2, 7, 0, False, 100), (3, "mmap", 2, 7, 0, True, 8), (0, "", 2, 7, 0, False, 1)),
                origin(1, 1, 1, MIB, 100), origin(3, 1, 0, 16 * MIB, 0, 8), run()]
-    summary = analysis.summarize(samples, COST, "madvise")
+    summary = analysis.summarize(samples, COST)
     [row] = summary["rows"]  # both stacks' first user frame is maker (app.c:10)
     assert (row["faults_base"], row["faults_thp"], row["mappings"], row["freed"]) == (100, 8, 2, 1)
     assert row["fault_ms"] == pytest.approx((100 * 400 * PAGE / MIB + 8 * 40 * 2) / 1e3)
@@ -70,41 +74,41 @@ def test_sites_group_origins_and_price_faults_by_page_kind():
 
 
 def test_the_sample_period_scales_every_count():
-    summary = analysis.summarize(churn(5)[:-1] + [run(period=4)], COST, "madvise")
+    summary = analysis.summarize(churn(5)[:-1] + [run(period=4)], COST)
     assert summary["rows"][0]["faults"] == 4 * 5 * 2048 and summary["totals"]["faults"] == 4 * 5 * 2048
 
 
 def test_reuse_advice_needs_churn_and_a_saving_worth_having():
-    churning = analysis.summarize(churn(50), COST, "madvise")["rows"][0]
+    churning = analysis.summarize(churn(50), COST)["rows"][0]
     assert churning["churn"] == 50 and churning["churn_bytes"] == 8 * MIB
     reuse = [item for item in churning["advice"] if item["kind"] == "reuse"]
     # 49 of 50 frames' faults (2,048 × 1.5625 µs), frees (0.5 ms) and maps (1 µs) are saved.
     assert reuse and reuse[0]["saving_ms"] == pytest.approx(49 / 50 * 50 * (2048 * 400 * PAGE / MIB / 1e3 + 0.5 + 0.001))
-    twice = analysis.summarize(churn(2), COST, "madvise")["rows"][0]
+    twice = analysis.summarize(churn(2), COST)["rows"][0]
     assert not [item for item in twice["advice"] if item["kind"] == "reuse"]
-    tiny = analysis.summarize(churn(10, size=64 * 1024, touched_pages=16, wall_ms=10_000), COST, "madvise")["rows"]
+    tiny = analysis.summarize(churn(10, size=64 * 1024, touched_pages=16, wall_ms=10_000), COST)["rows"]
     assert all(not row["advice"] for row in tiny)
 
 
 def test_reuse_advice_uses_the_measured_reuse_cost_for_base_pages():
     measured = analysis.CostModel(400.0, 40.0, "test", reuse_saving_us_per_mb=300.0)
-    row = analysis.summarize(churn(50), measured, "madvise")["rows"][0]
+    row = analysis.summarize(churn(50), measured)["rows"][0]
     reuse = next(item for item in row["advice"] if item["kind"] == "reuse")
     assert reuse["saving_ms"] == pytest.approx(49 / 50 * 50 * (8 * 300.0 / 1e3 + 0.001))  # measured reuse cost, and maps
 
 
 def test_no_huge_page_advice_where_thp_is_off():
-    assert not [a for a in analysis.summarize(churn(5), COST, "never")["rows"][0]["advice"] if a["kind"] == "huge_pages"]
-    assert [a for a in analysis.summarize(churn(5), COST, "madvise")["rows"][0]["advice"] if a["kind"] == "huge_pages"]
+    assert not [a for a in analysis.summarize(with_thp(churn(5), "never"), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
+    assert [a for a in analysis.summarize(churn(5), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
 
 
 def test_parallel_advice_only_for_a_big_block_one_thread_faulted():
     model = analysis.CostModel(400.0, 40.0, "test", threads=2, threads_speedup=1.9)
     one = [stack(1, "big"), stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 65536)),
            origin(1, 1, 0, 256 * MIB, 65536), run()]
-    assert "parallel" in [a["kind"] for a in analysis.summarize(one, model, "madvise")["rows"][0]["advice"]]
+    assert "parallel" in [a["kind"] for a in analysis.summarize(one, model)["rows"][0]["advice"]]
     many = one[:3] + [origin(1, 1, 0, 256 * MIB, 65536, one_thread=False), run()]
-    assert "parallel" not in [a["kind"] for a in analysis.summarize(many, model, "madvise")["rows"][0]["advice"]]
+    assert "parallel" not in [a["kind"] for a in analysis.summarize(many, model)["rows"][0]["advice"]]
 
 
 def test_the_processes_table_names_each_program_a_pid_ran():
@@ -113,7 +117,7 @@ def test_the_processes_table_names_each_program_a_pid_ran():
                process("exec", 8, "prog_a", 6), process("exit", 8, "prog_a", 9),
                faults((1, "mmap", 2, 8, 1, False, 300), (0, "", 2, 8, 0, False, 2), (1, "mmap", 2, 7, 1, False, 10)),
                origin(1, 2, 0, MIB, 310), run()]
-    rows = analysis.summarize(samples, COST, "madvise")["processes"]
+    rows = analysis.summarize(samples, COST)["processes"]
     by_name = {(r["pid"], r["name"]): r for r in rows}
     assert by_name[(8, "prog_a")]["faults"] == 300 and by_name[(8, "prog_a")]["parent"] == 7
     assert by_name[(8, "sh")]["faults"] == 2 and by_name[(8, "sh")]["faults_attributed"] == 0
@@ -123,7 +127,7 @@ def test_the_processes_table_names_each_program_a_pid_ran():
 def test_exports_total_what_the_summary_counts(tmp_path):
     from memcost.export import folded, pprof
     samples = churn(5)
-    summary = analysis.summarize(samples, COST, "madvise")
+    summary = analysis.summarize(samples, COST)
     document = {"samples": samples, "summary": summary}
     folded.write(document, tmp_path / "f.txt")
     lines = (tmp_path / "f.txt").read_text().split("\n")

@@ -31,6 +31,8 @@ def samples_by_key(document: dict) -> dict[tuple, list[float]]:
     """Each comparable row's raw values, as the experiment's declaration (experiments/) extracts them."""
     from ..experiments import REGISTRY
     comparison = REGISTRY[document["experiment"]].comparison
+    if comparison.rows_of:
+        return comparison.rows_of(document)
     values: dict[tuple, list[float]] = defaultdict(list)
     for sample in document["samples"]:
         found = comparison.values_of(sample)
@@ -56,7 +58,7 @@ def ratio_interval(first: list[float], other: list[float], seed: int = 0) -> Opt
     return float(low), float(high)
 
 
-def difference(first: list[float], other: list[float]) -> dict:
+def difference(first: list[float], other: list[float], untested: Optional[str] = None) -> dict:
     """Ratio, its interval, the raw p-value of `other` against `first`, and `significant` as if
     this were the only row (holm_flags decides again over all the rows of a comparison)."""
     a, b = np.asarray(first, dtype=float), np.asarray(other, dtype=float)
@@ -65,7 +67,7 @@ def difference(first: list[float], other: list[float]) -> dict:
     result = {"ratio": median_b / median_a if median_a else None, "ratio_low": interval[0] if interval else None,
               "ratio_high": interval[1] if interval else None, "p_value": None, "significant": None}
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
-        result["note"] = f"too few samples to tell (need {MIN_SAMPLES} per run: rerun with --reps {MIN_SAMPLES})"
+        result["note"] = untested or f"too few samples to tell (need {MIN_SAMPLES} per run: rerun with --reps {MIN_SAMPLES})"
         return result
     result["p_value"] = welch_p_value(a, b)
     holm_flags([result])  # alone, a family of one; compare_experiment decides again over all rows
@@ -105,14 +107,15 @@ def holm_flags(results: list[dict], floor: float = NOISE_FLOOR) -> None:
 
 def compare_experiment(name: str, documents: list[dict]) -> dict:
     from ..experiments import REGISTRY
-    measure, key_names = REGISTRY[name].comparison.measure, REGISTRY[name].comparison.key_names
+    comparison = REGISTRY[name].comparison
+    measure, key_names = comparison.measure, comparison.key_names
     per_run = [samples_by_key(document) for document in documents]
     keys = [key for key in per_run[0] if all(key in run for run in per_run[1:])]
     rows = []
     for key in keys:
         medians = [float(np.median(run[key])) for run in per_run]
         rows.append({**dict(zip(key_names, key)), "medians": medians, "samples": [len(run[key]) for run in per_run],
-                     "versus_first": [difference(per_run[0][key], run[key]) for run in per_run[1:]]})
+                     "versus_first": [difference(per_run[0][key], run[key], comparison.untested) for run in per_run[1:]]})
     for column in range(len(per_run) - 1):
         holm_flags([row["versus_first"][column] for row in rows])
     only_some = sorted({str(key) for run in per_run for key in run} - {str(key) for key in keys})

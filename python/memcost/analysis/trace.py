@@ -196,9 +196,10 @@ def _fault_us(cost: CostModel, base: float, thp: float) -> float:
     return base * cost.fault_us("base") + thp * cost.fault_us("thp")
 
 
-def summarize(samples: list, cost: CostModel, thp_mode: str) -> dict:
-    """`thp_mode`: the machine's THP setting (always, madvise, never; "absent" without THP)."""
+def summarize(samples: list, cost: CostModel) -> dict:
     trace = read(samples)
+    # The machine's THP setting (always, madvise, never; "absent" without THP), as the probe read it.
+    thp_mode = trace.run.get("thp_mode", "absent")
     thp_available = thp_mode in ("always", "madvise")
     run = trace.run
     wall_ms = _ms(run.get("wall_ns", 0)) or 1e-9

@@ -20,6 +20,7 @@ class ImportCommand(Command):
         memcost-probe.exe info > info.jsonl
         memcost-probe.exe costs > costs.jsonl
         memcost-probe.exe scaling --preset fastmm2019 > scaling.jsonl
+        memcost-probe trace -- ./server --once > trace.jsonl      (Linux; priced by that machine's costs)
 
     Then here: memcost import info.jsonl costs.jsonl scaling.jsonl. Captures of one host go into one results
     directory (one per host when they come from several); summaries, tables and figures are
@@ -62,10 +63,21 @@ class ImportCommand(Command):
                 raise MemcostError(f"{path} and {seen[(host, name)]} both hold {name} from {host}: import them one at a time",
                                    exit_codes.FAILURE)
             seen[(host, name)] = path
+            captures.append([path, run, name, None, None])
+        # Experiments priced by another's summary of the same machine (trace by costs) come last.
+        analyzed: dict[tuple[str, str], dict] = {}
+        for capture in sorted(captures, key=lambda c: c[2] != "info" and bool(REGISTRY[c[2]].prices_from)):
+            path, run, name = capture[:3]
+            host = run.context.get("host", "")
             with reading(str(path)):
-                summary, warnings = ({"notes": info_notes(run.context)}, []) if name == "info" \
-                    else REGISTRY[name].analyze(run.samples)
-            captures.append((path, run, name, summary, warnings))
+                if name == "info":
+                    capture[3:] = [{"notes": info_notes(run.context)}, []]
+                elif REGISTRY[name].prices_from:
+                    capture[3:] = REGISTRY[name].analyze(run.samples, self._prices(REGISTRY[name].prices_from, host,
+                                                                                   analyzed, args.results_dir, path))
+                else:
+                    capture[3:] = REGISTRY[name].analyze(run.samples)
+            analyzed[(host, name)] = capture[3]
         directories: dict[str, RunDirectory] = {}
         for path, run, name, summary, warnings in captures:
             host = run.context.get("host", "")
@@ -81,3 +93,14 @@ class ImportCommand(Command):
         for directory in directories.values():
             console.print(f"Report: memcost report {directory.path}", markup=False)
         return exit_codes.OK
+
+    @staticmethod
+    def _prices(experiment: str, host: str, analyzed: dict, results_root: Path, path: Path) -> dict:
+        """The summary of `experiment` for `host`: imported beside it, or already in the results."""
+        from ..results import documents_of_host
+        if (host, experiment) in analyzed:
+            return analyzed[(host, experiment)]
+        for _, document in documents_of_host(results_root, experiment, host):
+            return document.get("summary", {})
+        raise MemcostError(f"{path} is priced by {host}'s `{experiment}` figures, and there are none: capture "
+                           f"`memcost-probe {experiment}` on {host} too and import both together", exit_codes.FAILURE)

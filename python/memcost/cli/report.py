@@ -8,6 +8,7 @@ from typing import Optional
 
 from .. import exit_codes
 from ..console import console
+from ..errors import MemcostError
 from ..report import load_run
 from ..results import LATEST, reading
 from .base import Command
@@ -31,9 +32,17 @@ class ReportCommand(Command):
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("directory", nargs="?", type=Path, metavar="RESULTS_DIR",
                             help="a run directory (default: RESULTS/latest)")
+        parser.add_argument("--reaggregate", action="store_true",
+                            help="first attribute a trace again from the raw records it kept (`memcost trace --raw`)")
 
     def run(self, args: argparse.Namespace) -> int:
         directory: Optional[Path] = args.directory or args.results_dir / LATEST
+        if args.reaggregate:
+            from ..experiments.trace import reaggregate
+            if not (directory / "trace.json").is_file() or not reaggregate(directory / "trace.json"):
+                raise MemcostError(f"{directory} holds no trace with raw records: trace with `memcost trace --raw` to keep them",
+                                   exit_codes.FAILURE)
+            console.print(f"Re-aggregated: {directory / 'trace.json'}", markup=False)
         page, summary = write_report(directory)
         console.print(f"Report: {page}\nMarkdown: {summary}", markup=False)
         return exit_codes.OK

@@ -61,6 +61,10 @@ class Comparison:
     # Overlaid figures of the compared runs: (this experiment's comparison, every run's documents
     # by experiment, run names, folder) -> paths.
     figures: Callable[[dict, list, list, Path], list[Path]] = lambda comparison, runs, names, out: []
+    # Instead of values_of: (key, values) from the whole document (trace compares its summary's sites).
+    rows_of: Optional[Callable[[dict], dict]] = None
+    # What a row says when it has too few samples to test (None: the general note, rerun with --reps).
+    untested: Optional[str] = None
 
 
 @dataclass
@@ -74,6 +78,9 @@ class Experiment:
     # From the probe's samples alone: the summary and the warnings it adds. What `measure` uses,
     # and what `memcost import` uses on a stream captured elsewhere (None: not importable).
     analyze: Optional[Callable[[list], tuple[dict, list]]] = None
+    # The experiment whose summary of the same machine prices this one's (trace: costs); analyze
+    # then takes that summary as its second argument.
+    prices_from: Optional[str] = None
     figures: Callable[[dict, str, Path], list[Path]] = lambda summary, host, folder: []
     tables: Callable[[dict], list[Table]] = lambda summary: []
     # Lines the terminal prints under the tables (verdicts, explanations).

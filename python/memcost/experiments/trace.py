@@ -1,13 +1,161 @@
 """trace: what a real program's big allocations cost the OS, per allocation and touching site
-(docs/trace.md; src/probe/experiments/trace.cpp; analysis/trace.py). The command-line front end,
-which runs the program, is cli/trace.py."""
+(docs/trace.md; src/trace/ and src/probe/experiments/trace.cpp; analysis/trace.py). Its options,
+measure, analysis, tables, notes, reading and comparison are declared here like any other
+experiment's; the command line (cli/trace.py) adds what names the program to trace."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from .. import arguments, tracefs
+from ..errors import MemcostError
 from ..units import format_bytes
-from .base import Experiment, Table, number
+from .base import Comparison, Experiment, Option, Table, number
 
 TOP_ROWS = 15
+
+OPTIONS = [
+    Option("sample_period", "record one fault in N (default 1: every fault, exact counts)", parse=arguments.positive_int,
+           metavar="N"),
+    Option("stack_bytes", "user stack copied per sample for unwinding (default 4096; deeper stacks are cut)",
+           parse=arguments.positive_int, metavar="BYTES"),
+    Option("top", "sites shown (default 10)", default=10, parse=arguments.positive_int, metavar="N", to_probe=None),
+    Option("calibrate", "measure the fault cost now instead of using the newest `memcost costs` result", flag_only=True,
+           to_probe=None),
+    Option("overhead", "run the command a second time, untraced, and report the tracing overhead", flag_only=True,
+           to_probe=None),
+    Option("raw", "also keep every fault and call, compressed, beside the results (trace.raw.gz, about 5 bytes a fault); "
+           "`memcost report --reaggregate` reads it again", flag_only=True, to_probe=None),
+]
+RAW_NAME = "trace.raw.gz"
+
+
+def cost_model(costs_summary: dict, source: str):
+    from ..analysis import trace as analysis
+    return analysis.CostModel.from_costs_summary(costs_summary, source)
+
+
+def this_machines_cost(results_root: Path, calibrate: bool, notes: list):
+    """This machine's fault cost: the newest `memcost costs` result for this host, else a short
+    calibration run now (said so in the output)."""
+    from ..results import documents_of_host
+    if not calibrate:
+        for path, document in documents_of_host(results_root, "costs", socket.gethostname()):
+            model = cost_model(document.get("summary", {}), f"memcost costs result {path}")
+            if model:
+                return model
+    from ..analysis import costs as costs_analysis
+    from ..runner import run_with_progress
+    run = run_with_progress("costs", ["--pages", "base,thp", "--routes", "os", "--parts", "rows,threads,reuse", "--sizes",
+                                      "64M", "--reps", "5", "--warmup", "1", "--threads-size", "64M", "--frames", "50"],
+                            "calibrating fault cost")
+    model = cost_model(costs_analysis.summarize(run.samples),
+                       "a calibration run of memcost costs just now (64 MiB, 5 repetitions)")
+    if model is None:
+        raise MemcostError("the calibration run measured no fault cost; run `memcost costs --quick` and try again")
+    notes.append("no `memcost costs` result for this host was found: fault time comes from a calibration run "
+                 "(run `memcost costs` once to keep one)")
+    return model
+
+
+def record(values: dict, raw_path: Optional[Path] = None):
+    """Run the probe around the command (or attached to a pid). Ctrl-C and SIGTERM go to the probe,
+    which passes them to the command (src/trace/tracer.hpp) and still reports what it recorded."""
+    from ..probe import run_probe
+    probe_arguments = EXPERIMENT.probe_arguments(values)
+    if values.get("pid"):
+        probe_arguments += ["--attach", str(values["pid"])]
+        probe_arguments += ["--attach-seconds", str(values["seconds"])] if values.get("seconds") else []
+    probe_arguments += ["--raw-file", str(raw_path)] if raw_path else []
+    stdout_copy = os.dup(sys.stdout.fileno())  # the command's output goes to the user, not into the protocol
+    sys.stdout.flush()
+    try:
+        with tracefs.available():
+            target = ["--command-stdout-fd", str(stdout_copy), "--", *values["command"]] if values.get("command") else []
+            return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True)
+    finally:
+        os.close(stdout_copy)
+
+
+def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None) -> tuple[dict, list]:
+    """The summary of a trace, priced by the traced machine's costs (a `memcost costs` summary of
+    that machine, or a cost model), and the warnings it adds."""
+    from ..analysis import trace as analysis
+    if cost is None:
+        cost = cost_model(costs_summary or {}, "the memcost costs capture of the traced machine")
+    if cost is None:
+        raise MemcostError("a trace is priced by its machine's measured fault cost, and no `costs` result of that machine "
+                           "has one: capture `memcost-probe costs` there too and import both")
+    summary = analysis.summarize(samples, cost)
+    totals, warnings = summary["totals"], []
+    if totals["sample_period"] == 1 and totals["kernel_faults"] and \
+            abs(totals["faults"] - totals["kernel_faults"]) > 0.02 * totals["kernel_faults"] + 100:
+        warnings.append({"code": "fault_count_mismatch",
+                         "message": f"{totals['faults']:,} faults were sampled but the kernel counted "
+                                    f"{totals['kernel_faults']:,}: some were lost or happened in children that "
+                                    "outlived the command; per-site counts are a lower bound"})
+    return summary, warnings
+
+
+def measure(values: dict, directory) -> dict:
+    """Trace values["command"] (or values["pid"]), price it with this machine's costs, store it."""
+    from .shared import finish
+    # Raw records are written beside the results root first, and moved beside the document once it exists.
+    raw = directory.root / f".{RAW_NAME}.{os.getpid()}" if values.get("raw") else None
+    if raw:
+        directory.root.mkdir(parents=True, exist_ok=True)
+    try:
+        run = record(values, raw)
+    except BaseException:
+        if raw:
+            raw.unlink(missing_ok=True)
+        raise
+    notes: list[str] = []
+    cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
+    summary, warnings = analyze(run.samples, cost=cost)
+    summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
+    if values.get("overhead") and values.get("command"):
+        started = time.monotonic()
+        subprocess.run(values["command"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        summary["totals"]["untraced_wall_ms"] = (time.monotonic() - started) * 1e3
+    params = {**values, "probe_settings": run.settings, "raw_records": RAW_NAME if raw else None}
+    document = finish(EXPERIMENT, run.context, params, run.samples, summary,
+                      run.warnings + warnings + [{"code": "calibrated", "message": note} for note in notes], directory)
+    if raw:
+        os.replace(raw, Path(document["path"]).parent / RAW_NAME)
+    return document
+
+
+def reaggregate(path: Path) -> bool:
+    """A trace document whose raw records were kept: attributed again from them by the probe
+    (the same attribution as when it was traced), summarized and stored again. False when it
+    kept none."""
+    from ..analysis import trace as analysis
+    from ..probe import run_probe
+    from ..results import load_document, write_atomically
+    import json
+    document = load_document(path)
+    raw = path.parent / (document.get("params", {}).get("raw_records") or "")
+    if not document.get("params", {}).get("raw_records") or not raw.is_file():
+        return False
+    totals = document["summary"]["totals"]
+    run = run_probe("trace", ["--replay", str(raw), "--thp-mode", totals["thp_mode"]])
+    kept = [s for s in document["samples"] if s["case"]["record"] not in ("faults", "allocations")]
+    document["samples"] = kept + run.samples
+    cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
+    summary, _ = analyze(document["samples"], cost=cost)
+    for key in ("command", "untraced_wall_ms"):
+        if key in totals:
+            summary["totals"][key] = totals[key]
+    document["summary"] = {**summary, "figures": document["summary"].get("figures", [])}
+    write_atomically(path, json.dumps(document, indent=1) + "\n")
+    return True
 
 
 def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
@@ -24,18 +172,52 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
                     ["pid", "program", "parent", "faults", "in traced mappings"], shown)]
                   if len(processes) > 1 else [])
     return by_process + [("Allocation sites — where the memory was made",
-             ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms (est.)", "free ms",
-              "churn", "% wall", "% CPU"], sites),
-            ("Touching sites — where the pages were faulted in", ["site", "faults", "fault ms (est.)", "memory allocated at"],
-             touching)]
+                          ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms (est.)",
+                           "free ms", "churn", "% wall", "% CPU"], sites),
+                         ("Touching sites — where the pages were faulted in",
+                          ["site", "faults", "fault ms (est.)", "memory allocated at"], touching)]
+
+
+def advice_lines(summary: dict) -> list[str]:
+    advice = [(row["site"], item) for row in summary["rows"] for item in row["advice"]]
+    return [f"{site}: {item['text']}" for site, item in sorted(advice, key=lambda pair: pair[1]["saving_ms"], reverse=True)]
+
+
+def totals_lines(summary: dict) -> list[str]:
+    """What was counted, what it cost, and how each figure was obtained."""
+    totals = summary["totals"]
+    lines = [
+        f"Totals: {totals['faults']:,} page faults sampled ({totals['faults_attributed']:,} in traced mappings; the kernel "
+        f"counted {totals['kernel_faults']:,} for the command), fault time ≈ {totals['fault_ms']:,.1f} ms, "
+        f"free {totals['free_ms']:,.1f} ms, map {totals['map_ms']:,.1f} ms; the command ran {totals['wall_ms']:,.0f} ms "
+        f"(user {totals['user_ms']:,.0f} ms, system {totals['system_ms']:,.0f} ms"
+        + (f", {totals['elsewhere_ms']:,.1f} ms charged elsewhere, memcost's own front end included"
+           if totals.get("elsewhere_ms") is not None else "")
+        + f"); tracing cost {totals['tracer_cpu_ms']:,.0f} ms of CPU."]
+    if totals.get("untraced_wall_ms"):
+        lines.append(f"Overhead: traced {totals['wall_ms']:,.0f} ms vs untraced {totals['untraced_wall_ms']:,.0f} ms "
+                     f"({totals['wall_ms'] / totals['untraced_wall_ms']:.2f}×)")
+    lines.append(
+        f"How: faults from {totals['fault_source']} (every {totals['sample_period']} fault"
+        f"{'s' if totals['sample_period'] > 1 else ''}), charged in the probe to the mapping live at their address at "
+        f"their moment; calls from {totals['call_source']}; fault time estimated at "
+        f"{totals['base_fault_us_per_mb']:,.0f} µs/MB on base pages"
+        + (f" and {totals['thp_fault_us_per_mb']:,.0f} on THP" if totals.get("thp_fault_us_per_mb") else "")
+        + f" from {totals['cost_source']}; call durations measured.")
+    return lines
+
+
+def notes(summary: dict) -> list[str]:
+    advice = advice_lines(summary)
+    return ((["Advice (what-if figures from this machine's measured costs):"] + [f" • {line}" for line in advice])
+            if advice else ["No advice: no site's allocations cost enough to be worth changing."]) + totals_lines(summary)
 
 
 def interpret(summary: dict) -> list[str]:
     sentences = [f"{' '.join(summary['totals'].get('command', []))}: {summary['headline']}."
                  if summary["totals"].get("command") else summary["headline"] + "."]
-    for row in summary["rows"]:
-        sentences += [f"At {row['site']}: {item['text']}." for item in row["advice"]]
-    return sentences
+    sentences += [f"At {line}." for line in advice_lines(summary)]
+    return sentences + totals_lines(summary)
 
 
 def flamegraph(document: dict) -> list[str]:
@@ -51,12 +233,28 @@ def flamegraph(document: dict) -> list[str]:
     return [drawing.svg(flames, "Estimated fault time by allocation stack (ms); hover for figures", "ms")]
 
 
+COMPARED = (("faults", "faults"), ("fault ms (est.)", "fault_ms"), ("free ms", "free_ms"))
+
+
+def compared_rows(document: dict) -> dict[tuple, list[float]]:
+    """Per allocation site: its faults, estimated fault time and measured free time (one value
+    each: a trace is one run of the program; counts are exact, so no noise test applies)."""
+    return {(row["site"], figure): [float(row[key])] for row in document["summary"]["rows"] for figure, key in COMPARED}
+
+
 EXPERIMENT = Experiment(
     name="trace",
     title="What a program's allocations cost (trace)",
     summary="Run a program and measure what its big allocations cost the OS, per site.",
+    options=OPTIONS,
+    measure=measure,
+    analyze=analyze,
+    prices_from="costs",
     tables=tables,
+    notes=notes,
     interpret=interpret,
     drawings=flamegraph,
+    comparison=Comparison("value", ("site", "figure"), lambda sample: None, rows_of=compared_rows,
+                          untested="one trace a run: faults are exact counts; compare the ratio itself"),
     in_suite=False,  # it needs a program to trace
 )

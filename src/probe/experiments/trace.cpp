@@ -17,9 +17,10 @@
 #include <vector>
 
 #include "memcost/measure.hpp"
-#include "os/trace.hpp"
+#include "trace/tracer.hpp"
 #include "probe/experiment.hpp"
 #include "trace/attribution.hpp"
+#include "trace/raw.hpp"
 
 namespace memcost::probe {
 namespace {
@@ -34,14 +35,17 @@ struct Settings {
   int command_stdout_fd = -1;
   int attach_pid = 0;
   double attach_seconds = 0;
+  std::string raw_file;     // also keep every raw record here (gzip)
+  std::string replay;       // instead of tracing: re-aggregate this raw file
+  std::string thp_mode;     // with --replay: the traced machine's THP mode (default: this one's)
 };
 
 // Stacks and processes go out as they come: few, and the aggregate refers to them.
-class JsonSink : public os::trace::Sink {
+class JsonSink : public trace::Sink {
  public:
   explicit JsonSink(Emitter& emitter) : emitter_(emitter) {}
 
-  void stack(std::uint32_t id, const std::vector<os::trace::Frame>& frames) override {
+  void stack(std::uint32_t id, const std::vector<trace::Frame>& frames) override {
     json list = json::array();
     for (const auto& frame : frames) {
       list.push_back({{"address", frame.address}, {"function", frame.function}, {"file", frame.file},
@@ -50,20 +54,20 @@ class JsonSink : public os::trace::Sink {
     emitter_.sample({{"record", "stack"}}, {{"stack", id}, {"frames", std::move(list)}});
   }
 
-  void process(const os::trace::ProcessEvent& event) override {
-    emitter_.sample({{"record", "process"}, {"change", os::trace::change_name(event.change)}},
+  void process(const trace::ProcessEvent& event) override {
+    emitter_.sample({{"record", "process"}, {"change", trace::change_name(event.change)}},
                     {{"pid", event.pid}, {"parent", event.parent}, {"time_ns", event.time_ns}, {"name", event.name}});
   }
 
-  void call(const os::trace::MappingCall&) override {}
-  void fault(const os::trace::Fault&) override {}
+  void call(const trace::MappingCall&) override {}
+  void fault(const trace::Fault&) override {}
 
  private:
   Emitter& emitter_;
 };
 
 const char* origin_name(int call) {
-  return call == trace::kOutside ? "" : os::trace::call_name(static_cast<os::trace::CallKind>(call));
+  return call == trace::kOutside ? "" : trace::call_name(static_cast<trace::CallKind>(call));
 }
 
 void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
@@ -103,12 +107,16 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
   }
 }
 
-trace::ThpMode thp_mode() {
+// The machine's THP mode, as the attribution decides page kinds by it and the run record says.
+std::string thp_mode_name() {
   const os::ThpSettings thp = os::thp_settings();
-  if (!thp.present) return trace::ThpMode::absent;
-  if (thp.enabled == "always") return trace::ThpMode::always;
-  if (thp.enabled == "madvise") return trace::ThpMode::madvise;
-  return trace::ThpMode::never;
+  return thp.present ? thp.enabled : "absent";
+}
+
+trace::ThpMode thp_mode(const std::string& name) {
+  if (name == "always") return trace::ThpMode::always;
+  if (name == "madvise") return trace::ThpMode::madvise;
+  return name == "never" ? trace::ThpMode::never : trace::ThpMode::absent;
 }
 
 }  // namespace
@@ -131,16 +139,29 @@ Experiment trace_experiment() {
             command.add_option("--attach-seconds", settings->attach_seconds,
                                "with --attach: stop after this many seconds (default: when it exits, or on Ctrl-C)")
                 ->check(CLI::Range(0.0, 1e7));
+            command.add_option("--raw-file", settings->raw_file, "also write every raw record to this file (gzip)");
+            command.add_option("--replay", settings->replay,
+                               "instead of tracing: re-aggregate a --raw-file (faults and allocations records only)");
+            command.add_option("--thp-mode", settings->thp_mode, "with --replay: the traced machine's THP mode")
+                ->check(CLI::IsMember({"always", "madvise", "never", "absent"}));
             command.add_option("command", settings->command, "the command and its arguments, after --");
             return [settings](Emitter& emitter) {
-              if (auto why = os::trace::supported(); !why.ok()) throw ProbeError(exit_unsupported, "not_supported_here", why.message());
+              if (!settings->replay.empty()) {
+                trace::Attribution attribution(thp_mode(settings->thp_mode.empty() ? thp_mode_name() : settings->thp_mode));
+                std::string error;
+                if (!trace::replay(settings->replay, attribution, error)) throw ProbeError(exit_failure, "bad_raw_file", error);
+                attribution.finish();
+                emit_aggregate(emitter, attribution);
+                return;
+              }
+              if (auto why = trace::supported(); !why.ok()) throw ProbeError(exit_unsupported, "not_supported_here", why.message());
               if (settings->command.empty() == (settings->attach_pid == 0)) {
                 throw ProbeError(exit_bad_arguments, "bad_arguments", "give either a command after -- or --attach PID");
               }
               if (settings->stack_bytes % 8 != 0) {
                 throw ProbeError(exit_bad_arguments, "bad_arguments", "--stack-bytes must be a multiple of 8");
               }
-              os::trace::Options options;
+              trace::Options options;
               options.command = settings->command;
               options.attach_pid = settings->attach_pid;
               options.attach_seconds = settings->attach_seconds;
@@ -157,30 +178,41 @@ Experiment trace_experiment() {
               // The preload library lives beside the probe (the build folder, or memcost/_bin).
               options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
               JsonSink output(emitter);
-              trace::Attribution sink(thp_mode());
-              sink.stacks = &output;
-              os::trace::Failure failure;
+              const std::string thp = thp_mode_name();
+              trace::Attribution attribution(thp_mode(thp));
+              attribution.stacks = &output;
+              std::unique_ptr<trace::RawWriter> raw;
+              if (!settings->raw_file.empty()) {
+                raw = std::make_unique<trace::RawWriter>(settings->raw_file, attribution);
+                if (!raw->error().empty()) throw ProbeError(exit_failure, "raw_file", raw->error() + ": check the path");
+              }
+              trace::Sink& sink = raw ? static_cast<trace::Sink&>(*raw) : attribution;
+              trace::Failure failure;
               const measure::SnapshotOptions everyone{true, false, true};
               measure::Snapshot before, after;
               options.window_opened = [&] { before = measure::take_snapshot(everyone); };
               options.window_closed = [&] { after = measure::take_snapshot(everyone); };
-              os::trace::Result result = os::trace::run(options, sink, failure);
+              trace::Result result = trace::run(options, sink, failure);
               if (!failure.ok()) {
-                const bool denied = failure.error == EACCES || failure.error == EPERM;
-                if (!result.started && failure.what.rfind("cannot run", 0) == 0) {
-                  throw ProbeError(exit_failure, "command_not_started", failure.message() + "; check the command's name and PATH");
+                switch (failure.kind) {
+                  case trace::FailureKind::command_not_started:
+                    throw ProbeError(exit_failure, "command_not_started", failure.message() + "; check the command's name and PATH");
+                  case trace::FailureKind::no_such_process:
+                    throw ProbeError(exit_failure, "no_such_process", failure.message());
+                  default:
+                    throw ProbeError(exit_unsupported, failure.denied() ? "not_permitted" : "not_supported_here",
+                                     "cannot trace: " + failure.message() +
+                                         (failure.denied() ? "; memcost trace needs root, or `sysctl kernel.perf_event_paranoid=-1` "
+                                                             "and a mounted tracefs"
+                                                           : ""));
                 }
-                if (failure.what.rfind("no process", 0) == 0) {
-                  throw ProbeError(exit_failure, "no_such_process", failure.message());
-                }
-                throw ProbeError(exit_unsupported, denied ? "not_permitted" : "not_supported_here",
-                                 "cannot trace: " + failure.message() +
-                                     (denied ? "; memcost trace needs root, or `sysctl kernel.perf_event_paranoid=-1` "
-                                               "and a mounted tracefs"
-                                             : ""));
               }
-              sink.finish();
-              emit_aggregate(emitter, sink);
+              attribution.finish();
+              emit_aggregate(emitter, attribution);
+              if (raw) {
+                raw->close();
+                if (!raw->error().empty()) emitter.warning("raw_file_incomplete", raw->error() + ": the raw records are incomplete");
+              }
               measure::Interval interval = measure::between(before, after);
               std::optional<std::int64_t> elsewhere = interval.elsewhere_ns();
               // A process attached to ran beside the probe all along: it is the subject, not "elsewhere".
@@ -191,8 +223,8 @@ Experiment trace_experiment() {
                    {"user_ns", result.user_ns}, {"system_ns", result.system_ns},
                    {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
                    {"faults_before_exec", result.faults_before_exec},
-                   {"sampled_faults", sink.faults_seen()}, {"calls", sink.calls_seen()},
-                   {"most_records_pending", sink.most_pending()}, {"most_mappings_live", sink.most_live()}, {"sample_period", settings->sample_period},
+                   {"sampled_faults", attribution.faults_seen()}, {"calls", attribution.calls_seen()},
+                   {"most_records_pending", attribution.most_pending()}, {"most_mappings_live", attribution.most_live()}, {"sample_period", settings->sample_period},
                    {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
                    {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
                    {"stack_bytes", result.stack_bytes},
@@ -201,7 +233,7 @@ Experiment trace_experiment() {
                    {"elsewhere_method", interval.elsewhere_method()},
                    {"fault_source", result.fault_source}, {"call_source", result.call_source},
                    {"attached_pid", settings->attach_pid},
-                   {"interrupted", result.interrupted}});
+                   {"interrupted", result.interrupted}, {"thp_mode", thp}});
               if (result.lost_records) {
                 emitter.warning("events_lost", std::to_string(result.lost_records) +
                                                    " records were lost (ring buffer full): pass a larger --buffer-pages or a "

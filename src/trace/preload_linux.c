@@ -7,7 +7,7 @@
    MEMCOST_PRELOAD_FD (a pipe to the probe; a write of at most PIPE_BUF bytes is atomic).
 
    It calls the kernel and glibc's own allocator entry points directly (syscall(), __libc_*), so
-   it needs no dlsym() and cannot recurse into itself. Record layout: see trace_linux.cpp. */
+   it needs no dlsym() and cannot recurse into itself. Record layout: see preload.hpp. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
-// Tracing a command's memory work: its mapping calls and page faults, each with the user call
-// stack, from the kernel's perf events. Linux only (trace_linux.cpp); trace_windows.cpp says so.
+// Tracing a command's memory work (src/trace/: one file per unit; this is the contract): its mapping calls and page faults, each with the user call
+// stack, from the kernel's perf events. Linux only (tracer_linux.cpp); tracer_windows.cpp says so.
 //
 // Contract:
 // - run() starts `command` (PATH searched) stopped at the door, opens the events on it and on
@@ -33,6 +33,7 @@
 //   then SIGTERM after 3 s more, then SIGKILL after 5 s more. Result.interrupted says it came.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -40,13 +41,24 @@
 
 #include "os/os.hpp"
 
-namespace memcost::os::trace {
+namespace memcost::trace {
 
 // Why tracing could not start: what was tried, and the errno it got (0: none).
+// What kind of failure, so that callers decide by kind, never by the message's words.
+enum class FailureKind {
+  none,
+  command_not_started,  // the command could not be executed (its name, PATH, permissions)
+  no_such_process,      // --attach: no such process, or it has no threads left
+  not_supported,        // this system cannot trace (no perf events, tracepoints, tracefs; not Linux)
+  system,               // a system call failed (the errno says which)
+};
+
 struct Failure {
   int error = 0;
   std::string what;
+  FailureKind kind = FailureKind::system;
   [[nodiscard]] bool ok() const { return what.empty(); }
+  [[nodiscard]] bool denied() const { return error == EACCES || error == EPERM; }
   [[nodiscard]] std::string message() const;
 };
 
@@ -75,7 +87,7 @@ struct Frame {
   std::uint64_t module_offset = 0;  // address minus where the module was loaded (stable across runs)
 };
 
-// The numbers are the preload library's record kinds (trace_preload_linux.c).
+// The numbers are the preload library's record kinds (preload_linux.c).
 // `existing`: a mapping a process already had when tracing attached to it (from /proc/PID/maps).
 enum class CallKind { mmap = 0, munmap = 1, mremap = 2, brk = 3, madvise = 4, malloc = 5, free = 6, realloc = 7, existing = 8 };
 [[nodiscard]] inline const char* call_name(CallKind kind) {
@@ -157,4 +169,4 @@ struct Result {
 // Run and trace; a failure before the command started is in `failure`.
 [[nodiscard]] Result run(const Options& options, Sink& sink, Failure& failure);
 
-}  // namespace memcost::os::trace
+}  // namespace memcost::trace

@@ -1,0 +1,100 @@
+// perf events: opening them, their ring buffers, reading records out of them.
+#pragma once
+
+#include <linux/perf_event.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "trace/arch.hpp"
+#include "trace/common.hpp"
+
+namespace memcost::trace::detail {
+
+// The faulting instruction is in the user registers (a kernel-mode fault's sample IP is the kernel's).
+inline constexpr std::uint64_t kFaultSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR |
+                                           PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+inline constexpr std::uint64_t kEnterSampleType =
+    PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+inline constexpr std::uint64_t kExitSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
+
+enum class EventKind { fault, enter, exit };
+
+struct Event {
+  EventKind kind;
+  CallKind call = CallKind::mmap;
+  std::uint64_t sample_type = 0;
+  std::vector<std::uint32_t> offsets;  // raw field offsets (tracepoints)
+};
+
+struct RingBuffer {
+  int fd = -1;
+  void* base = nullptr;
+  std::size_t mapped_bytes = 0;
+  std::size_t data_bytes = 0;
+};
+
+inline int perf_event_open(perf_event_attr& attr, pid_t pid, int cpu) {
+  return static_cast<int>(syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+// Without privilege the kernel lets a user lock only perf_event_mlock_kb per CPU plus
+// RLIMIT_MEMLOCK: halve the buffer until it is granted (smaller ones mean more pauses).
+inline Failure map_ring_buffer(int fd, std::size_t& pages, std::size_t page, RingBuffer& buffer) {
+  buffer.fd = fd;
+  for (;; pages /= 2) {
+    buffer.data_bytes = pages * page;
+    buffer.mapped_bytes = buffer.data_bytes + page;
+    buffer.base = mmap(nullptr, buffer.mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (buffer.base != MAP_FAILED) return {};
+    if (errno != EPERM || pages <= 8) return failed("mmap(perf ring buffer)");
+  }
+}
+
+inline perf_event_attr base_attr(std::uint64_t sample_type, std::uint32_t stack_bytes) {
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.sample_type = sample_type;
+  attr.sample_period = 1;
+  attr.disabled = 1;
+  attr.inherit = 1;
+  attr.enable_on_exec = 1;
+  attr.sample_id_all = 1;
+  attr.exclude_hv = 1;
+  attr.use_clockid = 1;
+  attr.clockid = CLOCK_MONOTONIC;
+  if (sample_type & PERF_SAMPLE_REGS_USER) attr.sample_regs_user = kUserRegsMask;
+  if (sample_type & PERF_SAMPLE_STACK_USER) attr.sample_stack_user = stack_bytes;
+  return attr;
+}
+
+// One record, read field by field; reads past its end give zeros.
+struct Reader {
+  const std::uint8_t* at;
+  const std::uint8_t* end;
+  template <typename T>
+  T take() {
+    T value{};
+    if (at + sizeof(T) <= end) std::memcpy(&value, at, sizeof(T));
+    at += sizeof(T);
+    return value;
+  }
+  void skip(std::size_t bytes) { at += bytes; }
+};
+
+// The events and buffers of one tracing run, closed with it.
+struct Descriptors {
+  std::vector<int> fds;
+  std::vector<RingBuffer>* buffers = nullptr;
+  ~Descriptors() {
+    if (buffers) {
+      for (RingBuffer& buffer : *buffers) munmap(buffer.base, buffer.mapped_bytes);
+    }
+    for (int fd : fds) close(fd);
+  }
+};
+
+}  // namespace memcost::trace::detail

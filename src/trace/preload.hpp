@@ -1,0 +1,64 @@
+// The preload interposer's records (preload_linux.c), read from its pipe as they come.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "trace/unwind.hpp"
+
+namespace memcost::trace::detail {
+
+// One record of the preload library (preload_linux.c), as it writes it.
+struct PreloadRecord {
+  std::uint32_t size, kind, pid, tid;
+  std::uint64_t enter_ns, exit_ns;
+  std::uint64_t args[6];
+  std::int64_t result;
+  std::uint32_t frames, reserved;
+};
+
+// Reads the preload library's records from its pipe as they come.
+class PreloadReader {
+ public:
+  PreloadReader(int fd, Recorder& recorder, Sink& sink) : fd_(fd), recorder_(recorder), sink_(sink) {}
+  void read_from(int fd) { fd_ = fd; }
+
+  void drain() {
+    char chunk[65536];
+    while (true) {
+      ssize_t got = read(fd_, chunk, sizeof(chunk));
+      if (got <= 0) break;
+      pending_.insert(pending_.end(), chunk, chunk + got);
+    }
+    std::size_t at = 0;
+    while (pending_.size() - at >= sizeof(PreloadRecord)) {
+      PreloadRecord record;
+      std::memcpy(&record, pending_.data() + at, sizeof(record));
+      if (record.size < sizeof(PreloadRecord) || pending_.size() - at < record.size) break;
+      std::vector<std::uint64_t> returns(record.frames);
+      std::memcpy(returns.data(), pending_.data() + at + sizeof(PreloadRecord), record.frames * sizeof(std::uint64_t));
+      MappingCall call;
+      call.kind = static_cast<CallKind>(record.kind);
+      call.pid = static_cast<int>(record.pid);
+      call.tid = static_cast<int>(record.tid);
+      call.enter_ns = record.enter_ns;
+      call.exit_ns = record.exit_ns;
+      std::copy(std::begin(record.args), std::end(record.args), std::begin(call.args));
+      call.result = record.result;
+      call.stack = recorder_.stack_of_returns(call.pid, returns);
+      sink_.call(call);
+      at += record.size;
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+
+ private:
+  int fd_;
+  Recorder& recorder_;
+  Sink& sink_;
+  std::vector<char> pending_;
+};
+
+}  // namespace memcost::trace::detail

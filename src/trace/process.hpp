@@ -1,0 +1,149 @@
+// The traced processes: the tree of the command and its descendants, holding it still and
+// letting it go, signals to it, and a process's own counters from /proc.
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "trace/common.hpp"
+
+namespace memcost::trace::detail {
+
+// The traced tree as it is now: `root` and its descendants, by the parent each names in
+// /proc/PID/stat. A process that left the tree (a daemon that re-parented itself) is not in it.
+inline std::vector<pid_t> process_tree(pid_t root) {
+  std::unordered_map<pid_t, std::vector<pid_t>> children;
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* entry = readdir(proc)) {
+      if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+      const std::string path = std::string("/proc/") + entry->d_name + "/stat";
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char text[512];
+      ssize_t got = read(fd, text, sizeof(text) - 1);
+      close(fd);
+      if (got <= 0) continue;
+      text[got] = 0;
+      const char* after_name = std::strrchr(text, ')');  // the name may hold spaces and parentheses
+      int parent = 0;
+      if (after_name && std::sscanf(after_name + 1, " %*c %d", &parent) == 1 && parent > 0) {
+        children[parent].push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+      }
+    }
+    closedir(proc);
+  }
+  std::vector<pid_t> tree{root};
+  for (std::size_t at = 0; at < tree.size(); ++at) {
+    auto found = children.find(tree[at]);
+    if (found != children.end()) tree.insert(tree.end(), found->second.begin(), found->second.end());
+  }
+  return tree;
+}
+
+inline void signal_tree(pid_t root, int signal) {
+  for (pid_t pid : process_tree(root)) kill(pid, signal);
+}
+
+// Holds every process of the traced tree still while the tracer catches up. A process that was
+// forking as the others stopped shows up in the next look at /proc: look until none is new.
+class Hold {
+ public:
+  explicit Hold(pid_t root) : root_(root) {}
+  ~Hold() { release(); }
+
+  void hold() {
+    if (!held_.empty()) return;
+    for (int round = 0; round < 16; ++round) {
+      bool added = false;
+      for (pid_t pid : process_tree(root_)) {
+        if (std::find(held_.begin(), held_.end(), pid) == held_.end() && kill(pid, SIGSTOP) == 0) {
+          held_.push_back(pid);
+          added = true;
+        }
+      }
+      if (!added) break;
+    }
+    if (!held_.empty()) {
+      since_ns_ = monotonic_ns();
+      ++pauses;
+    }
+  }
+
+  void release() {
+    if (held_.empty()) return;
+    for (pid_t pid : held_) kill(pid, SIGCONT);
+    held_.clear();
+    paused_ns += monotonic_ns() - since_ns_;
+  }
+
+  std::uint64_t pauses = 0, paused_ns = 0;
+
+ private:
+  pid_t root_;
+  std::vector<pid_t> held_;
+  std::uint64_t since_ns_ = 0;
+};
+
+// A process attached to may end as a zombie whose parent has not reaped it yet.
+inline bool is_zombie(pid_t pid) {
+  std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
+  auto close_paren = text.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < text.size() && text[close_paren + 2] == 'Z';
+}
+
+struct ProcessStat {
+  bool alive = false;
+  std::uint64_t minor_faults = 0, major_faults = 0, user_ticks = 0, system_ticks = 0;
+};
+
+inline ProcessStat read_process_stat(pid_t pid) {
+  ProcessStat stat;
+  std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
+  auto close_paren = text.rfind(')');
+  if (close_paren == std::string::npos) return stat;
+  std::istringstream fields(text.substr(close_paren + 2));
+  std::vector<std::string> values;
+  for (std::string value; fields >> value;) values.push_back(value);
+  // After the command name: state(3) ... minflt(10) cminflt majflt(12) cmajflt utime(14) stime(15).
+  if (values.size() < 13) return stat;
+  stat.alive = true;
+  stat.minor_faults = std::stoull(values[7]);
+  stat.major_faults = std::stoull(values[9]);
+  stat.user_ticks = std::stoull(values[11]);
+  stat.system_ticks = std::stoull(values[12]);
+  return stat;
+}
+
+std::uint64_t ticks_per_second() { return static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK)); }
+
+// The anonymous and private writable mappings a process has when tracing attaches to it.
+inline void report_existing_mappings(pid_t pid, std::uint64_t now_ns, Sink& sink) {
+  std::istringstream maps(read_text("/proc/" + std::to_string(pid) + "/maps"));
+  for (std::string line; std::getline(maps, line);) {
+    std::uint64_t start = 0, end = 0;
+    char perms[8] = {};
+    char path[4096] = {};
+    int fields = std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s %4095s", &start, &end, perms, path);
+    if (fields < 3 || perms[1] != 'w' || (fields == 4 && path[0] == '/')) continue;
+    MappingCall call;
+    call.kind = CallKind::existing;
+    call.pid = pid;
+    call.tid = pid;
+    call.enter_ns = call.exit_ns = now_ns;
+    call.args[0] = start;
+    call.args[1] = end - start;
+    call.args[3] = 0x22;  // MAP_PRIVATE | MAP_ANONYMOUS
+    call.result = static_cast<std::int64_t>(start);
+    sink.call(call);
+  }
+}
+
+}  // namespace memcost::trace::detail

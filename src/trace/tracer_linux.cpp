@@ -1,0 +1,445 @@
+// Tracing with perf events (see tracer.hpp for the contract): run() in named steps over the
+// tracer's units: perf.hpp, tracefs.hpp, unwind.hpp, records.hpp, preload.hpp, process.hpp.
+#include "trace/tracer.hpp"
+
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <csignal>
+#include <utility>
+
+#include "trace/perf.hpp"
+#include "trace/preload.hpp"
+#include "trace/process.hpp"
+#include "trace/records.hpp"
+#include "trace/tracefs.hpp"
+
+namespace memcost::trace {
+namespace {
+
+using namespace detail;
+
+volatile sig_atomic_t g_stop_requested = 0;  // SIGTERM: end the command now
+volatile sig_atomic_t g_interrupted = 0;     // SIGINT: the command's, passed on if it is not heeded
+void on_terminate(int) { g_stop_requested = 1; }
+void on_interrupt(int) { g_interrupted = 1; }
+
+}  // namespace
+
+std::string Failure::message() const {
+  return error ? what + ": " + std::strerror(error) + " (errno " + std::to_string(error) + ")" : what;
+}
+
+Failure supported() {
+  // Above 2 (a Debian patch) users may not use perf events at all.
+  const std::string paranoid = read_text("/proc/sys/kernel/perf_event_paranoid");
+  if (geteuid() != 0 && !paranoid.empty() && std::stoi(paranoid) > 2) {
+    return Failure{0,
+                   "kernel.perf_event_paranoid " + std::to_string(std::stoi(paranoid)) +
+                       " denies perf events to users: run memcost trace with sudo, or as root `sysctl "
+                       "kernel.perf_event_paranoid=2` (user-mode faults, calls through LD_PRELOAD) or -1 (everything)",
+                   FailureKind::not_supported};
+  }
+  return {};
+}
+
+namespace {
+
+// One tracing run, in the steps run() names. Each step returns false with `status` set when it
+// cannot go on; what was set up is undone by the destructors and abandon().
+class Tracing {
+ public:
+  Tracing(const Options& options, Sink& sink, Failure& status)
+      : options_(options), sink_(sink), status_(status), attaching_(options.attach_pid > 0),
+        session_(options, sink), preload_(-1, session_.recorder(), sink) {}
+
+  ~Tracing() {
+    for (int fd : {preload_pipe_[0], preload_pipe_[1], go_[1], exec_error_[0]}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  // Tracepoints for the mapping calls, or else the interposer; decided by the failure's kind.
+  bool choose_call_source() {
+    Tracefs tracefs;
+    Failure no_kernel_calls = kernel_calls(tracefs, tracepoints_);
+    preloading_ = !no_kernel_calls.ok();
+    if (preloading_ && (options_.preload_library.empty() || access(options_.preload_library.c_str(), R_OK) != 0)) {
+      return fail(no_kernel_calls);
+    }
+    if (attaching_ && kill(options_.attach_pid, 0) != 0) {
+      return fail(Failure{errno, "no process " + std::to_string(options_.attach_pid) + " to attach to (it may have exited)",
+                          FailureKind::no_such_process});
+    }
+    if (attaching_ && preloading_) {
+      return fail(Failure{no_kernel_calls.error, "attaching to a running process needs the kernel's tracepoints: " +
+                                                     no_kernel_calls.message(), FailureKind::not_supported});
+    }
+    if (preloading_) tracepoints_.clear();
+    result_.call_source = preloading_ ? "LD_PRELOAD interposer (mmap, munmap, mremap, madvise; malloc, calloc, realloc, "
+                                        "free of at least " + std::to_string(options_.preload_min_bytes) +
+                                        " bytes), timed in user space; tracepoints unavailable: " + no_kernel_calls.message()
+                                      : "perf tracepoints syscalls:sys_enter_*/sys_exit_*";
+    if (preloading_ && pipe2(preload_pipe_, O_CLOEXEC) != 0) return fail(failed("pipe2"));
+    return true;
+  }
+
+  // The command, forked and waiting at the door until the events are on it; or the process attached to.
+  bool start_command() {
+    if (attaching_) {
+      child_ = options_.attach_pid;
+      return true;
+    }
+    if (pipe2(go_, O_CLOEXEC) != 0 || pipe2(exec_error_, O_CLOEXEC) != 0) return fail(failed("pipe2"));
+    const pid_t tracer = getpid();
+    child_ = fork();
+    if (child_ < 0) return fail(failed("fork"));
+    if (child_ == 0) become_the_command(tracer);
+    close(std::exchange(go_[0], -1));
+    close(std::exchange(exec_error_[1], -1));
+    if (preloading_) {
+      close(std::exchange(preload_pipe_[1], -1));
+      fcntl(preload_pipe_[0], F_SETFL, O_NONBLOCK);
+      preload_.read_from(preload_pipe_[0]);
+    }
+    return true;
+  }
+
+  // A page-fault event per CPU on the command (its threads and children follow by inheritance)
+  // or on each thread of the process attached to, owning that CPU's ring buffer; the syscall
+  // tracepoints write into the same buffer.
+  bool open_events() {
+    std::vector<pid_t> targets{child_};
+    if (attaching_) {
+      targets.clear();
+      if (DIR* tasks = opendir(("/proc/" + std::to_string(child_) + "/task").c_str())) {
+        while (dirent* entry = readdir(tasks)) {
+          if (entry->d_name[0] != '.') targets.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+        }
+        closedir(tasks);
+      }
+      if (targets.empty()) {
+        return abandon(Failure{ESRCH, "no threads under /proc/" + std::to_string(child_) + "/task",
+                               FailureKind::no_such_process});
+      }
+    }
+    size_buffers();
+    descriptors_.buffers = &session_.buffers;
+    const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    for (int cpu = 0; cpu < cpus; ++cpu) {
+      int owner_fd = -1;  // the first event on this CPU owns its ring buffer; the others write into it
+      for (pid_t target : targets) {
+        perf_event_attr attr = base_attr(kFaultSampleType, stack_bytes_);
+        if (attaching_) attr.enable_on_exec = 0;  // enabled as the window opens
+        attr.type = PERF_TYPE_SOFTWARE;
+        attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+        attr.sample_period = options_.sample_period;
+        attr.mmap = 1;
+        attr.mmap2 = 1;
+        attr.comm = 1;
+        attr.comm_exec = 1;
+        attr.task = 1;
+        attr.watermark = 1;
+        attr.wakeup_watermark = static_cast<std::uint32_t>(buffer_pages_ * page_ / 8);
+        attr.exclude_kernel = kernel_faults_ ? 0 : 1;
+        int fault_fd = perf_event_open(attr, target, cpu);
+        if (fault_fd < 0 && kernel_faults_ && (errno == EACCES || errno == EPERM)) {
+          // Not allowed to sample in kernel mode: the faults a system call takes for the command
+          // (read() into a fresh buffer) are not seen; its own are.
+          kernel_faults_ = false;
+          attr.exclude_kernel = 1;
+          fault_fd = perf_event_open(attr, target, cpu);
+        }
+        if (fault_fd < 0) {
+          if (errno == ENODEV) break;                  // an offline CPU
+          if (attaching_ && errno == ESRCH) continue;  // a thread that ended meanwhile
+          return abandon(failed("perf_event_open(page faults)"));
+        }
+        descriptors_.fds.push_back(fault_fd);
+        if (owner_fd >= 0) {
+          if (ioctl(fault_fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+        } else {
+          owner_fd = fault_fd;
+          RingBuffer buffer;
+          if (Failure why = map_ring_buffer(fault_fd, buffer_pages_, page_, buffer); !why.ok()) return abandon(why);
+          session_.buffers.push_back(buffer);
+          result_.buffer_bytes = buffer.data_bytes;
+          result_.stack_bytes = stack_bytes_;
+        }
+        std::uint64_t id = 0;
+        ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
+        session_.events[id] = Event{EventKind::fault, CallKind::mmap, kFaultSampleType, {}};
+        for (const auto& [event, format] : tracepoints_) {
+          perf_event_attr tp = base_attr(event.sample_type, stack_bytes_);
+          tp.type = PERF_TYPE_TRACEPOINT;
+          tp.config = format.id;
+          if (attaching_) tp.enable_on_exec = 0;
+          int fd = perf_event_open(tp, target, cpu);
+          if (fd < 0) {
+            if (attaching_ && errno == ESRCH) continue;
+            return abandon(failed("perf_event_open(syscalls tracepoint)"));
+          }
+          descriptors_.fds.push_back(fd);
+          if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+          ioctl(fd, PERF_EVENT_IOC_ID, &id);
+          session_.events[id] = event;
+        }
+      }
+    }
+    return true;
+  }
+
+  // The window opens: the command goes through the door (or the events are enabled on the
+  // process attached to) and the tracer reads until it has ended, holding the traced tree still
+  // whenever a buffer fills.
+  bool trace_until_done() {
+    // The tracer must keep up with the kernel, or records are lost: ahead of ordinary processes
+    // where allowed (root). Only this process's own priority, never the command's.
+    (void)setpriority(PRIO_PROCESS, 0, -10);
+    if (options_.window_opened) options_.window_opened();
+    started_ns_ = monotonic_ns();
+    if (attaching_) {
+      stat_before_ = stat_last_ = read_process_stat(child_);
+      session_.started(child_, started_ns_, read_text("/proc/" + std::to_string(child_) + "/comm"));
+      report_existing_mappings(child_, started_ns_, sink_);
+      for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+    } else {
+      session_.started(child_, started_ns_, options_.command[0].substr(options_.command[0].rfind('/') + 1));
+      (void)!write(go_[1], "x", 1);
+      close(std::exchange(go_[1], -1));
+      if (read(exec_error_[0], &result_.faults_before_exec, sizeof(result_.faults_before_exec)) !=
+          static_cast<ssize_t>(sizeof(result_.faults_before_exec))) {
+        result_.faults_before_exec = 0;
+      }
+      int exec_errno = 0;
+      if (read(exec_error_[0], &exec_errno, sizeof(exec_errno)) == static_cast<ssize_t>(sizeof(exec_errno))) {
+        waitpid(child_, nullptr, 0);
+        return fail(Failure{exec_errno, "cannot run " + options_.command[0], FailureKind::command_not_started});
+      }
+    }
+    result_.started = true;
+
+    std::vector<pollfd> polls;
+    for (const RingBuffer& buffer : session_.buffers) polls.push_back({buffer.fd, POLLIN, 0});
+    Hold hold(child_);
+    // A small buffer (no privilege to lock more) overflows within one slow step: hold before each.
+    // A large one only once it is filling.
+    const bool small_buffers = buffer_pages_ * page_ < (32U << 20);
+    session_.recorder().before_slow_work = [&] {
+      if (small_buffers || session_.fullest() > 1.0 / 16) hold.hold();
+    };
+    while (true) {
+      // perf may deliver its wakeup only at the next tick: look every millisecond as well.
+      poll(polls.data(), polls.size(), 1);
+      // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching
+      // up, rather than lose records. It is told nothing.
+      if (session_.fullest() > 0.25) hold.hold();
+      const std::uint64_t settled = session_.drain(false, [&] { hold.hold(); });
+      if (preloading_) preload_.drain();
+      sink_.settle(settled);
+      hold.release();
+      if (attaching_ ? watch_ended() : command_ended()) break;
+    }
+    session_.recorder().before_slow_work = nullptr;
+    result_.pauses = hold.pauses;
+    result_.paused_ns = hold.paused_ns;
+    result_.interrupted = g_interrupted || g_stop_requested;
+    result_.wall_ns = monotonic_ns() - started_ns_;
+    if (options_.window_closed) options_.window_closed();
+    session_.drain(true);
+    if (preloading_) preload_.drain();
+    sink_.settle(UINT64_MAX);
+    return true;
+  }
+
+  // What the kernel accounted: the command's exit and rusage, or the attached process's /proc counters.
+  Result collect() {
+    result_.fault_source = kernel_faults_ ? "perf software event page-faults, user and kernel mode"
+                                          : "perf software event page-faults, user mode only (kernel-mode sampling not "
+                                            "permitted)";
+    result_.lost_records = session_.lost;
+    result_.unwind_failures = session_.unwind_failures();
+    if (attaching_) {
+      // Not our child: its CPU and faults while watched, from /proc/PID/stat.
+      result_.user_ns = (stat_last_.user_ticks - stat_before_.user_ticks) * 1'000'000'000ULL / ticks_per_second();
+      result_.system_ns = (stat_last_.system_ticks - stat_before_.system_ticks) * 1'000'000'000ULL / ticks_per_second();
+      result_.minor_faults = stat_last_.minor_faults - stat_before_.minor_faults;
+      result_.major_faults = stat_last_.major_faults - stat_before_.major_faults;
+      return result_;
+    }
+    auto ns = [](const timeval& time) {
+      return static_cast<std::uint64_t>(time.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(time.tv_usec) * 1000ULL;
+    };
+    result_.exit_code = WIFEXITED(wait_status_) ? WEXITSTATUS(wait_status_) : 128 + WTERMSIG(wait_status_);
+    result_.signal = WIFSIGNALED(wait_status_) ? WTERMSIG(wait_status_) : 0;
+    result_.user_ns = ns(usage_.ru_utime);
+    result_.system_ns = ns(usage_.ru_stime);
+    result_.minor_faults = static_cast<std::uint64_t>(usage_.ru_minflt);
+    result_.major_faults = static_cast<std::uint64_t>(usage_.ru_majflt);
+    return result_;
+  }
+
+  [[nodiscard]] const Result& result() const { return result_; }
+
+ private:
+  // In the forked child: set up, wait at the door, then exec the command (never returns).
+  [[noreturn]] void become_the_command(pid_t tracer) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGQUIT, SIG_DFL);
+    // A tracer that dies (killed, or crashed) takes the command with it instead of leaving it
+    // running unwatched, holding the terminal.
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != tracer) _exit(126);
+    if (options_.command_stdout_fd >= 0 && dup2(options_.command_stdout_fd, STDOUT_FILENO) < 0) _exit(126);
+    if (preloading_) {
+      // The write end stays open across exec, for the library in the command and its children.
+      if (fcntl(preload_pipe_[1], F_SETFD, 0) != 0) _exit(126);
+      const char* existing = getenv("LD_PRELOAD");
+      std::string preload = options_.preload_library + (existing && *existing ? std::string(":") + existing : "");
+      setenv("LD_PRELOAD", preload.c_str(), 1);
+      setenv("MEMCOST_PRELOAD_FD", std::to_string(preload_pipe_[1]).c_str(), 1);
+      setenv("MEMCOST_PRELOAD_MIN_BYTES", std::to_string(options_.preload_min_bytes).c_str(), 1);
+    }
+    char byte = 0;
+    if (read(go_[0], &byte, 1) != 1) _exit(126);
+    std::vector<char*> argv;
+    for (const std::string& word : options_.command) argv.push_back(const_cast<char*>(word.c_str()));
+    argv.push_back(nullptr);
+    // The faults this process took before it became the command (its events start at exec):
+    // the kernel's count for the command includes them.
+    rusage before_exec{};
+    getrusage(RUSAGE_SELF, &before_exec);
+    const std::uint64_t faults = static_cast<std::uint64_t>(before_exec.ru_minflt + before_exec.ru_majflt);
+    (void)!write(exec_error_[1], &faults, sizeof(faults));
+    execvp(argv[0], argv.data());
+    int error = errno;
+    (void)!write(exec_error_[1], &error, sizeof(error));
+    _exit(127);
+  }
+
+  // Without privilege the kernel locks only perf_event_mlock_kb per CPU plus RLIMIT_MEMLOCK for
+  // this user: smaller buffers, and a copied stack small enough for a couple of thousand samples.
+  void size_buffers() {
+    buffer_pages_ = options_.buffer_pages;
+    stack_bytes_ = options_.stack_bytes;
+    if (geteuid() == 0) return;
+    const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    rlimit memlock{};
+    getrlimit(RLIMIT_MEMLOCK, &memlock);
+    const std::uint64_t allowed = std::stoull("0" + read_text("/proc/sys/kernel/perf_event_mlock_kb")) * 1024 +
+                                  (memlock.rlim_cur == RLIM_INFINITY ? (1ULL << 40) : memlock.rlim_cur) /
+                                      static_cast<std::uint64_t>(std::max(cpus, 1L));
+    while (buffer_pages_ > 8 && (buffer_pages_ + 1) * page_ > allowed) buffer_pages_ /= 2;
+    const auto fitting = static_cast<std::uint32_t>(buffer_pages_ * page_ / 2048) & ~7U;
+    stack_bytes_ = std::max<std::uint32_t>(512, std::min(stack_bytes_, fitting));
+  }
+
+  // The command's end, and what an interrupt asks: SIGTERM passed on at once; Ctrl-C not heeded
+  // passed on (it may have reached this process alone), then firmer.
+  bool command_ended() {
+    const std::uint64_t now = monotonic_ns();
+    if (g_stop_requested && !terminated_) {
+      signal_tree(child_, SIGTERM);
+      terminated_ = true;
+    }
+    if (g_interrupted && !interrupted_at_) interrupted_at_ = now;
+    static constexpr std::pair<std::uint64_t, int> kEscalation[] = {
+        {1'000'000'000ULL, SIGINT}, {4'000'000'000ULL, SIGTERM}, {9'000'000'000ULL, SIGKILL}};
+    if (interrupted_at_ && escalation_ < 3 && now - interrupted_at_ >= kEscalation[escalation_].first) {
+      signal_tree(child_, kEscalation[escalation_++].second);
+    }
+    return wait4(child_, &wait_status_, WNOHANG, &usage_) == child_;
+  }
+
+  // The attached process's end, the time being up, or a request to stop; its counters now and then.
+  bool watch_ended() {
+    const std::uint64_t now = monotonic_ns();
+    if (now - last_stat_ns_ > 100'000'000ULL) {
+      if (ProcessStat current = read_process_stat(child_); current.alive) stat_last_ = current;
+      last_stat_ns_ = now;
+    }
+    if (g_stop_requested || kill(child_, 0) != 0 || is_zombie(child_) ||
+        (options_.attach_seconds > 0 && static_cast<double>(now - started_ns_) >= options_.attach_seconds * 1e9)) {
+      // It goes on running: stop the events first, so the counts and the window agree.
+      for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+      if (ProcessStat current = read_process_stat(child_); current.alive) stat_last_ = current;
+      return true;
+    }
+    return false;
+  }
+
+  bool fail(Failure why) {
+    status_ = std::move(why);
+    return false;
+  }
+
+  // A failure once the command exists: it goes (a process attached to is left as it was).
+  bool abandon(Failure why) {
+    if (!attaching_ && child_ > 0) {
+      kill(child_, SIGKILL);
+      waitpid(child_, nullptr, 0);
+    }
+    return fail(std::move(why));
+  }
+
+  const Options& options_;
+  Sink& sink_;
+  Failure& status_;
+  const bool attaching_;
+  Result result_;
+  bool preloading_ = false;
+  bool kernel_faults_ = true;
+  std::vector<std::pair<Event, TracepointFormat>> tracepoints_;
+  int preload_pipe_[2] = {-1, -1}, go_[2] = {-1, -1}, exec_error_[2] = {-1, -1};
+  pid_t child_ = 0;
+  const std::size_t page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::size_t buffer_pages_ = 0;
+  std::uint32_t stack_bytes_ = 0;
+  Session session_;
+  PreloadReader preload_;
+  Descriptors descriptors_;
+  std::uint64_t started_ns_ = 0, last_stat_ns_ = 0;
+  ProcessStat stat_before_, stat_last_;
+  int wait_status_ = 0;
+  rusage usage_{};
+  bool terminated_ = false;
+  std::uint64_t interrupted_at_ = 0;
+  int escalation_ = 0;
+};
+
+// Ctrl-C and SIGTERM, caught for the length of the run (see the contract for what they mean).
+class Interrupts {
+ public:
+  explicit Interrupts(bool attaching) {
+    g_stop_requested = 0;
+    g_interrupted = 0;
+    struct sigaction interrupt {}, terminate {};
+    interrupt.sa_handler = on_interrupt;
+    terminate.sa_handler = on_terminate;
+    // Attached to a running process, Ctrl-C ends the tracing, which leaves it running.
+    sigaction(SIGINT, attaching ? &terminate : &interrupt, &old_int_);
+    sigaction(SIGTERM, &terminate, &old_term_);
+  }
+  ~Interrupts() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+}  // namespace
+
+Result run(const Options& options, Sink& sink, Failure& status) {
+  Tracing tracing(options, sink, status);
+  if (!tracing.choose_call_source() || !tracing.start_command() || !tracing.open_events()) return tracing.result();
+  Interrupts interrupts(options.attach_pid > 0);
+  if (!tracing.trace_until_done()) return tracing.result();
+  return tracing.collect();
+}
+
+}  // namespace memcost::trace

@@ -1,0 +1,288 @@
+// Unwinding user stacks copied into samples (DWARF call-frame information, by elfutils' libdwfl,
+// as `perf --call-graph dwarf` does) and symbolizing each frame once.
+#pragma once
+
+#include <cxxabi.h>
+#include <elfutils/libdwfl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <unordered_map>
+
+#include "trace/arch.hpp"
+#include "trace/common.hpp"
+
+namespace memcost::trace::detail {
+
+struct UnwindInput {
+  pid_t tid = 0;
+  std::uint64_t bp = 0, sp = 0, ip = 0;
+  const std::uint8_t* stack = nullptr;
+  std::uint64_t stack_bytes = 0;
+  std::vector<std::uint64_t>* pcs = nullptr;
+  std::uint32_t max_frames = 0;
+};
+
+inline pid_t next_thread(Dwfl*, void* arg, void** thread_argp) {
+  if (*thread_argp != nullptr) return 0;
+  *thread_argp = arg;
+  return static_cast<UnwindInput*>(arg)->tid;
+}
+
+inline bool get_thread(Dwfl*, pid_t, void* arg, void** thread_argp) {
+  *thread_argp = arg;
+  return true;
+}
+
+inline bool memory_read(Dwfl*, Dwarf_Addr address, Dwarf_Word* result, void* arg) {
+  auto* input = static_cast<UnwindInput*>(arg);
+  if (address < input->sp || address + sizeof(Dwarf_Word) > input->sp + input->stack_bytes) return false;
+  std::memcpy(result, input->stack + (address - input->sp), sizeof(Dwarf_Word));
+  return true;
+}
+
+inline bool set_initial_registers(Dwfl_Thread* thread, void* arg) {
+  auto* input = static_cast<UnwindInput*>(arg);
+  Dwarf_Word frame = input->bp, stack = input->sp;  // the pc is set on its own
+  if (!dwfl_thread_state_registers(thread, kDwarfFramePointer, 1, &frame) ||
+      !dwfl_thread_state_registers(thread, kDwarfStackPointer, 1, &stack)) {
+    return false;
+  }
+  dwfl_thread_state_register_pc(thread, input->ip);
+  return true;
+}
+
+inline const Dwfl_Thread_Callbacks kThreadCallbacks = {next_thread, get_thread, memory_read, set_initial_registers, nullptr, nullptr};
+inline const Dwfl_Callbacks kDwflCallbacks = {nullptr, dwfl_standard_find_debuginfo, dwfl_offline_section_address, nullptr};
+
+inline int on_frame(Dwfl_Frame* frame, void* arg) {
+  auto* input = static_cast<UnwindInput*>(arg);
+  Dwarf_Addr pc = 0;
+  bool activation = false;
+  if (!dwfl_frame_pc(frame, &pc, &activation)) return DWARF_CB_ABORT;
+  // A return address points after the call: the call itself is one byte before.
+  input->pcs->push_back(activation ? pc : pc - 1);
+  return input->pcs->size() >= input->max_frames ? DWARF_CB_ABORT : DWARF_CB_OK;
+}
+
+inline std::string demangle(const char* name) {
+  if (name == nullptr) return {};
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> readable(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
+  return status == 0 && readable ? std::string(readable.get()) : std::string(name);
+}
+
+struct Mapping {
+  std::uint64_t start = 0, end = 0, offset = 0;
+  std::string path;
+};
+
+// One traced process image (a pid between two execs): its modules and unwinder.
+struct Process {
+  int pid = 0;
+  std::uint32_t generation = 0;
+  Dwfl* dwfl = nullptr;
+  bool attached = false;
+  std::vector<Mapping> pending;
+  std::set<std::pair<std::string, std::uint64_t>> reported;
+  std::vector<Mapping> mappings;  // every executable file mapping seen
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> code;  // their ranges, sorted
+  std::size_t code_known = static_cast<std::size_t>(-1);
+  UnwindInput input;
+  bool read_proc_maps = false;
+
+  ~Process() {
+    if (dwfl) dwfl_end(dwfl);
+  }
+};
+
+class Recorder {
+ public:
+  Recorder(const Options& options, Sink& sink) : options_(options), sink_(sink) {}
+
+  void add_mapping(int pid, Mapping mapping) {
+    Process& process = get(pid);
+    process.mappings.push_back(mapping);
+    process.pending.push_back(std::move(mapping));
+  }
+
+  void exec(int pid) { processes_.erase(pid); }
+
+  // A forked child has its parent's address space until it execs: it shares the parent's
+  // unwinder, so its samples unwind with the modules and memo already loaded (loading them again
+  // per child took long enough for the ring buffers to overflow with a few children).
+  void fork(int parent, int child) {
+    if (parent == child) return;
+    auto found = processes_.find(parent);
+    if (found != processes_.end()) processes_[child] = found->second;
+  }
+
+  // The id of the unwound, symbolized stack of one sample; 0 when nothing could be unwound.
+  std::uint32_t stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
+                      std::uint64_t stack_bytes) {
+    Process& process = get(pid);
+    // Memo key: the instruction pointer and every word on the stack that points into code. The
+    // return addresses that decide the unwound stack are among them; locals and saved data,
+    // which change from sample to sample, are not, so a loop's samples unwind once.
+    std::string key;
+    key.reserve(256);
+    for (std::uint64_t value : {std::uint64_t(process.generation), ip}) {
+      key.append(reinterpret_cast<const char*>(&value), sizeof(value));
+    }
+    code_ranges(process);
+    for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, stack + offset, sizeof(word));
+      auto above = std::upper_bound(process.code.begin(), process.code.end(), std::make_pair(word, UINT64_MAX));
+      if (above != process.code.begin() && word < std::prev(above)->second) {
+        key.append(reinterpret_cast<const char*>(&offset), 2);
+        key.append(reinterpret_cast<const char*>(&word), sizeof(word));
+      }
+    }
+    if (auto found = by_sample_.find(key); found != by_sample_.end()) return found->second;
+
+    if (before_slow_work) before_slow_work();  // the first unwind through a module loads its CFI
+    std::vector<std::uint64_t> pcs;
+    if (prepare(process, ip)) {
+      process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames};
+      dwfl_getthread_frames(process.dwfl, tid, on_frame, &process.input);
+    }
+    if (pcs.empty()) {
+      ++unwind_failures_;
+      pcs.push_back(ip);
+    }
+    std::uint32_t id = stack_id(process, pcs);
+    by_sample_.emplace(std::move(key), id);
+    return id;
+  }
+
+  [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
+
+  // Called before work that may take milliseconds (loading a module's debug information,
+  // symbolizing a new stack), so that the caller can hold the command meanwhile.
+  std::function<void()> before_slow_work;
+
+  // The stack of return addresses someone else collected (the preload library's backtrace()).
+  std::uint32_t stack_of_returns(int pid, const std::vector<std::uint64_t>& returns) {
+    Process& process = get(pid);
+    if (returns.empty()) return 0;
+    prepare(process, returns.front());
+    std::vector<std::uint64_t> pcs;
+    pcs.reserve(returns.size());
+    for (std::uint64_t address : returns) pcs.push_back(address - 1);  // the call, not the return
+    return stack_id(process, pcs);
+  }
+
+ private:
+  Process& get(int pid) {
+    auto& slot = processes_[pid];
+    if (!slot) {
+      slot = std::make_shared<Process>();
+      slot->pid = pid;
+      slot->generation = ++generations_;
+      slot->dwfl = dwfl_begin(&kDwflCallbacks);
+    }
+    return *slot;
+  }
+
+  // The process's executable ranges, sorted, for telling code addresses on a stack apart.
+  static void code_ranges(Process& process) {
+    if (process.code_known == process.mappings.size()) return;
+    process.code.clear();
+    for (const Mapping& mapping : process.mappings) process.code.emplace_back(mapping.start, mapping.end);
+    std::sort(process.code.begin(), process.code.end());
+    process.code_known = process.mappings.size();
+  }
+
+  void report_pending(Process& process) {
+    if (process.pending.empty() || process.dwfl == nullptr) return;
+    if (before_slow_work) before_slow_work();
+    dwfl_report_begin_add(process.dwfl);
+    for (const Mapping& mapping : process.pending) {
+      auto base = mapping.start - mapping.offset;
+      if (!process.reported.insert({mapping.path, base}).second) continue;
+      dwfl_report_elf(process.dwfl, mapping.path.c_str(), mapping.path.c_str(), -1, base, false);
+    }
+    process.pending.clear();
+    dwfl_report_end(process.dwfl, nullptr, nullptr);
+    if (!process.attached && dwfl_attach_state(process.dwfl, nullptr, process.pid, &kThreadCallbacks, &process.input)) {
+      process.attached = true;
+    }
+  }
+
+  // Modules known, unwinder attached; the process's maps are read once if the events missed one.
+  bool prepare(Process& process, std::uint64_t ip) {
+    report_pending(process);
+    if ((!process.attached || dwfl_addrmodule(process.dwfl, ip) == nullptr) && !process.read_proc_maps) {
+      process.read_proc_maps = true;
+      std::istringstream maps(read_text("/proc/" + std::to_string(process.pid) + "/maps"));
+      for (std::string line; std::getline(maps, line);) {
+        std::uint64_t start = 0, end = 0, offset = 0;
+        char perms[8] = {};
+        char path[4096] = {};
+        if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %4095s", &start, &end, perms, &offset, path) == 5 &&
+            perms[2] == 'x' && path[0] == '/') {
+          process.pending.push_back({start, end, offset, path});
+          process.mappings.push_back({start, end, offset, path});
+        }
+      }
+      report_pending(process);
+    }
+    return process.attached;
+  }
+
+  std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs) {
+    std::string key(reinterpret_cast<const char*>(&process.generation), sizeof(process.generation));
+    key.append(reinterpret_cast<const char*>(pcs.data()), pcs.size() * sizeof(std::uint64_t));
+    auto [slot, added] = stacks_.emplace(std::move(key), static_cast<std::uint32_t>(stacks_.size() + 1));
+    if (added) {
+      if (before_slow_work) before_slow_work();
+      std::vector<Frame> frames;
+      frames.reserve(pcs.size());
+      for (std::uint64_t pc : pcs) {
+        // Stacks share most of their frames, and line lookups in large debug information are slow.
+        auto [frame, fresh] = frames_.try_emplace({process.generation, pc});
+        if (fresh) frame->second = symbolize(process, pc);
+        frames.push_back(frame->second);
+      }
+      sink_.stack(slot->second, frames);
+    }
+    return slot->second;
+  }
+
+  Frame symbolize(Process& process, std::uint64_t pc) {
+    Frame frame;
+    frame.address = pc;
+    Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
+    if (module == nullptr) return frame;
+    const char* main_file = nullptr;
+    Dwarf_Addr low = 0;
+    const char* name = dwfl_module_info(module, nullptr, &low, nullptr, nullptr, nullptr, &main_file, nullptr);
+    frame.module = main_file ? main_file : (name ? name : "");
+    frame.module_offset = pc - low;
+    frame.function = demangle(dwfl_module_addrname(module, pc));
+    if (Dwfl_Line* line = dwfl_module_getsrc(module, pc)) {
+      int number = 0;
+      if (const char* file = dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {
+        frame.file = file;
+        frame.line = number;
+      }
+    }
+    return frame;
+  }
+
+  const Options& options_;
+  Sink& sink_;
+  std::unordered_map<int, std::shared_ptr<Process>> processes_;
+  std::unordered_map<std::string, std::uint32_t> by_sample_;
+  std::unordered_map<std::string, std::uint32_t> stacks_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, Frame> frames_;
+  std::uint32_t generations_ = 0;
+  std::uint64_t unwind_failures_ = 0;
+};
+
+}  // namespace memcost::trace::detail
