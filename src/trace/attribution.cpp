@@ -6,7 +6,6 @@
 namespace memcost::trace {
 namespace {
 
-constexpr std::uint64_t kHuge = 2ULL << 20;
 constexpr std::uint64_t kMapAnonymous = 0x20;
 constexpr std::uint64_t kMadvDontneed = 4, kMadvFree = 8, kMadvRemove = 9, kMadvHugepage = 14, kMadvNohugepage = 15;
 
@@ -129,7 +128,7 @@ void Attribution::charge(const trace::Fault& fault) {
         key.allocation_call = mapping.origin.call;
         if (mapping.first_tid == 0) mapping.first_tid = fault.tid;
         else if (mapping.first_tid != fault.tid) mapping.one_thread = false;
-        Region& region = mapping.regions[fault.address / kHuge];
+        Region& region = mapping.regions[fault.address / huge_bytes_];
         if (region.faults == 0) {
           // Its kind is known only when the mapping ends: one fault in the region may be a huge page.
           region = {1, fault.stack, fault.pid, program};
@@ -308,7 +307,7 @@ void Attribution::retire(std::uint64_t id) {
   if (found == live_.end()) return;
   Mapping& mapping = found->second;
   const bool huge_possible = thp_ == ThpMode::always || (thp_ == ThpMode::madvise && mapping.huge_advised);
-  const bool huge = huge_possible && !mapping.huge_refused && mapping.length >= kHuge;
+  const bool huge = huge_possible && !mapping.huge_refused && mapping.length >= huge_bytes_;
   for (const auto& [number, region] : mapping.regions) {
     if (region.faults != 1) continue;
     ++faults_[{mapping.origin.stack, mapping.origin.call, region.first_touch, region.pid, region.program, huge}];

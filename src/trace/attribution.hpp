@@ -12,8 +12,8 @@
 //   cover (madvise frees pages, not the mapping); mremap moves and resizes; brk growth is a
 //   mapping; madvise(HUGEPAGE/NOHUGEPAGE) marks what it covers. A forked child starts with its
 //   parent's mappings; an exec'd program with none.
-// - Page kind: a 2 MB region of a mapping of 2 MB or more that took exactly one fault was mapped
-//   whole, by a huge page, where huge pages were possible (THP always, or madvise and advised);
+// - Page kind: a THP-sized (2 MB on x86-64) region of a mapping at least that large that took
+//   exactly one fault was mapped whole, by a huge page, where huge pages were possible (THP always, or madvise and advised);
 //   every other fault is a base page. A region's kind is known when its mapping ends (or at
 //   finish()): faults are counted into the aggregate then.
 // - Allocation origins (stack and call kind) keep lifetime summaries: mappings made and freed,
@@ -83,7 +83,8 @@ struct OriginSummary {
 class Attribution : public trace::Sink {
  public:
   static constexpr std::size_t kMaxSizes = 256;
-  explicit Attribution(ThpMode thp) : thp_(thp) {}
+  // `huge_bytes`: the THP (PMD) size, the region a single fault of a huge page covers.
+  explicit Attribution(ThpMode thp, std::uint64_t huge_bytes = 2ULL << 20) : thp_(thp), huge_bytes_(huge_bytes) {}
 
   // Stacks pass straight through to `next` (they are interned by the unwinder already).
   trace::Sink* stacks = nullptr;
@@ -149,6 +150,7 @@ class Attribution : public trace::Sink {
   std::uint32_t program_of(int pid, std::uint64_t time_ns) const;
 
   ThpMode thp_;
+  std::uint64_t huge_bytes_;
   std::vector<trace::MappingCall> pending_calls_;  // in order of exit_ns
   std::vector<trace::Fault> pending_faults_;
   std::vector<trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces

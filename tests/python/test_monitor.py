@@ -14,7 +14,8 @@ import pytest
 
 from conftest import finish, run_memcost, start_memcost
 from memcost import exit_codes
-from memcost.monitor.sampler import CostModel, Reading, Sampler
+from memcost.analysis.cost_model import CostModel
+from memcost.monitor.sampler import Reading, Sampler
 
 MACHINE_KEYS = {"minor_faults_per_s", "major_faults_per_s", "pages_allocated_per_s", "pages_freed_per_s",
                 "thp_faults_per_s", "thp_fallbacks_per_s", "thp_collapses_per_s", "compaction_stalls_per_s",
@@ -121,12 +122,12 @@ def test_zeroing_estimate_uses_the_measured_cost(tmp_path):
     rows = [{"page": "base", "route": "os", "size_bytes": 1 << 30, "fault_us_per_mb": 512.0},
             {"page": "thp", "route": "os", "size_bytes": 1 << 30, "fault_us_per_mb": 50.0}]
     (run / "costs.json").write_text(json.dumps({"context": {"host": "box"}, "summary": {"rows": rows}}))
-    model = CostModel.load(tmp_path, host="box")
-    assert model.base_fault_us == pytest.approx(2.0) and model.huge_fault_us == pytest.approx(100.0)
+    model = CostModel.newest(tmp_path, host="box")
+    assert model.fault_us("base") == pytest.approx(2.0) and model.fault_us("thp") == pytest.approx(100.0)
     estimate = Sampler(pids=[], cost=model).zeroing({"minor_faults_per_s": 10000.0, "thp_faults_per_s": 100.0})
     # 9,900 base faults × 2 µs + 100 huge faults × 100 µs = 29,800 µs per second = 2.98 % of a core
     assert estimate["estimated_cpu_percent"] == pytest.approx(2.98)
-    assert CostModel.load(tmp_path, host="another").base_fault_us is None
+    assert CostModel.newest(tmp_path, host="another") is None
 
 
 def test_a_command_still_running_at_the_end_is_stopped_and_accounted(tmp_path):

@@ -16,11 +16,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .derived import largest_os_row
-
-MB = 1 << 20
-PAGE = 4096
-HUGE = 2 << 20
+from .cost_model import CostModel  # noqa: F401 - the cost model trace prices with, for its users
+from .derived import MB
 # Leading frames in these modules are the allocator, not the program's allocation site.
 SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc", "libmimalloc",
                   "libpthread")
@@ -30,42 +27,6 @@ SYSTEM_FUNCTIONS = ("runtime.",)
 ADVICE_MIN_MS = 1.0
 ADVICE_MIN_SHARE = 0.01
 OUTSIDE = "(outside traced mappings: program text, stacks, memory mapped before the trace)"
-
-
-@dataclass
-class CostModel:
-    """This machine's measured first-touch cost, from a `memcost costs` result."""
-    base_us_per_mb: float
-    thp_us_per_mb: Optional[float]
-    source: str
-    threads: Optional[int] = None       # first touch with this many threads ...
-    threads_speedup: Optional[float] = None  # ... was this much faster than with one
-    # costs' reuse part: making, writing and freeing a buffer per frame vs writing one kept buffer.
-    reuse_saving_us_per_mb: Optional[float] = None
-
-    def fault_us(self, kind: str) -> float:
-        if kind == "thp" and self.thp_us_per_mb is not None:
-            return self.thp_us_per_mb * HUGE / MB
-        return self.base_us_per_mb * PAGE / MB
-
-    @classmethod
-    def from_costs_summary(cls, summary: dict, source: str) -> Optional["CostModel"]:
-        def largest(page: str) -> Optional[float]:
-            row = largest_os_row(summary.get("rows", []), page)
-            return row["fault_us_per_mb"] if row else None
-        base = largest("base")
-        if base is None or base <= 0:
-            return None
-        model = cls(base_us_per_mb=base, thp_us_per_mb=largest("thp"), source=source)
-        reuse = (summary.get("reuse") or {}).get("routes", {}).get("os")
-        if reuse and summary["reuse"].get("frame_bytes"):
-            model.reuse_saving_us_per_mb = ((reuse["reallocate_us_per_frame"] - reuse["reuse_us_per_frame"])
-                                            / (summary["reuse"]["frame_bytes"] / MB))
-        threads = [t for t in summary.get("threads", []) if t.get("speedup")]
-        if threads:
-            top = max(threads, key=lambda t: t["threads"])
-            model.threads, model.threads_speedup = top["threads"], top["speedup"]
-        return model
 
 
 @dataclass
@@ -239,7 +200,8 @@ def summarize(samples: list, cost: CostModel) -> dict:
             "churn": sizes[churn_size]["freed"] if sizes else 0, "churn_bytes": churn_size,
             "wall_share": (fault_ms + free_ms + map_ms) / wall_ms, "cpu_share": (fault_ms + free_ms + map_ms) / cpu_ms,
         }
-        row["kind"] = "-" if not faults else ("thp" if row["faults_thp"] * HUGE > row["faults_base"] * PAGE else "base")
+        row["kind"] = "-" if not faults else ("thp" if row["faults_thp"] * cost.huge_bytes > row["faults_base"] * cost.page_bytes
+                                               else "base")
         row["advice"] = advise(row, site, cost, thp_available, wall_ms, period)
         rows.append(row)
     rows.sort(key=lambda r: r["fault_ms"] + r["free_ms"] + r["map_ms"], reverse=True)
@@ -298,8 +260,9 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
         if cost.reuse_saving_us_per_mb is not None:
             # Base pages: measured here for exactly this pattern (a fresh buffer per frame, written
             # and freed, against one kept buffer), per MB; it includes their share of the frees.
-            base_share = base_faults * PAGE / max(base_faults * PAGE + thp_faults * HUGE, 1)
-            spent = (base_faults * PAGE / MB * cost.reuse_saving_us_per_mb / 1e3 + thp_faults * cost.fault_us("thp") / 1e3
+            base_bytes, huge_bytes = base_faults * cost.page_bytes, thp_faults * cost.huge_bytes
+            base_share = base_bytes / max(base_bytes + huge_bytes, 1)
+            spent = (base_bytes / MB * cost.reuse_saving_us_per_mb / 1e3 + thp_faults * cost.fault_us("thp") / 1e3
                      + free_ms * (1 - base_share) + map_ms)
             how = "base-page faults and frees from this machine's measured cost of reallocating instead of reusing"
         else:
@@ -311,8 +274,10 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
                            "text": f"reuse this {_size(row['churn_bytes'])} buffer instead of making and freeing it {n} "
                                    f"times: saves ≈ {saving:,.1f} ms ({how})"})
     base_faults = row["faults_base"]
-    if thp_available and cost.thp_us_per_mb is not None and row["largest_bytes"] >= 4 * MB and base_faults >= 512:
-        huge_faults = base_faults / 512
+    per_huge_page = cost.huge_bytes // cost.page_bytes  # base pages in one huge page (512 on x86-64)
+    if thp_available and cost.thp_us_per_mb is not None and row["largest_bytes"] >= 2 * cost.huge_bytes \
+            and base_faults >= per_huge_page:
+        huge_faults = base_faults / per_huge_page
         saving = base_faults * cost.fault_us("base") / 1e3 - huge_faults * cost.fault_us("thp") / 1e3
         # Already advised huge: what is left on base pages are the ends of mappings not aligned to 2 MB.
         how = ("align these mappings to 2 MB (memcost::make_big_array does): their unaligned ends fault on base pages"

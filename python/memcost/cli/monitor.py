@@ -13,7 +13,8 @@ from typing import Optional
 from .. import arguments, exit_codes, tracefs
 from ..console import console
 from ..errors import MemcostError
-from ..monitor.sampler import CostModel, Sampler
+from ..analysis.cost_model import CostModel
+from ..monitor.sampler import Sampler
 from ..monitor.sinks import sinks_for
 from ..monitor.stream import MonitorStream
 from .base import Command
@@ -71,7 +72,7 @@ class MonitorCommand(Command):
             child = start_command(command) if command else None
             pids = list(args.pid or []) + ([child.pid] if child else [])
             stream.pids = pids or None
-            sampler = Sampler(pids=stream.pids, top=args.top, cost=CostModel.load(args.results_dir),
+            sampler = Sampler(pids=stream.pids, top=args.top, cost=CostModel.newest(args.results_dir),
                               zeroing_method=stream.zeroing_method, zeroing_unavailable=stream.zeroing_unavailable)
             sampler.page_bytes = stream.page_bytes() or sampler.page_bytes
             sampler.huge_bytes = stream.thp_bytes() or sampler.huge_bytes

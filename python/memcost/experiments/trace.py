@@ -6,7 +6,6 @@ experiment's; the command line (cli/trace.py) adds what names the program to tra
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -36,27 +35,24 @@ OPTIONS = [
 RAW_NAME = "trace.raw.gz"
 
 
-def cost_model(costs_summary: dict, source: str):
-    from ..analysis import trace as analysis
-    return analysis.CostModel.from_costs_summary(costs_summary, source)
 
 
 def this_machines_cost(results_root: Path, calibrate: bool, notes: list):
     """This machine's fault cost: the newest `memcost costs` result for this host, else a short
     calibration run now (said so in the output)."""
-    from ..results import documents_of_host
+    from ..analysis.cost_model import CostModel
     if not calibrate:
-        for path, document in documents_of_host(results_root, "costs", socket.gethostname()):
-            model = cost_model(document.get("summary", {}), f"memcost costs result {path}")
-            if model:
-                return model
+        model = CostModel.newest(results_root)
+        if model:
+            return model
     from ..analysis import costs as costs_analysis
     from ..runner import run_with_progress
     run = run_with_progress("costs", ["--pages", "base,thp", "--routes", "os", "--parts", "rows,threads,reuse", "--sizes",
                                       "64M", "--reps", "5", "--warmup", "1", "--threads-size", "64M", "--frames", "50"],
                             "calibrating fault cost")
-    model = cost_model(costs_analysis.summarize(run.samples),
-                       "a calibration run of memcost costs just now (64 MiB, 5 repetitions)")
+    model = CostModel.from_costs_summary(costs_analysis.summarize(run.samples),
+                                         "a calibration run of memcost costs just now (64 MiB, 5 repetitions)",
+                                         run.context.get("pages"))
     if model is None:
         raise MemcostError("the calibration run measured no fault cost; run `memcost costs --quick` and try again")
     notes.append("no `memcost costs` result for this host was found: fault time comes from a calibration run "
@@ -87,8 +83,11 @@ def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None) -> t
     """The summary of a trace, priced by the traced machine's costs (a `memcost costs` summary of
     that machine, or a cost model), and the warnings it adds."""
     from ..analysis import trace as analysis
+    from ..analysis.cost_model import CostModel
     if cost is None:
-        cost = cost_model(costs_summary or {}, "the memcost costs capture of the traced machine")
+        run = next((s["metrics"] for s in samples if s["case"]["record"] == "run"), {})
+        pages = {"base_page_bytes": run.get("base_page_bytes"), "thp": {"pmd_size_bytes": run.get("huge_page_bytes")}}
+        cost = CostModel.from_costs_summary(costs_summary or {}, "the memcost costs result of the traced machine", pages)
     if cost is None:
         raise MemcostError("a trace is priced by its machine's measured fault cost, and no `costs` result of that machine "
                            "has one: capture `memcost-probe costs` there too and import both")

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
-from ..analysis.derived import largest_os_row
-from ..results import documents_of_host
+from ..analysis.cost_model import CostModel
+from ..analysis.derived import MB
 from .stream import Reading
 
 KERNEL_THREADS = ("kswapd", "khugepaged", "kcompactd", "kworker")
@@ -25,7 +23,6 @@ MACHINE_RATES = {
     "compaction_stalls_per_s": ("compact_stall",),
     "pages_reclaimed_per_s": ("pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged"),
 }
-MB = 1 << 20
 UPPER_BOUND_WHY = ("every minor fault counted as one zeroed page, though file-backed and copy-on-write faults "
                    "zero nothing")
 
@@ -46,36 +43,10 @@ def _delta(before: Optional[int], after: Optional[int]) -> Optional[int]:
 
 
 @dataclass
-class CostModel:
-    """µs of CPU per fault, from the newest `memcost costs` result of this machine."""
-    base_fault_us: Optional[float] = None
-    huge_fault_us: Optional[float] = None
-    source: Optional[str] = None
-
-    @classmethod
-    def load(cls, results_root: Path, host: Optional[str] = None) -> "CostModel":
-        for path, document in documents_of_host(results_root, "costs", host or socket.gethostname()):
-            rows = document.get("summary", {}).get("rows", [])
-            # That run's own page sizes, from its context; this machine's where the context lacks them.
-            pages = (document.get("context") or {}).get("pages") or {}
-            page_bytes = pages.get("base_page_bytes") or os.sysconf("SC_PAGE_SIZE")
-            huge_bytes = (pages.get("thp") or {}).get("pmd_size_bytes") or thp_bytes_here()
-            model = cls(source=str(path))
-            for page, faults_per_mb in (("base", MB / page_bytes), ("thp", MB / huge_bytes)):
-                largest = largest_os_row(rows, page)
-                if largest:
-                    value = max(largest["fault_us_per_mb"], 0.0) / faults_per_mb
-                    setattr(model, "base_fault_us" if page == "base" else "huge_fault_us", value)
-            if model.base_fault_us is not None:
-                return model
-        return cls()
-
-
-@dataclass
 class Sampler:
     pids: Optional[list[int]] = None  # None: every process
     top: int = 5
-    cost: CostModel = field(default_factory=CostModel)
+    cost: Optional[CostModel] = None  # this machine's measured fault cost (None: no `memcost costs` result)
     # How the kernel's zeroing was counted, or why it was not ("" until the stream says).
     zeroing_method: Optional[str] = None
     zeroing_unavailable: Optional[str] = None
@@ -149,7 +120,7 @@ class Sampler:
                           kernel_count_method=f"{self.zeroing_method} + vmstat thp_fault_alloc")
         else:
             result["kernel_count_note"] = self.zeroing_unavailable or "not counted"
-        if self.cost.base_fault_us is None:
+        if self.cost is None:
             result.update(estimated_cpu_percent=None,
                           note="no `memcost costs` result for this machine: run `memcost costs --quick` to measure "
                                "the cost per fault")
@@ -158,8 +129,9 @@ class Sampler:
             pages, basis = kernel["base_pages_per_s"], "kernel count"
         else:
             pages, basis = small or 0.0, "minor faults (upper bound)"
-        microseconds = pages * self.cost.base_fault_us + (huge or 0.0) * (self.cost.huge_fault_us or 0.0)
+        base_fault_us = self.cost.fault_us("base")
+        huge_fault_us = self.cost.fault_us("thp") if self.cost.thp_us_per_mb is not None else None
+        microseconds = pages * base_fault_us + (huge or 0.0) * (huge_fault_us or 0.0)
         result.update(estimated_cpu_percent=microseconds / 1e4, estimate_basis=basis,
-                      base_fault_us=self.cost.base_fault_us, huge_fault_us=self.cost.huge_fault_us,
-                      source=self.cost.source)
+                      base_fault_us=base_fault_us, huge_fault_us=huge_fault_us, source=self.cost.source)
         return result

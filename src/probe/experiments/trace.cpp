@@ -113,6 +113,12 @@ std::string thp_mode_name() {
   return thp.present ? thp.enabled : "absent";
 }
 
+// The THP (PMD) size, which is also the region the attribution infers page kinds by.
+std::uint64_t huge_page_bytes() {
+  const os::ThpSettings thp = os::thp_settings();
+  return thp.pmd_size_bytes ? thp.pmd_size_bytes : 2ULL << 20;
+}
+
 trace::ThpMode thp_mode(const std::string& name) {
   if (name == "always") return trace::ThpMode::always;
   if (name == "madvise") return trace::ThpMode::madvise;
@@ -147,7 +153,8 @@ Experiment trace_experiment() {
             command.add_option("command", settings->command, "the command and its arguments, after --");
             return [settings](Emitter& emitter) {
               if (!settings->replay.empty()) {
-                trace::Attribution attribution(thp_mode(settings->thp_mode.empty() ? thp_mode_name() : settings->thp_mode));
+                trace::Attribution attribution(thp_mode(settings->thp_mode.empty() ? thp_mode_name() : settings->thp_mode),
+                                               huge_page_bytes());
                 std::string error;
                 if (!trace::replay(settings->replay, attribution, error)) throw ProbeError(exit_failure, "bad_raw_file", error);
                 attribution.finish();
@@ -179,7 +186,7 @@ Experiment trace_experiment() {
               options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
               JsonSink output(emitter);
               const std::string thp = thp_mode_name();
-              trace::Attribution attribution(thp_mode(thp));
+              trace::Attribution attribution(thp_mode(thp), huge_page_bytes());
               attribution.stacks = &output;
               std::unique_ptr<trace::RawWriter> raw;
               if (!settings->raw_file.empty()) {
@@ -233,7 +240,8 @@ Experiment trace_experiment() {
                    {"elsewhere_method", interval.elsewhere_method()},
                    {"fault_source", result.fault_source}, {"call_source", result.call_source},
                    {"attached_pid", settings->attach_pid},
-                   {"interrupted", result.interrupted}, {"thp_mode", thp}});
+                   {"interrupted", result.interrupted}, {"thp_mode", thp}, {"base_page_bytes", os::base_page_size()},
+                   {"huge_page_bytes", huge_page_bytes()}});
               if (result.lost_records) {
                 emitter.warning("events_lost", std::to_string(result.lost_records) +
                                                    " records were lost (ring buffer full): pass a larger --buffer-pages or a "
