@@ -1,5 +1,6 @@
 // Linux implementation of the OS layer (contract in os.hpp).
 #include "os/os.hpp"
+#include "os/perf_linux.hpp"
 
 #include <dirent.h>
 #include <sched.h>
@@ -140,11 +141,9 @@ std::optional<CgroupMemoryFiles> cgroup_memory_files() {
 }
 
 std::optional<std::uint64_t> tracepoint_id(const char* category, const char* name) {
-  for (const char* root : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
-    auto id = read_number(std::string(root) + "/events/" + category + "/" + name + "/id");
-    if (id) return id;
-  }
-  return std::nullopt;
+  const std::string root = perf::tracefs_root();
+  if (root.empty()) return std::nullopt;
+  return read_number(root + "/events/" + category + "/" + name + "/id");
 }
 
 }  // namespace
@@ -799,9 +798,9 @@ PerfHandle perf_open(PerfEvent event) {
       break;
     }
   }
-  long fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
+  int fd = perf::open_event(attr, 0, -1);
   if (fd < 0) return {-1, failed("perf_event_open")};
-  return {static_cast<int>(fd), {}};
+  return {fd, {}};
 }
 
 Status perf_enable(const PerfHandle& handle, bool enable) {
@@ -831,17 +830,14 @@ namespace {
 // The bit of __GFP_ZERO on this kernel, read from the tracepoint's own format
 // description (it names every flag with its bit), not assumed.
 std::optional<unsigned> gfp_zero_bit() {
-  for (const char* root : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
-    std::ifstream file(std::string(root) + "/events/kmem/mm_page_alloc/format");
-    if (!file) continue;
-    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    auto name = text.find("\"__GFP_ZERO\"");
-    if (name == std::string::npos) return std::nullopt;
-    auto shift = text.rfind("<< (", name);
-    if (shift == std::string::npos) return std::nullopt;
-    return static_cast<unsigned>(std::strtoul(text.c_str() + shift + 4, nullptr, 10));
-  }
-  return std::nullopt;
+  std::ifstream file(perf::tracefs_root() + "/events/kmem/mm_page_alloc/format");
+  if (!file) return std::nullopt;
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto name = text.find("\"__GFP_ZERO\"");
+  if (name == std::string::npos) return std::nullopt;
+  auto shift = text.rfind("<< (", name);
+  if (shift == std::string::npos) return std::nullopt;
+  return static_cast<unsigned>(std::strtoul(text.c_str() + shift + 4, nullptr, 10));
 }
 
 Status open_filtered_counters(std::uint64_t id, const std::string& filter, std::vector<int>& fds) {
@@ -850,10 +846,10 @@ Status open_filtered_counters(std::uint64_t id, const std::string& filter, std::
     attr.size = sizeof(attr);
     attr.type = PERF_TYPE_TRACEPOINT;
     attr.config = id;
-    long fd = syscall(SYS_perf_event_open, &attr, -1, static_cast<int>(cpu), -1, 0);
+    int fd = perf::open_event(attr, -1, static_cast<int>(cpu));
     if (fd < 0) return failed("perf_event_open(kmem:mm_page_alloc, all tasks)");
-    fds.push_back(static_cast<int>(fd));
-    if (ioctl(static_cast<int>(fd), PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) {
+    fds.push_back(fd);
+    if (ioctl(fd, PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) {
       return failed("ioctl(PERF_EVENT_IOC_SET_FILTER)");
     }
   }

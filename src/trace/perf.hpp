@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "os/perf_linux.hpp"
 #include "trace/arch.hpp"
 #include "trace/common.hpp"
 
@@ -37,9 +38,7 @@ struct RingBuffer {
   std::size_t data_bytes = 0;
 };
 
-inline int perf_event_open(perf_event_attr& attr, pid_t pid, int cpu) {
-  return static_cast<int>(syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
-}
+using os::perf::open_event;
 
 // Without privilege the kernel lets a user lock only perf_event_mlock_kb per CPU plus
 // RLIMIT_MEMLOCK: halve the buffer until it is granted (smaller ones mean more pauses).

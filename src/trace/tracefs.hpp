@@ -17,14 +17,12 @@ struct Tracefs {
 // tracefs is mounted by whoever may change the machine and journal it (the memcost front end):
 // this process only finds it.
 inline Failure find_tracefs(Tracefs& tracefs) {
-  for (const char* root : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
-    if (access((std::string(root) + "/events").c_str(), F_OK) == 0) {
-      tracefs.root = root;
-      if (access((tracefs.root + "/events/syscalls").c_str(), F_OK) != 0) {
-        return Failure{ENOENT, "this kernel has no syscalls tracepoints (CONFIG_FTRACE_SYSCALLS)", FailureKind::not_supported};
-      }
-      return {};
+  tracefs.root = os::perf::tracefs_root();
+  if (!tracefs.root.empty()) {
+    if (access((tracefs.root + "/events/syscalls").c_str(), F_OK) != 0) {
+      return Failure{ENOENT, "this kernel has no syscalls tracepoints (CONFIG_FTRACE_SYSCALLS)", FailureKind::not_supported};
     }
+    return {};
   }
   return Failure{ENOENT, "tracefs is not mounted: as root, `mount -t tracefs nodev /sys/kernel/tracing` (memcost trace "
                          "mounts it for its run)", FailureKind::not_supported};
@@ -77,7 +75,7 @@ inline Failure kernel_calls(Tracefs& tracefs, std::vector<std::pair<Event, Trace
   attr.config = tracepoints.front().second.id;
   attr.enable_on_exec = 0;
   attr.inherit = 0;
-  int fd = perf_event_open(attr, 0, -1);
+  int fd = open_event(attr, 0, -1);
   if (fd < 0) return failed("perf_event_open(syscalls tracepoint)");
   close(fd);
   return {};

@@ -145,13 +145,13 @@ class Tracing {
         attr.watermark = 1;
         attr.wakeup_watermark = static_cast<std::uint32_t>(buffer_pages_ * page_ / 8);
         attr.exclude_kernel = kernel_faults_ ? 0 : 1;
-        int fault_fd = perf_event_open(attr, target, cpu);
+        int fault_fd = open_event(attr, target, cpu);
         if (fault_fd < 0 && kernel_faults_ && (errno == EACCES || errno == EPERM)) {
           // Not allowed to sample in kernel mode: the faults a system call takes for the command
           // (read() into a fresh buffer) are not seen; its own are.
           kernel_faults_ = false;
           attr.exclude_kernel = 1;
-          fault_fd = perf_event_open(attr, target, cpu);
+          fault_fd = open_event(attr, target, cpu);
         }
         if (fault_fd < 0) {
           if (errno == ENODEV) break;                  // an offline CPU
@@ -177,7 +177,7 @@ class Tracing {
           tp.type = PERF_TYPE_TRACEPOINT;
           tp.config = format.id;
           if (attaching_) tp.enable_on_exec = 0;
-          int fd = perf_event_open(tp, target, cpu);
+          int fd = open_event(tp, target, cpu);
           if (fd < 0) {
             if (attaching_ && errno == ESRCH) continue;
             return abandon(failed("perf_event_open(syscalls tracepoint)"));
