@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import math
 import os
 from pathlib import Path
@@ -94,6 +95,15 @@ def output_folder(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"'{text}' is not a folder; name a folder to write results in")
     _check_writable_below(path, text)
     return Path(text).expanduser()
+
+
+def regex(text: str) -> str:
+    """A Python regular expression, checked now rather than where it is used."""
+    try:
+        re.compile(text)
+    except re.error as error:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a regular expression ({error})")
+    return text
 
 
 def positive_int(text: str) -> int:

@@ -344,3 +344,19 @@ def test_compare_of_two_traces_shows_each_sites_faults_before_and_after(sites_pr
     site_b = next(r for r in rows if r["site"].startswith("site_b_allocate") and r["figure"] == "faults")
     assert site_b["versus_first"][0]["ratio"] == pytest.approx(1.0, abs=0.02)  # the same 256 MiB either way
     assert "one trace a run" in site_b["versus_first"][0]["note"]
+
+
+@needs_tracing
+def test_a_vector_grown_by_push_back_is_charged_to_the_function_that_grew_it(results_root, tmp_path):
+    program = tmp_path / "vector_growth"
+    subprocess.run(["c++", "-O2", "-g", "-o", str(program), str(Path(__file__).parent / "data" / "vector_growth.cpp")],
+                   check=True)
+    root = tmp_path / "results"
+    shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
+    result = run_memcost("--results-dir", str(root), "trace", "--", str(program))
+    assert result.returncode == 0, result.stderr
+    top = load_document(root / "latest" / "trace.json")["summary"]["rows"][0]
+    assert top["site"].startswith("grow_samples") and top["faults"] >= 65536
+    again = run_memcost("--results-dir", str(root), "trace", "--skip-frames", "^grow_samples", "--", str(program))
+    assert again.returncode == 0, again.stderr
+    assert load_document(root / "latest" / "trace.json")["summary"]["rows"][0]["site"].startswith("main")

@@ -139,3 +139,31 @@ def test_exports_total_what_the_summary_counts(tmp_path):
     assert [profile.string_table[t.type] for t in profile.sample_type] == ["faults", "fault_time", "freed"]
     assert sum(sample.value[0] for sample in profile.sample) == 5 * 2048
     assert sum(sample.value[2] for sample in profile.sample) == 5 * 8 * MIB
+
+
+def _frame(function, module="/usr/bin/app"):
+    return {**FRAME, "address": 0x1000, "function": function, "module": module}
+
+
+def test_the_site_is_the_first_frame_past_allocators_runtimes_and_standard_libraries():
+    stack_frames = [_frame("malloc", "/lib/x86_64-linux-gnu/libc.so.6"),
+                    _frame("operator new(unsigned long)", "/lib/x86_64-linux-gnu/libstdc++.so.6"),
+                    _frame("void std::vector<double, std::allocator<double> >::_M_realloc_insert<double>(double&&)"),
+                    _frame("grow_samples(bool)"), _frame("main")]
+    assert analysis.user_frame(stack_frames)["function"] == "grow_samples(bool)"
+    for runtime in ("runtime.mallocgc", "alloc::raw_vec::finish_grow", "<alloc::vec::Vec<T> as core::clone::Clone>::clone",
+                    "core::ptr::drop_in_place", "PyMem_Malloc", "_PyObject_Malloc", "PyDataMem_UserNEW", "default_malloc"):
+        assert analysis.user_frame([_frame(runtime), _frame("mine")])["function"] == "mine", runtime
+    # A parameter of a standard type does not make a function the standard library's.
+    assert analysis.user_frame([_frame("fill(std::vector<int>&, int)")])["function"] == "fill(std::vector<int>&, int)"
+    kept = analysis.FrameFilter(keep=r"^void std::vector")
+    assert analysis.user_frame(stack_frames, kept)["function"].startswith("void std::vector")
+    skipped = analysis.FrameFilter(skip=r"^grow_")
+    assert analysis.user_frame(stack_frames, skipped)["function"] == "main"
+
+
+def test_skip_frames_changes_the_named_site(tmp_path):
+    samples = [{"case": {"record": "stack"}, "metrics": {"stack": 1, "frames": [_frame("grow_samples(bool)"), _frame("main")]}},
+               stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 600)), origin(1, 1, 0, 8 * MIB, 600), run()]
+    assert analysis.summarize(samples, COST)["rows"][0]["site"] == "grow_samples(bool)"
+    assert analysis.summarize(samples, COST, analysis.FrameFilter(skip="^grow_"))["rows"][0]["site"] == "main"

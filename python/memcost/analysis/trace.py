@@ -12,17 +12,22 @@ from the calls' entry and exit.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
 from .cost_model import CostModel  # noqa: F401 - the cost model trace prices with, for its users
 from .derived import MB
-# Leading frames in these modules are the allocator, not the program's allocation site.
+# A site is the first frame of the program's own code: leading frames of these modules (the C
+# library, the loader, allocators, the C++ runtime, CPython and numpy's own shared objects) ...
 SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc", "libmimalloc",
-                  "libpthread")
-# ... and frames of these functions, for allocators linked into the program (Go's runtime).
-SYSTEM_FUNCTIONS = ("runtime.",)
+                  "libpthread", "libpython", "_multiarray_umath", "_multiarray_tests")
+# ... and of these functions, from language runtimes and standard libraries compiled into the
+# program: C++ standard-library templates, Go's runtime, Rust's alloc, core and std, CPython's
+# and numpy's allocators (docs/trace.md lists them; --skip-frames adds, --keep-frames exempts).
+SYSTEM_FUNCTIONS = r"^(std::|__gnu_cxx::|__cxxabiv1::|operator new|operator delete|runtime\.|alloc::|core::|<alloc::|" \
+                   r"<core::|_?Py(Mem|Object)_|_PyObject_|PyDataMem_|default_malloc|npy_alloc_cache|__rust_)"
 # Advice is given only where it saves at least this much, and this share of the run.
 ADVICE_MIN_MS = 1.0
 ADVICE_MIN_SHARE = 0.01
@@ -93,12 +98,38 @@ def processes_table(trace: Trace) -> list[dict]:
     return rows
 
 
-def user_frame(frames: list) -> Optional[dict]:
-    """The first frame of the program itself, past the allocator and libc."""
-    for frame in frames:
+@dataclass(frozen=True)
+class FrameFilter:
+    """Which frames are the program's own: the default list above, plus `skip` (a regular
+    expression: matching functions are skipped too), less `keep` (matching functions are the
+    program's even where the default list would skip them)."""
+    skip: Optional[str] = None
+    keep: Optional[str] = None
+
+    def is_users(self, frame: dict) -> bool:
         module = os.path.basename(frame.get("module") or "")
-        # A frame in no module is not code (an unwinder that ran off the stack): never a site.
-        if module and not module.startswith(SYSTEM_MODULES) and not (frame.get("function") or "").startswith(SYSTEM_FUNCTIONS):
+        function = frame.get("function") or ""
+        if not module:
+            return False  # a frame in no module is not code (an unwinder that ran off the stack): never a site
+        if self.keep and re.search(self.keep, function):
+            return True
+        if self.skip and re.search(self.skip, function):
+            return False
+        if module.startswith(SYSTEM_MODULES):
+            return False
+        # A demangled template function may start with its return type: "void std::vector<…>::…".
+        head, _, rest = function.partition(" ")
+        named = [function, rest] if rest and "(" not in head and "<" not in head else [function]
+        return not any(re.match(SYSTEM_FUNCTIONS, name) for name in named)
+
+
+DEFAULT_FRAMES = FrameFilter()
+
+
+def user_frame(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[dict]:
+    """The first frame of the program itself, past the allocator, runtimes and standard libraries."""
+    for frame in frames:
+        if which.is_users(frame):
             return frame
     return frames[0] if frames else None
 
@@ -113,17 +144,17 @@ def frame_name(frame: Optional[dict]) -> str:
     return function
 
 
-def site_of(stacks: dict, stack_id: int) -> str:
-    return frame_name(user_frame(stacks.get(stack_id, [])))
+def site_of(stacks: dict, stack_id: int, which: FrameFilter = DEFAULT_FRAMES) -> str:
+    return frame_name(user_frame(stacks.get(stack_id, []), which))
 
 
 BEFORE_TRACE = "(mapped before the trace)"
 
 
-def allocation_site(stacks: dict, stack_id: int, call: str) -> str:
+def allocation_site(stacks: dict, stack_id: int, call: str, which: FrameFilter = DEFAULT_FRAMES) -> str:
     if not call:
         return OUTSIDE
-    return BEFORE_TRACE if call == "existing" else site_of(stacks, stack_id)
+    return BEFORE_TRACE if call == "existing" else site_of(stacks, stack_id, which)
 
 
 def _ms(ns: float) -> float:
@@ -157,7 +188,8 @@ def _fault_us(cost: CostModel, base: float, thp: float) -> float:
     return base * cost.fault_us("base") + thp * cost.fault_us("thp")
 
 
-def summarize(samples: list, cost: CostModel) -> dict:
+def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAMES) -> dict:
+    """`which`: the frames that are the program's own (a site is the first of them)."""
     trace = read(samples)
     # The machine's THP setting (always, madvise, never; "absent" without THP), as the probe read it.
     thp_mode = trace.run.get("thp_mode", "absent")
@@ -170,7 +202,7 @@ def summarize(samples: list, cost: CostModel) -> dict:
     sites: dict[str, Site] = {}
     by_origin: dict[tuple, Site] = {}
     for origin in trace.origins:
-        name = allocation_site(trace.stacks, origin["stack"], origin["call"])
+        name = allocation_site(trace.stacks, origin["stack"], origin["call"], which)
         by_origin[(origin["stack"], origin["call"])] = sites.setdefault(name, Site(name, []))
         sites[name].origins.append(origin)
     for row in trace.faults:
@@ -223,19 +255,19 @@ def summarize(samples: list, cost: CostModel) -> dict:
         "cost_source": cost.source, "base_fault_us_per_mb": cost.base_us_per_mb, "thp_fault_us_per_mb": cost.thp_us_per_mb,
         "signal": run.get("signal", 0), "interrupted": bool(run.get("interrupted")),
     }
-    return {"rows": rows, "touching": _touching_sites(trace, cost), "processes": processes_table(trace),
+    return {"rows": rows, "touching": _touching_sites(trace, cost, which), "processes": processes_table(trace),
             "totals": totals, "headline": headline(rows, totals)}
 
 
-def _touching_sites(trace: Trace, cost: CostModel) -> list[dict]:
+def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[dict]:
     counts: dict[str, Counter] = defaultdict(Counter)
     fault_ms: dict[str, float] = defaultdict(float)
     stack_of: dict[str, int] = {}
     for row in trace.faults:
-        site = site_of(trace.stacks, row["touch_stack"])
+        site = site_of(trace.stacks, row["touch_stack"], which)
         stack_of.setdefault(site, row["touch_stack"])
         faults = row["faults"] * trace.period
-        counts[site][allocation_site(trace.stacks, row["allocation_stack"], row["allocation_call"])] += faults
+        counts[site][allocation_site(trace.stacks, row["allocation_stack"], row["allocation_call"], which)] += faults
         fault_ms[site] += faults * cost.fault_us("thp" if row["huge"] else "base") / 1e3
     rows = [{"site": site, "stack": stack_of[site], "faults": sum(c.values()), "fault_ms": fault_ms[site],
              "allocation_site": c.most_common(1)[0][0]} for site, c in counts.items()]
@@ -316,7 +348,7 @@ def headline(rows: list[dict], totals: dict) -> str:
             f"most at {top}")
 
 
-def folded(trace_samples: list) -> list[str]:
+def folded(trace_samples: list, which: FrameFilter = DEFAULT_FRAMES) -> list[str]:
     """Folded stacks (flamegraph.pl, speedscope): allocation stack, root first, then the touching
     site; the value is the number of faults."""
     trace = read(trace_samples)
@@ -326,6 +358,6 @@ def folded(trace_samples: list) -> list[str]:
         return [frame_name(frame).replace(";", ",").replace(" ", "_") for frame in reversed(trace.stacks.get(stack_id, []))]
     for row in trace.faults:
         allocation = names(row["allocation_stack"]) if row["allocation_call"] else ["[outside_traced_mappings]"]
-        touch = frame_name(user_frame(trace.stacks.get(row["touch_stack"], []))).replace(";", ",").replace(" ", "_")
+        touch = frame_name(user_frame(trace.stacks.get(row["touch_stack"], []), which)).replace(";", ",").replace(" ", "_")
         counts[";".join(allocation + [f"[touched_by]_{touch}"])] += row["faults"] * trace.period
     return [f"{stack} {count}" for stack, count in counts.most_common()]

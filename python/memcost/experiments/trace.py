@@ -29,6 +29,11 @@ OPTIONS = [
            to_probe=None),
     Option("overhead", "run the command a second time, untraced, and report the tracing overhead", flag_only=True,
            to_probe=None),
+    Option("skip_frames", "also skip frames whose function matches REGEX when naming a site (beside the default list of "
+           "allocators, runtimes and standard libraries: docs/trace.md)", parse=arguments.regex, metavar="REGEX",
+           to_probe=None),
+    Option("keep_frames", "never skip frames whose function matches REGEX (say `^std::` to name the standard library's "
+           "frames again)", parse=arguments.regex, metavar="REGEX", to_probe=None),
     Option("raw", "also keep every fault and call, compressed, beside the results (trace.raw.gz, about 5 bytes a fault); "
            "`memcost report --reaggregate` reads it again", flag_only=True, to_probe=None),
 ]
@@ -79,9 +84,16 @@ def record(values: dict, raw_path: Optional[Path] = None):
         os.close(stdout_copy)
 
 
-def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None) -> tuple[dict, list]:
+def frames_of(params: dict):
+    """The frames that are the program's own, as the trace was asked to name them."""
+    from ..analysis.trace import FrameFilter
+    return FrameFilter(params.get("skip_frames"), params.get("keep_frames"))
+
+
+def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None, params: Optional[dict] = None) \
+        -> tuple[dict, list]:
     """The summary of a trace, priced by the traced machine's costs (a `memcost costs` summary of
-    that machine, or a cost model), and the warnings it adds."""
+    that machine, or a cost model), and the warnings it adds; `params` say how sites are named."""
     from ..analysis import trace as analysis
     from ..analysis.cost_model import CostModel
     if cost is None:
@@ -91,7 +103,7 @@ def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None) -> t
     if cost is None:
         raise MemcostError("a trace is priced by its machine's measured fault cost, and no `costs` result of that machine "
                            "has one: capture `memcost-probe costs` there too and import both")
-    summary = analysis.summarize(samples, cost)
+    summary = analysis.summarize(samples, cost, frames_of(params or {}))
     totals, warnings = summary["totals"], []
     if totals["sample_period"] == 1 and totals["kernel_faults"] and \
             abs(totals["faults"] - totals["kernel_faults"]) > 0.02 * totals["kernel_faults"] + 100:
@@ -117,7 +129,7 @@ def measure(values: dict, directory) -> dict:
         raise
     notes: list[str] = []
     cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
-    summary, warnings = analyze(run.samples, cost=cost)
+    summary, warnings = analyze(run.samples, cost=cost, params=values)
     summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
     if values.get("overhead") and values.get("command"):
         started = time.monotonic()
@@ -148,7 +160,7 @@ def reaggregate(path: Path) -> bool:
     kept = [s for s in document["samples"] if s["case"]["record"] not in ("faults", "allocations")]
     document["samples"] = kept + run.samples
     cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
-    summary, _ = analyze(document["samples"], cost=cost)
+    summary, _ = analyze(document["samples"], cost=cost, params=document.get("params", {}))
     for key in ("command", "untraced_wall_ms"):
         if key in totals:
             summary["totals"][key] = totals[key]

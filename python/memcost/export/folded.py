@@ -8,4 +8,5 @@ from ..results import write_atomically
 
 
 def write(document: dict, path: Path) -> None:
-    write_atomically(Path(path), "\n".join(analysis.folded(document["samples"])) + "\n")
+    from ..experiments.trace import frames_of
+    write_atomically(Path(path), "\n".join(analysis.folded(document["samples"], frames_of(document.get("params", {})))) + "\n")

@@ -80,7 +80,9 @@ class _Strings:
 
 def build(document: dict) -> bytes:
     """The serialized (not yet gzipped) profile of a trace results document."""
+    from ..experiments.trace import frames_of
     trace = analysis.read(document["samples"])
+    which = frames_of(document.get("params", {}))
     totals = document["summary"]["totals"]
     period = trace.period
     cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
@@ -88,7 +90,7 @@ def build(document: dict) -> bytes:
     values: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
     for row in trace.faults:
         allocation = row["allocation_stack"] if row["allocation_call"] else 0
-        entry = values[(allocation, analysis.site_of(trace.stacks, row["touch_stack"]))]
+        entry = values[(allocation, analysis.site_of(trace.stacks, row["touch_stack"], which))]
         entry[0] += row["faults"] * period
         entry[1] += int(row["faults"] * period * cost.fault_us("thp" if row["huge"] else "base") * 1e3)
     for origin in trace.origins:
