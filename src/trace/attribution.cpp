@@ -159,11 +159,13 @@ std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t leng
   mapping.origin = {call.stack, static_cast<int>(call.kind)};
   mapping.length = mapping.live_bytes = length;
   mapping.map_ns = duration(call);
+  mapping.made_ns = call.exit_ns;
   mapping.anonymous = anonymous;
   space.pieces[start] = {start + length, id};
   OriginSummary& origin = origins_[mapping.origin];
   ++origin.made;
   origin.bytes += length;
+  newest_[mapping.origin] = id;
   most_live_ = std::max(most_live_, live_.size());
   return id;
 }
@@ -318,6 +320,18 @@ void Attribution::retire(std::uint64_t id) {
   origin.free_ns += mapping.free_ns;
   origin.huge_advised = origin.huge_advised || mapping.huge_advised;
   if (mapping.freed) {
+    // Outgrown: the same origin made a larger mapping after this one, and it is still live.
+    auto newest = newest_.find(mapping.origin);
+    auto successor = newest == newest_.end() || newest->second == id ? live_.end() : live_.find(newest->second);
+    if (successor != live_.end() && successor->second.length > mapping.length &&
+        successor->second.made_ns >= mapping.made_ns) {
+      ++origin.outgrown.freed;
+      origin.outgrown.faults_base += mapping.faults_base;
+      origin.outgrown.faults_thp += mapping.faults_thp;
+      origin.outgrown.free_ns += mapping.free_ns;
+      origin.outgrown.map_ns += mapping.map_ns;
+      origin.grown_to_bytes = std::max(origin.grown_to_bytes, successor->second.length);
+    }
     ++origin.freed;
     const bool room = origin.by_size.size() < kMaxSizes || origin.by_size.count(mapping.length);
     SizeSummary& size = origin.by_size[room ? mapping.length : 0];  // 0: the sizes past kMaxSizes
@@ -333,6 +347,7 @@ void Attribution::retire(std::uint64_t id) {
     origin.largest_faults_thp = mapping.faults_thp;
     origin.largest_one_thread = mapping.one_thread;
   }
+  if (auto newest = newest_.find(mapping.origin); newest != newest_.end() && newest->second == id) newest_.erase(newest);
   live_.erase(found);
 }
 

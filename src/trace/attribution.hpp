@@ -78,6 +78,10 @@ struct OriginSummary {
   // The largest mapping: its length, faults and whether one thread faulted it all.
   std::uint64_t largest_bytes = 0, largest_faults_base = 0, largest_faults_thp = 0;
   bool largest_one_thread = true;
+  // Growth: a mapping freed while a larger one from the same origin, made after it, was live — a
+  // buffer outgrown and copied (a std::vector's doubling). What the outgrown ones cost.
+  SizeSummary outgrown;
+  std::uint64_t grown_to_bytes = 0;  // the largest mapping that replaced an outgrown one
 };
 
 class Attribution : public trace::Sink {
@@ -125,6 +129,7 @@ class Attribution : public trace::Sink {
     int first_tid = 0;
     bool one_thread = true;
     bool freed = false;
+    std::uint64_t made_ns = 0;
   };
   struct Piece {
     std::uint64_t end;
@@ -156,6 +161,7 @@ class Attribution : public trace::Sink {
   std::vector<trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
   std::unordered_map<int, Space> spaces_;
   std::unordered_map<std::uint64_t, Mapping> live_;
+  std::map<OriginKey, std::uint64_t> newest_;  // per origin, the mapping it made last
   std::uint64_t next_id_ = 1;
   std::unordered_map<int, std::vector<std::uint64_t>> programs_;  // pid -> when each program began
   std::unordered_map<FaultKey, std::uint64_t, FaultKeyHash> faults_;

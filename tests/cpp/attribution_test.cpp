@@ -185,3 +185,40 @@ TEST(Attribution, AFailedCallChangesNothing) {
 
 }  // namespace
 }  // namespace memcost::trace
+
+namespace memcost::trace {
+namespace {
+
+TEST(Attribution, ABufferOutgrownAndCopiedIsCountedAsGrowthAndSameSizeChurnIsNot) {
+  Attribution growing(ThpMode::never);
+  std::uint64_t time = 1'000, size = kMiB, address = kBase;
+  std::uint64_t previous = 0, previous_size = 0;
+  for (int step = 0; step < 5; ++step, size *= 2) {
+    growing.call(call(CallKind::mmap, time, {0, size, 3, 0x22}, address));
+    touch(growing, address, size / kPage, time + 1);  // the copy writes the new buffer
+    time += size / kPage + 10;
+    if (previous) growing.call(call(CallKind::munmap, time++, {previous, previous_size}, 0));
+    previous = address;
+    previous_size = size;
+    address += 2 * size;
+  }
+  growing.finish();
+  const OriginSummary& grown = growing.origins().at({1, kMmap});
+  EXPECT_EQ(grown.outgrown.freed, 4U);  // 1, 2, 4 and 8 MiB outgrown; 16 MiB kept
+  EXPECT_EQ(grown.outgrown.faults_base, (1U + 2U + 4U + 8U) * 256U);
+  EXPECT_EQ(grown.grown_to_bytes, 16 * kMiB);
+
+  Attribution churning(ThpMode::never);
+  time = 1'000;
+  for (int frame = 0; frame < 5; ++frame) {
+    churning.call(call(CallKind::mmap, time, {0, 8 * kMiB, 3, 0x22}, kBase));
+    touch(churning, kBase, 16, time + 1);
+    churning.call(call(CallKind::munmap, time + 100, {kBase, 8 * kMiB}, 0));
+    time += 200;
+  }
+  churning.finish();
+  EXPECT_EQ(churning.origins().at({1, kMmap}).outgrown.freed, 0U);
+}
+
+}  // namespace
+}  // namespace memcost::trace

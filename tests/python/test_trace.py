@@ -357,6 +357,12 @@ def test_a_vector_grown_by_push_back_is_charged_to_the_function_that_grew_it(res
     assert result.returncode == 0, result.stderr
     top = load_document(root / "latest" / "trace.json")["summary"]["rows"][0]
     assert top["site"].startswith("grow_samples") and top["faults"] >= 65536
+    growth = [item for item in top["advice"] if item["kind"] == "growth"]
+    assert growth and "reserve 256" in growth[0]["text"] and growth[0]["saving_ms"] > 0
+    reserved = run_memcost("--results-dir", str(root), "trace", "--", str(program), "reserve")
+    assert reserved.returncode == 0, reserved.stderr
+    rows = load_document(root / "latest" / "trace.json")["summary"]["rows"]
+    assert not [item for row in rows for item in row["advice"] if item["kind"] == "growth"]
     again = run_memcost("--results-dir", str(root), "trace", "--skip-frames", "^grow_samples", "--", str(program))
     assert again.returncode == 0, again.stderr
     assert load_document(root / "latest" / "trace.json")["summary"]["rows"][0]["site"].startswith("main")

@@ -180,6 +180,13 @@ class Site:
                 into.update({k: v for k, v in size.items() if k != "bytes"})
         return sizes
 
+    def outgrown(self) -> Counter:
+        """What the buffers this site outgrew (freed once a larger successor existed) cost, summed."""
+        total: Counter = Counter()
+        for origin in self.origins:
+            total.update(origin.get("outgrown") or {})
+        return total
+
     def largest(self) -> dict:
         return max(self.origins, key=lambda origin: origin["largest_bytes"])
 
@@ -305,6 +312,17 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
             advice.append({"kind": "reuse", "saving_ms": saving,
                            "text": f"reuse this {_size(row['churn_bytes'])} buffer instead of making and freeing it {n} "
                                    f"times: saves ≈ {saving:,.1f} ms ({how})"})
+    outgrown = site.outgrown()
+    if outgrown["freed"] >= 2:
+        n = outgrown["freed"]
+        grown_to = max(origin.get("grown_to_bytes", 0) for origin in site.origins)
+        saving = (_fault_us(cost, outgrown["faults_base"] * period, outgrown["faults_thp"] * period) / 1e3
+                  + (outgrown["free_ns"] + outgrown["map_ns"]) / 1e6)
+        if worth(saving):
+            advice.append({"kind": "growth", "saving_ms": saving,
+                           "text": f"reserve {_size(grown_to)} once instead of growing {n + 1} times: saves ≈ "
+                                   f"{saving:,.1f} ms (faults, estimated, and frees, measured, of the {n} outgrown "
+                                   "buffers, from this machine's costs; their copies are not counted)"})
     base_faults = row["faults_base"]
     per_huge_page = cost.huge_bytes // cost.page_bytes  # base pages in one huge page (512 on x86-64)
     if thp_available and cost.thp_us_per_mb is not None and row["largest_bytes"] >= 2 * cost.huge_bytes \

@@ -103,7 +103,11 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
                     {"huge_advised", summary.huge_advised}, {"largest_bytes", summary.largest_bytes},
                     {"largest_faults_base", summary.largest_faults_base},
                     {"largest_faults_thp", summary.largest_faults_thp},
-                    {"largest_one_thread", summary.largest_one_thread}, {"freed_by_size", std::move(sizes)}});
+                    {"largest_one_thread", summary.largest_one_thread}, {"freed_by_size", std::move(sizes)},
+                    {"outgrown", {{"freed", summary.outgrown.freed}, {"faults_base", summary.outgrown.faults_base},
+                                  {"faults_thp", summary.outgrown.faults_thp}, {"free_ns", summary.outgrown.free_ns},
+                                  {"map_ns", summary.outgrown.map_ns}}},
+                    {"grown_to_bytes", summary.grown_to_bytes}});
   }
 }
 
