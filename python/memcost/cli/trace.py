@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import signal
 
-
 from .. import arguments, exit_codes, export
 from ..console import console, warn
 from ..errors import MemcostError
