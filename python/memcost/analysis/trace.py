@@ -20,9 +20,9 @@ from typing import Optional
 from .cost_model import CostModel  # noqa: F401 - the cost model trace prices with, for its users
 from .derived import MB
 # A site is the first frame of the program's own code: leading frames of these modules (the C
-# library, the loader, allocators, the C++ runtime, CPython and numpy's own shared objects) ...
+# library, the loader, allocators, the C++ runtime) ...
 SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc", "libmimalloc",
-                  "libpthread", "libpython", "_multiarray_umath", "_multiarray_tests")
+                  "libpthread")
 # ... and of these functions, from language runtimes and standard libraries compiled into the
 # program: C++ standard-library templates, Go's runtime, Rust's alloc, core and std, CPython's
 # and numpy's allocators (docs/trace.md lists them; --skip-frames adds, --keep-frames exempts).
@@ -106,7 +106,7 @@ class FrameFilter:
     skip: Optional[str] = None
     keep: Optional[str] = None
 
-    def is_users(self, frame: dict) -> bool:
+    def is_users(self, frame: dict, by_module_only: bool = False) -> bool:
         module = os.path.basename(frame.get("module") or "")
         function = frame.get("function") or ""
         if not module:
@@ -117,6 +117,8 @@ class FrameFilter:
             return False
         if module.startswith(SYSTEM_MODULES):
             return False
+        if by_module_only:
+            return True
         # A demangled template function may start with its return type: "void std::vector<…>::…".
         head, _, rest = function.partition(" ")
         named = [function, rest] if rest and "(" not in head and "<" not in head else [function]
@@ -127,10 +129,13 @@ DEFAULT_FRAMES = FrameFilter()
 
 
 def user_frame(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[dict]:
-    """The first frame of the program itself, past the allocator, runtimes and standard libraries."""
-    for frame in frames:
-        if which.is_users(frame):
-            return frame
+    """The first frame of the program itself, past the allocator, runtimes and standard libraries.
+    Where every frame is a runtime's (an interpreter's stack, or one cut short), the first frame
+    past the C library and allocators: the most specific name the stack has."""
+    for by_module_only in (False, True):
+        for frame in frames:
+            if which.is_users(frame, by_module_only):
+                return frame
     return frames[0] if frames else None
 
 
