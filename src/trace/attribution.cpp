@@ -39,8 +39,10 @@ void Attribution::fault(const trace::Fault& fault) {
 void Attribution::process(const trace::ProcessEvent& event) {
   if (stacks) stacks->process(event);
   if (event.change == trace::ProcessChange::exit) return;
+  // Each start, fork and exec begins a program of this pid, in time order. A fork and the child's
+  // exec can come from two CPUs' buffers in either order: insert by time, not by arrival.
   auto& programs = programs_[event.pid];
-  if (event.change == trace::ProcessChange::exec || programs.empty()) programs.push_back(event.time_ns);
+  programs.insert(std::upper_bound(programs.begin(), programs.end(), event.time_ns), event.time_ns);
   if (event.change != trace::ProcessChange::start) pending_forks_.push_back(event);
 }
 

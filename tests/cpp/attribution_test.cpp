@@ -222,3 +222,25 @@ TEST(Attribution, ABufferOutgrownAndCopiedIsCountedAsGrowthAndSameSizeChurnIsNot
 
 }  // namespace
 }  // namespace memcost::trace
+
+namespace memcost::trace {
+namespace {
+
+TEST(Attribution, AChildsExecMayArriveBeforeItsForkAndStillStartsItsSecondProgram) {
+  // The fork was recorded in one CPU's buffer, the child's exec in another's, read first.
+  Attribution attribution(ThpMode::never);
+  attribution.process({ProcessChange::start, kPid, 0, 0, "sh"});
+  attribution.process({ProcessChange::exec, 8, 0, 2'000, "prog_a"});
+  attribution.process({ProcessChange::fork, 8, kPid, 1'000, "sh"});
+  attribution.call(call(CallKind::mmap, 3'000, {0, kMiB, 3, 0x22}, kBase, 1, 1000, 8));
+  touch(attribution, kBase, 10, 4'000, 2, 8, 8);
+  attribution.finish();
+  std::uint64_t second_program = 0;
+  for (const auto& [key, count] : attribution.faults()) {
+    if (key.pid == 8 && key.program == 1) second_program += count;
+  }
+  EXPECT_EQ(second_program, 10U);  // programs of pid 8: the fork (0), then prog_a (1)
+}
+
+}  // namespace
+}  // namespace memcost::trace
