@@ -85,11 +85,7 @@ void Attribution::settle(std::uint64_t until_ns) {
         // An exec'd program starts with an empty address space: the old one's mappings end here.
         auto space = spaces_.find(event.pid);
         if (space == spaces_.end()) continue;
-        for (const auto& [start, piece] : space->second.pieces) {
-          Mapping& mapping = live_[piece.mapping];
-          mapping.live_bytes -= std::min(mapping.live_bytes, piece.end - start);
-          if (mapping.live_bytes == 0) retire(piece.mapping);
-        }
+        for (const auto& [start, piece] : space->second.pieces) release(piece.mapping, piece.end - start, false);
         spaces_.erase(space);
       }
     } else {
@@ -151,11 +147,7 @@ void Attribution::charge(const trace::Fault& fault) {
 std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call,
                                  bool anonymous) {
   Space& space = spaces_[pid];
-  for (const auto& [displaced, bytes] : cut(space, start, start + length)) {
-    Mapping& old = live_[displaced];
-    old.live_bytes -= std::min(old.live_bytes, bytes);
-    if (old.live_bytes == 0) retire(displaced);
-  }
+  for (const auto& [displaced, bytes] : cut(space, start, start + length)) release(displaced, bytes, false);
   const std::uint64_t id = next_id_++;
   Mapping& mapping = live_[id];
   mapping.origin = {call.stack, static_cast<int>(call.kind)};
@@ -213,12 +205,7 @@ void Attribution::free_range(Space& space, std::uint64_t start, std::uint64_t le
     Mapping& mapping = live_[id];
     origins_[mapping.origin].freed_bytes += bytes;
     mapping.free_ns += duration(call) * bytes / std::max<std::uint64_t>(total, 1);
-    if (!whole) continue;
-    mapping.live_bytes -= std::min(mapping.live_bytes, bytes);
-    if (mapping.live_bytes == 0) {
-      mapping.freed = true;
-      retire(id);
-    }
+    if (whole) release(id, bytes, true);
   }
 }
 
@@ -255,9 +242,7 @@ void Attribution::apply(const trace::MappingCall& call) {
       Mapping& mapping = live_[block];
       cut(space, args[0], args[0] + mapping.length);
       for (const auto& [displaced, bytes] : cut(space, result, result + args[2])) {
-        if (displaced != block && (live_[displaced].live_bytes -= std::min(live_[displaced].live_bytes, bytes)) == 0) {
-          retire(displaced);
-        }
+        if (displaced != block) release(displaced, bytes, false);
       }
       mapping.length = mapping.live_bytes = args[2];
       mapping.free_ns += duration(call);
@@ -277,9 +262,7 @@ void Attribution::apply(const trace::MappingCall& call) {
       mapping.length += args[2] > args[1] ? args[2] - args[1] : 0;
       mapping.free_ns += duration(call);
       mapping.live_bytes = mapping.live_bytes - std::min(mapping.live_bytes, removed) + args[2];
-      for (const auto& [displaced, bytes] : cut(space, result, result + args[2])) {
-        if ((live_[displaced].live_bytes -= std::min(live_[displaced].live_bytes, bytes)) == 0) retire(displaced);
-      }
+      for (const auto& [displaced, bytes] : cut(space, result, result + args[2])) release(displaced, bytes, false);
       space.pieces[result] = {result + args[2], id};
       break;
     }
@@ -306,6 +289,16 @@ void Attribution::apply(const trace::MappingCall& call) {
   }
 }
 
+void Attribution::release(std::uint64_t id, std::uint64_t bytes, bool freed) {
+  auto found = live_.find(id);
+  if (found == live_.end()) return;
+  Mapping& mapping = found->second;
+  mapping.live_bytes -= std::min(mapping.live_bytes, bytes);
+  if (mapping.live_bytes > 0) return;
+  mapping.freed = mapping.freed || freed;
+  retire(id);
+}
+
 void Attribution::retire(std::uint64_t id) {
   auto found = live_.find(id);
   if (found == live_.end()) return;
@@ -321,27 +314,25 @@ void Attribution::retire(std::uint64_t id) {
   origin.map_ns += mapping.map_ns;
   origin.free_ns += mapping.free_ns;
   origin.huge_advised = origin.huge_advised || mapping.huge_advised;
+  auto count_into = [&mapping](SizeSummary& into) {
+    ++into.freed;
+    into.faults_base += mapping.faults_base;
+    into.faults_thp += mapping.faults_thp;
+    into.free_ns += mapping.free_ns;
+    into.map_ns += mapping.map_ns;
+  };
   if (mapping.freed) {
     // Outgrown: the same origin made a larger mapping after this one, and it is still live.
     auto newest = newest_.find(mapping.origin);
     auto successor = newest == newest_.end() || newest->second == id ? live_.end() : live_.find(newest->second);
     if (successor != live_.end() && successor->second.length > mapping.length &&
         successor->second.made_ns >= mapping.made_ns) {
-      ++origin.outgrown.freed;
-      origin.outgrown.faults_base += mapping.faults_base;
-      origin.outgrown.faults_thp += mapping.faults_thp;
-      origin.outgrown.free_ns += mapping.free_ns;
-      origin.outgrown.map_ns += mapping.map_ns;
+      count_into(origin.outgrown);
       origin.grown_to_bytes = std::max(origin.grown_to_bytes, successor->second.length);
     }
     ++origin.freed;
     const bool room = origin.by_size.size() < kMaxSizes || origin.by_size.count(mapping.length);
-    SizeSummary& size = origin.by_size[room ? mapping.length : 0];  // 0: the sizes past kMaxSizes
-    ++size.freed;
-    size.faults_base += mapping.faults_base;
-    size.faults_thp += mapping.faults_thp;
-    size.free_ns += mapping.free_ns;
-    size.map_ns += mapping.map_ns;
+    count_into(origin.by_size[room ? mapping.length : 0]);  // 0: the sizes past kMaxSizes
   }
   if (mapping.length > origin.largest_bytes) {
     origin.largest_bytes = mapping.length;

@@ -151,6 +151,9 @@ class Attribution : public trace::Sink {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> overlaps(Space& space, std::uint64_t start, std::uint64_t end);
   void free_range(Space& space, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool whole);
   std::uint64_t block_at(Space& space, std::uint64_t start);  // the mapping a live piece starts at, or 0
+  // A live piece of `id`, `bytes` long, is gone (freed, displaced, or its process exec'd); the
+  // mapping ends when none is left, `freed` saying whether a free ended it.
+  void release(std::uint64_t id, std::uint64_t bytes, bool freed);
   void retire(std::uint64_t id);  // counts its regions' faults, sums it into its origin, forgets it
   std::uint32_t program_of(int pid, std::uint64_t time_ns) const;
 

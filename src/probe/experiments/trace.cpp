@@ -70,6 +70,11 @@ const char* origin_name(int call) {
   return call == trace::kOutside ? "" : trace::call_name(static_cast<trace::CallKind>(call));
 }
 
+json size_summary(const trace::SizeSummary& size) {
+  return {{"freed", size.freed}, {"faults_base", size.faults_base}, {"faults_thp", size.faults_thp},
+          {"free_ns", size.free_ns}, {"map_ns", size.map_ns}};
+}
+
 void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
   std::vector<std::pair<trace::FaultKey, std::uint64_t>> counts(attribution.faults().begin(), attribution.faults().end());
   std::sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -94,8 +99,9 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
   for (const auto& [origin, summary] : attribution.origins()) {
     json sizes = json::array();
     for (const auto& [bytes, size] : summary.by_size) {
-      sizes.push_back({{"bytes", bytes}, {"freed", size.freed}, {"faults_base", size.faults_base},
-                       {"faults_thp", size.faults_thp}, {"free_ns", size.free_ns}, {"map_ns", size.map_ns}});
+      json entry = size_summary(size);
+      entry["bytes"] = bytes;
+      sizes.push_back(std::move(entry));
     }
     emitter.sample({{"record", "allocations"}, {"call", origin_name(origin.call)}},
                    {{"stack", origin.stack}, {"made", summary.made}, {"freed", summary.freed}, {"bytes", summary.bytes},
@@ -104,9 +110,7 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
                     {"largest_faults_base", summary.largest_faults_base},
                     {"largest_faults_thp", summary.largest_faults_thp},
                     {"largest_one_thread", summary.largest_one_thread}, {"freed_by_size", std::move(sizes)},
-                    {"outgrown", {{"freed", summary.outgrown.freed}, {"faults_base", summary.outgrown.faults_base},
-                                  {"faults_thp", summary.outgrown.faults_thp}, {"free_ns", summary.outgrown.free_ns},
-                                  {"map_ns", summary.outgrown.map_ns}}},
+                    {"outgrown", size_summary(summary.outgrown)},
                     {"grown_to_bytes", summary.grown_to_bytes}});
   }
 }
