@@ -36,6 +36,11 @@ void Attribution::fault(const trace::Fault& fault) {
   most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size());
 }
 
+void Attribution::cpu_sample(const trace::CpuSample& sample) {
+  pending_samples_.push_back(sample);
+  most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size() + pending_samples_.size());
+}
+
 void Attribution::process(const trace::ProcessEvent& event) {
   if (stacks) stacks->process(event);
   if (event.change == trace::ProcessChange::exit) return;
@@ -61,10 +66,17 @@ void Attribution::settle(std::uint64_t until_ns) {
                    [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(pending_forks_.begin(), pending_forks_.end(),
                    [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
-  std::size_t calls = 0, faults = 0, forks = 0;
+  std::stable_sort(pending_samples_.begin(), pending_samples_.end(),
+                   [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
+  std::size_t calls = 0, faults = 0, forks = 0, samples = 0;
+  // Faults and CPU samples before `time_ns`, in time order between them.
   auto faults_before = [&](std::uint64_t time_ns) {
-    for (; faults < pending_faults_.size() && pending_faults_[faults].time_ns < time_ns; ++faults) {
-      charge(pending_faults_[faults]);
+    while (true) {
+      const std::uint64_t fault_at = faults < pending_faults_.size() ? pending_faults_[faults].time_ns : UINT64_MAX;
+      const std::uint64_t sample_at = samples < pending_samples_.size() ? pending_samples_[samples].time_ns : UINT64_MAX;
+      if (std::min(fault_at, sample_at) >= time_ns) break;
+      if (fault_at <= sample_at) charge(pending_faults_[faults++]);
+      else charge(pending_samples_[samples++]);
     }
   };
   while (true) {
@@ -95,10 +107,12 @@ void Attribution::settle(std::uint64_t until_ns) {
   faults_before(until_ns == UINT64_MAX ? UINT64_MAX : until_ns + 1);
   if (until_ns == UINT64_MAX) {
     for (; faults < pending_faults_.size(); ++faults) charge(pending_faults_[faults]);
+    for (; samples < pending_samples_.size(); ++samples) charge(pending_samples_[samples]);
   }
   pending_calls_.erase(pending_calls_.begin(), pending_calls_.begin() + static_cast<std::ptrdiff_t>(calls));
   pending_faults_.erase(pending_faults_.begin(), pending_faults_.begin() + static_cast<std::ptrdiff_t>(faults));
   pending_forks_.erase(pending_forks_.begin(), pending_forks_.begin() + static_cast<std::ptrdiff_t>(forks));
+  pending_samples_.erase(pending_samples_.begin(), pending_samples_.begin() + static_cast<std::ptrdiff_t>(samples));
 }
 
 void Attribution::finish() {
@@ -130,6 +144,7 @@ void Attribution::charge(const trace::Fault& fault) {
         if (region.faults == 0) {
           // Its kind is known only when the mapping ends: one fault in the region may be a huge page.
           region = {1, fault.stack, fault.pid, program};
+          last_fault_[fault.tid] = key;
           return;
         }
         if (region.faults == 1) {  // a second fault: the first was a base page too
@@ -141,7 +156,27 @@ void Attribution::charge(const trace::Fault& fault) {
       }
     }
   }
+  last_fault_[fault.tid] = key;
   ++faults_[key];
+}
+
+// A sample in the fault handler belongs to the fault its thread took last (the page-fault event
+// fires as the handler starts, before any of the handler's time can be sampled).
+void Attribution::charge(const trace::CpuSample& sample) {
+  ++cpu_samples_;
+  if (!sample.in_fault) return;
+  if (sample.tracing) {
+    ++cpu_samples_tracing_;
+    return;
+  }
+  auto last = last_fault_.find(sample.tid);
+  if (last == last_fault_.end()) {
+    ++cpu_samples_unmatched_;
+    return;
+  }
+  FaultTime& time = fault_time_[last->second];
+  ++time.samples;
+  time.zeroing += sample.zeroing ? 1 : 0;
 }
 
 std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call,

@@ -84,6 +84,13 @@ struct OriginSummary {
   std::uint64_t grown_to_bytes = 0;  // the largest mapping that replaced an outgrown one
 };
 
+// CPU samples taken in the fault handler, charged to a fault's key (huge always false: a
+// region's page kind is decided later, and time is reported per site, not per kind).
+struct FaultTime {
+  std::uint64_t samples = 0;
+  std::uint64_t zeroing = 0;  // of those, in page clearing
+};
+
 class Attribution : public trace::Sink {
  public:
   static constexpr std::size_t kMaxSizes = 256;
@@ -97,6 +104,7 @@ class Attribution : public trace::Sink {
   void call(const trace::MappingCall& call) override;
   void fault(const trace::Fault& fault) override;
   void process(const trace::ProcessEvent& event) override;
+  void cpu_sample(const trace::CpuSample& sample) override;
 
   // Every record with a time up to `until_ns` has been delivered: replay them.
   void settle(std::uint64_t until_ns);
@@ -105,6 +113,11 @@ class Attribution : public trace::Sink {
 
   [[nodiscard]] const std::unordered_map<FaultKey, std::uint64_t, FaultKeyHash>& faults() const { return faults_; }
   [[nodiscard]] const std::map<OriginKey, OriginSummary>& origins() const { return origins_; }
+  [[nodiscard]] const std::unordered_map<FaultKey, FaultTime, FaultKeyHash>& fault_time() const { return fault_time_; }
+  [[nodiscard]] std::uint64_t cpu_samples() const { return cpu_samples_; }
+  [[nodiscard]] std::uint64_t cpu_samples_unmatched() const { return cpu_samples_unmatched_; }
+  // In the fault handler but in perf, recording the fault for the tracer: not the fault's time.
+  [[nodiscard]] std::uint64_t cpu_samples_tracing() const { return cpu_samples_tracing_; }
   [[nodiscard]] std::uint64_t faults_seen() const { return faults_seen_; }
   [[nodiscard]] std::uint64_t calls_seen() const { return calls_seen_; }
   // The most records held at once waiting for their moment to settle, and live mappings at once.
@@ -145,6 +158,7 @@ class Attribution : public trace::Sink {
 
   void apply(const trace::MappingCall& call);
   void charge(const trace::Fault& fault);
+  void charge(const trace::CpuSample& sample);
   std::uint64_t make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool anonymous);
   // Cut [start, end) out of the space; per mapping touched, the bytes removed.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(Space& space, std::uint64_t start, std::uint64_t end);
@@ -162,6 +176,10 @@ class Attribution : public trace::Sink {
   std::vector<trace::MappingCall> pending_calls_;  // in order of exit_ns
   std::vector<trace::Fault> pending_faults_;
   std::vector<trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
+  std::vector<trace::CpuSample> pending_samples_;
+  std::unordered_map<int, FaultKey> last_fault_;  // per thread
+  std::unordered_map<FaultKey, FaultTime, FaultKeyHash> fault_time_;
+  std::uint64_t cpu_samples_ = 0, cpu_samples_unmatched_ = 0, cpu_samples_tracing_ = 0;
   std::unordered_map<int, Space> spaces_;
   std::unordered_map<std::uint64_t, Mapping> live_;
   std::map<OriginKey, std::uint64_t> newest_;  // per origin, the mapping it made last

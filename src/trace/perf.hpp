@@ -22,7 +22,10 @@ inline constexpr std::uint64_t kEnterSampleType =
     PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
 inline constexpr std::uint64_t kExitSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
 
-enum class EventKind { fault, enter, exit };
+// CPU time in the kernel, with the kernel's call chain only (the fault it belongs to has the user stack).
+inline constexpr std::uint64_t kCpuSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CALLCHAIN;
+
+enum class EventKind { fault, enter, exit, cpu };
 
 struct Event {
   EventKind kind;

@@ -16,7 +16,7 @@ struct PreloadRecord {
   std::uint64_t enter_ns, exit_ns;
   std::uint64_t args[6];
   std::int64_t result;
-  std::uint32_t frames, reserved;
+  std::uint32_t frames, python_bytes;  // python_bytes: its Python block, after the return addresses
 };
 
 // Reads the preload library's records from its pipe as they come.
@@ -37,8 +37,12 @@ class PreloadReader {
       PreloadRecord record;
       std::memcpy(&record, pending_.data() + at, sizeof(record));
       if (record.size < sizeof(PreloadRecord) || pending_.size() - at < record.size) break;
+      const std::size_t returns_bytes = record.frames * sizeof(std::uint64_t);
       std::vector<std::uint64_t> returns(record.frames);
-      std::memcpy(returns.data(), pending_.data() + at + sizeof(PreloadRecord), record.frames * sizeof(std::uint64_t));
+      std::memcpy(returns.data(), pending_.data() + at + sizeof(PreloadRecord), returns_bytes);
+      const std::string_view python = python_block_at(
+          reinterpret_cast<const std::uint8_t*>(pending_.data() + at + sizeof(PreloadRecord) + returns_bytes),
+          std::min<std::size_t>(record.python_bytes, record.size - std::min<std::size_t>(record.size, sizeof(PreloadRecord) + returns_bytes)));
       MappingCall call;
       call.kind = static_cast<CallKind>(record.kind);
       call.pid = static_cast<int>(record.pid);
@@ -47,7 +51,7 @@ class PreloadReader {
       call.exit_ns = record.exit_ns;
       std::copy(std::begin(record.args), std::end(record.args), std::begin(call.args));
       call.result = record.result;
-      call.stack = recorder_.stack_of_returns(call.pid, returns);
+      call.stack = recorder_.stack_of_returns(call.pid, returns, python);
       sink_.call(call);
       at += record.size;
     }

@@ -1,14 +1,22 @@
-/* libmemcost-preload.so: what `memcost trace` uses instead of the kernel's syscall tracepoints
-   when it may not read them (not root). Loaded into a dynamically linked command with LD_PRELOAD,
-   it reports every mmap, munmap, mremap and madvise, and every malloc, calloc, realloc, aligned
-   allocation and free of at least MEMCOST_PRELOAD_MIN_BYTES (glibc's malloc makes its own mmap
-   and brk calls internally, where no interposer can see them), each with its measured duration
-   and its return addresses, as one binary record per write() to the descriptor in
-   MEMCOST_PRELOAD_FD (a pipe to the probe; a write of at most PIPE_BUF bytes is atomic).
+/* libmemcost-preload.so, loaded into a dynamically linked command with LD_PRELOAD. Two jobs:
+
+   1. Reporting (MEMCOST_PRELOAD_FD set): what `memcost trace` uses instead of the kernel's syscall
+      tracepoints when it may not read them (not root). It reports every mmap, munmap, mremap and
+      madvise, and every malloc, calloc, realloc, aligned allocation and free of at least
+      MEMCOST_PRELOAD_MIN_BYTES (glibc's malloc makes its own mmap and brk calls internally, where
+      no interposer can see them), each with its measured duration, its return addresses and the
+      Python stack, as one binary record per write() to the descriptor in MEMCOST_PRELOAD_FD (a
+      pipe to the probe; a write of at most PIPE_BUF bytes is atomic).
+   2. Python stacks (both modes, unless MEMCOST_PRELOAD_PYTHON=0): in a CPython process, a big
+      malloc-family call made by a thread holding the GIL writes the Python stack (file, line,
+      function per frame, by CPython's public frame API) into a block on this C stack frame for
+      the length of the call, behind a magic word. As root the kernel's tracepoints copy the
+      stack into each mmap's sample, and the tracer finds the block there: no pipe, no join.
 
    It calls the kernel and glibc's own allocator entry points directly (syscall(), __libc_*), so
-   it needs no dlsym() and cannot recurse into itself. Record layout: see preload.hpp. */
+   the interposers cannot recurse into themselves. Layouts: see preload.hpp. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
 #include <execinfo.h>
@@ -31,13 +39,25 @@ enum { CALL_MMAP = 0, CALL_MUNMAP = 1, CALL_MREMAP = 2, CALL_BRK = 3, CALL_MADVI
        CALL_MALLOC = 5, CALL_FREE = 6, CALL_REALLOC = 7 };
 enum { MAX_FRAMES = 48, SKIPPED_FRAMES = 2, TABLE_SIZE = 1 << 16 };
 
+/* The Python stack: this header, then per frame, innermost first, uint32 line, uint16 file
+   bytes, uint16 function bytes and the two names (not terminated); file bytes 0xFFFF: the same
+   file as the frame before, not repeated. Frames past the block's end are left out. */
+enum { PYTHON_BLOCK_BYTES = 2048, PYTHON_FILE_BYTES = 120, PYTHON_FUNCTION_BYTES = 80, PYTHON_SAME_FILE = 0xFFFF };
+#define PYTHON_MAGIC 0x4b54535950434d4dULL /* "MMCPYSTK" */
+struct python_block {
+  uint64_t magic;
+  uint32_t bytes, frames; /* bytes: of the frames that follow */
+  char data[PYTHON_BLOCK_BYTES];
+};
+
 struct record {
   uint32_t size, kind, pid, tid;
   uint64_t enter_ns, exit_ns;
   uint64_t args[6];
   int64_t result;
-  uint32_t frames, reserved;
+  uint32_t frames, python_bytes; /* python_bytes: a python_block's header and frames, after the pcs */
   uint64_t pcs[MAX_FRAMES];
+  char python[sizeof(struct python_block)];
 };
 
 static int out_fd = -1;
@@ -68,11 +88,123 @@ static int forget(void *pointer) {
   return found;
 }
 
+/* CPython's public API, found in the process when it is a Python interpreter (3.9 to 3.13). */
+typedef struct object object;
+static struct {
+  int (*is_initialized)(void);
+  int (*gil_held)(void);
+  void *(*this_thread)(void);
+  object *(*thread_frame)(void *);
+  object *(*frame_back)(object *);
+  object *(*frame_code)(object *);
+  int (*frame_line)(object *);
+  object *(*attribute)(object *, const char *);
+  const char *(*utf8)(object *, ssize_t *);
+  void (*decref)(object *);
+  void (*error_fetch)(object **, object **, object **);
+  void (*error_restore)(object *, object *, object *);
+  int (*gc_disable)(void); /* 3.10+; before that, frames are objects already and walking them allocates nothing */
+  int (*gc_enable)(void);
+} py;
+static int python_ready;
+
+static void find_python(void) {
+  void **slots[] = {(void **)&py.is_initialized, (void **)&py.gil_held, (void **)&py.this_thread,
+                    (void **)&py.thread_frame, (void **)&py.frame_back, (void **)&py.frame_code,
+                    (void **)&py.frame_line, (void **)&py.attribute, (void **)&py.utf8, (void **)&py.decref,
+                    (void **)&py.error_fetch, (void **)&py.error_restore};
+  const char *names[] = {"Py_IsInitialized", "PyGILState_Check", "PyGILState_GetThisThreadState",
+                         "PyThreadState_GetFrame", "PyFrame_GetBack", "PyFrame_GetCode", "PyFrame_GetLineNumber",
+                         "PyObject_GetAttrString", "PyUnicode_AsUTF8AndSize", "Py_DecRef", "PyErr_Fetch",
+                         "PyErr_Restore"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+    if (!(*slots[i] = dlsym(RTLD_DEFAULT, names[i]))) return;
+  }
+  *(void **)&py.gc_disable = dlsym(RTLD_DEFAULT, "PyGC_Disable");
+  *(void **)&py.gc_enable = dlsym(RTLD_DEFAULT, "PyGC_Enable");
+  python_ready = 1;
+}
+
 __attribute__((constructor)) static void start(void) {
   const char *fd = getenv("MEMCOST_PRELOAD_FD");
   const char *bytes = getenv("MEMCOST_PRELOAD_MIN_BYTES");
+  const char *python = getenv("MEMCOST_PRELOAD_PYTHON");
   if (fd) out_fd = atoi(fd);
   if (bytes) min_bytes = strtoull(bytes, NULL, 10);
+  if (!python || strcmp(python, "0") != 0) find_python();
+}
+
+/* A long name keeps its end, where a path has the file's name. */
+static const char *tail(const char *name, ssize_t length, size_t most, uint16_t *bytes) {
+  size_t kept = length < 0 ? 0 : (size_t)length;
+  if (kept > most) name += kept - most, kept = most;
+  *bytes = (uint16_t)kept;
+  return name;
+}
+
+/* The calling thread's Python stack into `block`, if this is a Python interpreter and the thread
+   holds the GIL (only then may it read its frames); else block->magic stays 0. Run before the
+   allocator is entered: CPython's own calls below may allocate (3.11+ makes frame objects on
+   demand), with the garbage collector held off so that none runs inside someone's malloc. */
+static void python_stack(struct python_block *block) {
+  block->magic = 0;
+  block->bytes = block->frames = 0;
+  if (!python_ready || inside || !py.is_initialized() || !py.gil_held()) return;
+  void *thread = py.this_thread();
+  if (!thread) return;
+  inside = 1;
+  object *type, *value, *traceback;
+  py.error_fetch(&type, &value, &traceback);
+  int collecting = py.gc_disable ? py.gc_disable() : 0;
+  object *frame = py.thread_frame(thread);
+  const char *previous_file = NULL; /* in the block */
+  uint16_t previous_file_bytes = 0;
+  while (frame) {
+    object *code = py.frame_code(frame);
+    object *file = code ? py.attribute(code, "co_filename") : NULL;
+    object *function = code ? py.attribute(code, "co_name") : NULL;
+    ssize_t file_length = 0, function_length = 0;
+    const char *file_name = file ? py.utf8(file, &file_length) : NULL;
+    const char *function_name = function ? py.utf8(function, &function_length) : NULL;
+    size_t need = 8 + PYTHON_FILE_BYTES + PYTHON_FUNCTION_BYTES;
+    int full = block->bytes + need > PYTHON_BLOCK_BYTES;
+    if (!full && file_name && function_name) {
+      char *at = block->data + block->bytes;
+      uint32_t line = (uint32_t)py.frame_line(frame);
+      uint16_t file_bytes = 0, function_bytes = 0;
+      const char *file_kept = tail(file_name, file_length, PYTHON_FILE_BYTES, &file_bytes);
+      const char *function_kept = tail(function_name, function_length, PYTHON_FUNCTION_BYTES, &function_bytes);
+      int same = previous_file && previous_file_bytes == file_bytes && memcmp(previous_file, file_kept, file_bytes) == 0;
+      uint16_t file_field = same ? PYTHON_SAME_FILE : file_bytes;
+      if (same) file_bytes = 0;
+      memcpy(at, &line, 4);
+      memcpy(at + 4, &file_field, 2);
+      memcpy(at + 6, &function_bytes, 2);
+      memcpy(at + 8, file_kept, file_bytes);
+      memcpy(at + 8 + file_bytes, function_kept, function_bytes);
+      if (!same) previous_file = at + 8, previous_file_bytes = file_bytes;
+      block->bytes += 8u + file_bytes + function_bytes;
+      ++block->frames;
+    }
+    if (function) py.decref(function);
+    if (file) py.decref(file);
+    if (code) py.decref(code);
+    object *back = full ? NULL : py.frame_back(frame);
+    py.decref(frame);
+    frame = back;
+  }
+  if (collecting && py.gc_enable) py.gc_enable();
+  py.error_restore(type, value, traceback);
+  inside = 0;
+  /* Published last, and kept in memory for the kernel to copy: the allocator is an opaque call. */
+  if (block->frames) block->magic = PYTHON_MAGIC;
+  __asm__ volatile("" : : "r"(block) : "memory");
+}
+
+/* The block is dead once the call returns: a stale one must not be found in a later stack. */
+static void python_stack_done(struct python_block *block) {
+  block->magic = 0;
+  __asm__ volatile("" : : "r"(block) : "memory");
 }
 
 static uint64_t now_ns(void) {
@@ -82,7 +214,7 @@ static uint64_t now_ns(void) {
 }
 
 static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0, uint64_t a1, uint64_t a2,
-                 uint64_t a3, int64_t result) {
+                 uint64_t a3, int64_t result, const struct python_block *python) {
   if (out_fd < 0 || inside) return;
   inside = 1;
   int saved_errno = errno;
@@ -98,8 +230,10 @@ static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0
   r.exit_ns = exit_ns;
   r.args[0] = a0, r.args[1] = a1, r.args[2] = a2, r.args[3] = a3, r.args[4] = 0, r.args[5] = 0;
   r.result = result;
-  r.reserved = 0;
-  r.size = (uint32_t)(offsetof(struct record, pcs) + r.frames * sizeof(uint64_t));
+  r.python_bytes = python && python->magic == PYTHON_MAGIC ? (uint32_t)offsetof(struct python_block, data) + python->bytes : 0;
+  size_t pcs_end = offsetof(struct record, pcs) + r.frames * sizeof(uint64_t);
+  if (r.python_bytes) memcpy((char *)&r + pcs_end, python, r.python_bytes);
+  r.size = (uint32_t)(pcs_end + r.python_bytes);
   ssize_t ignored = write(out_fd, &r, r.size);
   (void)ignored;
   errno = saved_errno;
@@ -119,7 +253,7 @@ void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offs
   long result = syscall(SYS_mmap, address, length, prot, flags, fd, offset);
   uint64_t exit = now_ns();
   if (length >= min_bytes) emit(CALL_MMAP, enter, exit, (uint64_t)(uintptr_t)address, length, (uint64_t)prot,
-                                (uint64_t)flags, result);
+                                (uint64_t)flags, result, NULL);
   return (void *)checked(result);
 }
 
@@ -129,7 +263,7 @@ void *mmap64(void *address, size_t length, int prot, int flags, int fd, off_t of
 int munmap(void *address, size_t length) {
   uint64_t enter = now_ns();
   long result = syscall(SYS_munmap, address, length);
-  if (length >= min_bytes) emit(CALL_MUNMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, length, 0, 0, result);
+  if (length >= min_bytes) emit(CALL_MUNMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, length, 0, 0, result, NULL);
   return (int)checked(result);
 }
 
@@ -143,39 +277,51 @@ void *mremap(void *address, size_t old_length, size_t new_length, int flags, ...
   }
   uint64_t enter = now_ns();
   long result = syscall(SYS_mremap, address, old_length, new_length, flags, new_address);
-  emit(CALL_MREMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, old_length, new_length, (uint64_t)flags, result);
+  emit(CALL_MREMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, old_length, new_length, (uint64_t)flags, result, NULL);
   return (void *)checked(result);
 }
 
 int madvise(void *address, size_t length, int advice) {
   uint64_t enter = now_ns();
   long result = syscall(SYS_madvise, address, length, advice);
-  if (length >= min_bytes) emit(CALL_MADVISE, enter, now_ns(), (uint64_t)(uintptr_t)address, length, (uint64_t)advice, 0, result);
+  if (length >= min_bytes) emit(CALL_MADVISE, enter, now_ns(), (uint64_t)(uintptr_t)address, length, (uint64_t)advice, 0, result, NULL);
   return (int)checked(result);
 }
 
-static void *allocated(void *pointer, size_t size, uint64_t enter) {
-  if (pointer && size >= min_bytes && !inside) {
+/* The malloc family: big calls carry the Python stack (in this frame, for as long as the call
+   runs) and, when reporting, are reported; small ones go straight through. */
+#define BIG_CALL(call, report)    \
+  do {                            \
+    struct python_block python;   \
+    python_stack(&python);        \
+    uint64_t enter = now_ns();    \
+    void *result = (call);        \
+    if (out_fd >= 0) report;      \
+    python_stack_done(&python);   \
+    return result;                \
+  } while (0)
+
+static void allocated(void *pointer, size_t size, uint64_t enter, const struct python_block *python) {
+  if (pointer && !inside) {
     remember(pointer);
-    emit(CALL_MALLOC, enter, now_ns(), 0, size, 0, 0, (int64_t)(uintptr_t)pointer);
+    emit(CALL_MALLOC, enter, now_ns(), 0, size, 0, 0, (int64_t)(uintptr_t)pointer, python);
   }
-  return pointer;
 }
 
 void *malloc(size_t size) {
-  uint64_t enter = size >= min_bytes ? now_ns() : 0;
-  return allocated(__libc_malloc(size), size, enter);
+  if (size < min_bytes) return __libc_malloc(size);
+  BIG_CALL(__libc_malloc(size), allocated(result, size, enter, &python));
 }
 
 void *calloc(size_t count, size_t size) {
-  size_t bytes = count * size;
-  uint64_t enter = bytes >= min_bytes ? now_ns() : 0;
-  return allocated(__libc_calloc(count, size), bytes, enter);
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes) || bytes < min_bytes) return __libc_calloc(count, size);
+  BIG_CALL(__libc_calloc(count, size), allocated(result, bytes, enter, &python));
 }
 
 void *memalign(size_t alignment, size_t size) {
-  uint64_t enter = size >= min_bytes ? now_ns() : 0;
-  return allocated(__libc_memalign(alignment, size), size, enter);
+  if (size < min_bytes) return __libc_memalign(alignment, size);
+  BIG_CALL(__libc_memalign(alignment, size), allocated(result, size, enter, &python));
 }
 
 void *aligned_alloc(size_t alignment, size_t size) { return memalign(alignment, size); }
@@ -188,23 +334,25 @@ int posix_memalign(void **out, size_t alignment, size_t size) {
 }
 
 void free(void *pointer) {
-  if (pointer && forget(pointer)) {
+  if (out_fd >= 0 && pointer && forget(pointer)) {
     uint64_t enter = now_ns();
     __libc_free(pointer);
-    emit(CALL_FREE, enter, now_ns(), (uint64_t)(uintptr_t)pointer, 0, 0, 0, 0);
+    emit(CALL_FREE, enter, now_ns(), (uint64_t)(uintptr_t)pointer, 0, 0, 0, 0, NULL);
     return;
   }
   __libc_free(pointer);
 }
 
-void *realloc(void *pointer, size_t size) {
-  int tracked = pointer && forget(pointer);
-  if (!tracked && size < min_bytes) return __libc_realloc(pointer, size);
-  uint64_t enter = now_ns();
-  void *result = __libc_realloc(pointer, size);
+static void reallocated(void *old, size_t size, int tracked, void *result, uint64_t enter,
+                        const struct python_block *python) {
   if (result && size >= min_bytes) remember(result);
-  else if (!result && tracked) remember(pointer); /* failed: the old block stays */
-  emit(CALL_REALLOC, enter, now_ns(), (uint64_t)(uintptr_t)pointer, 0, size, (uint64_t)tracked,
-       (int64_t)(uintptr_t)result);
-  return result;
+  else if (!result && tracked) remember(old); /* failed: the old block stays */
+  emit(CALL_REALLOC, enter, now_ns(), (uint64_t)(uintptr_t)old, 0, size, (uint64_t)tracked,
+       (int64_t)(uintptr_t)result, python);
+}
+
+void *realloc(void *pointer, size_t size) {
+  int tracked = out_fd >= 0 && pointer && forget(pointer);
+  if (!tracked && size < min_bytes) return __libc_realloc(pointer, size);
+  BIG_CALL(__libc_realloc(pointer, size), reallocated(pointer, size, tracked, result, enter, &python));
 }

@@ -27,6 +27,8 @@ class RawWriter : public Sink {
   void fault(const Fault& fault) override;
   void process(const ProcessEvent& event) override;
   void settle(std::uint64_t until_ns) override { next_.settle(until_ns); }
+  // CPU samples are passed on, not kept: a replay has fault counts, not sampled fault time.
+  void cpu_sample(const CpuSample& sample) override { next_.cpu_sample(sample); }
 
   // Empty when all is well; else what failed (the file could not be written).
   [[nodiscard]] std::string error() const { return error_; }

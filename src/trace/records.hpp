@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "trace/kernel_symbols.hpp"
 #include "trace/perf.hpp"
 #include "trace/unwind.hpp"
 
@@ -16,6 +17,7 @@ class Session {
   std::unordered_map<std::uint64_t, Event> events;  // by perf id
   std::vector<RingBuffer> buffers;
   std::uint64_t lost = 0;
+  const KernelSymbols* kernel = nullptr;  // for classifying CPU samples
 
   // Everything the buffers hold now. The records that describe the address space (mappings,
   // forks, execs) go first, from every CPU's buffer, so that a sample finds the modules it needs
@@ -174,6 +176,20 @@ class Session {
     auto tid = static_cast<int>(in.take<std::uint32_t>());
     auto time = in.take<std::uint64_t>();
     std::uint64_t address = (event.sample_type & PERF_SAMPLE_ADDR) ? in.take<std::uint64_t>() : 0;
+    if (event.kind == EventKind::cpu) {
+      CpuSample cpu{pid, tid, time, false, false, false};
+      const auto count = in.take<std::uint64_t>();
+      for (std::uint64_t i = 0; i < count && in.at < in.end; ++i) {
+        const auto ip = in.take<std::uint64_t>();
+        if (ip >= static_cast<std::uint64_t>(PERF_CONTEXT_MAX) || kernel == nullptr) continue;  // a context marker
+        cpu.in_fault = cpu.in_fault || kernel->in_fault(ip);
+        cpu.zeroing = cpu.zeroing || kernel->zeroing(ip);
+        cpu.tracing = cpu.tracing || kernel->perf(ip);
+      }
+      cpu.zeroing = cpu.zeroing && cpu.in_fault && !cpu.tracing;
+      sink_.cpu_sample(cpu);
+      return;
+    }
     std::uint64_t args[6] = {};
     if (event.sample_type & PERF_SAMPLE_RAW) {
       auto size = in.take<std::uint32_t>();
@@ -201,6 +217,8 @@ class Session {
     switch (event.kind) {
       case EventKind::fault:
         sink_.fault({pid, tid, time, address, stack, (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER});
+        break;
+      case EventKind::cpu:
         break;
       case EventKind::enter:
       case EventKind::exit: {

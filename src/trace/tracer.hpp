@@ -20,12 +20,22 @@
 // - Call stacks: the user stack (stack_bytes from the stack pointer) and registers are copied
 //   into each sample and unwound with DWARF call-frame information by elfutils' libdwfl, as
 //   `perf --call-graph dwarf` does, so code without frame pointers unwinds; symbols, files and
-//   lines come from libdwfl too. Identical stacks are delivered once, with an id.
+//   lines come from libdwfl too, with the chain of functions inlined at each address. Identical
+//   stacks are delivered once, with an id.
+// - Python: in a CPython process the preload library (also loaded as root, for this alone) puts
+//   the Python stack of each big malloc-family call on the C stack for the call's length; the
+//   tracer finds it in the copied stack (or the interposer's record) and puts its frames where
+//   the interpreter's eval loop is in the native stack (python_frames.hpp).
 // - Nothing is lost silently: when a buffer is a quarter full, or before slow work (a module's
 //   debug information) while one is filling, every process of the traced tree is held (SIGSTOP,
 //   then SIGCONT) while the tracer catches up: the command and all its descendants, found through
 //   /proc as well as the records, so a child forked a moment ago is held too. Records the kernel
 //   still dropped are counted.
+// - Fault time, where the kernel allows kernel samples and shows its symbols: a cpu-clock event
+//   samples the traced tree's CPU time in kernel mode every cpu_sample_period_ns, with the kernel
+//   call chain; each sample says whether it was in the page-fault handler and in page clearing,
+//   by the kernel's own function names (kernel_symbols.hpp). The caller charges it to the fault
+//   the thread took last.
 // - Processes: every fork, exec and exit in the traced tree is reported with the program's name.
 // - Interrupts: SIGTERM to this process is passed to the traced tree at once. SIGINT (Ctrl-C) is
 //   the command's: a terminal sends it to the whole group; if the command is still running a
@@ -76,9 +86,23 @@ struct Options {
   // as it closes, so that the caller can measure the rest of the machine over exactly that time.
   std::function<void()> window_opened, window_closed;
   std::uint64_t preload_min_bytes = 64 * 1024;  // smaller allocations are not reported by it
+  bool python_frames = true;  // the preload library's Python stacks (also loaded as root for them)
+  // CPU time sampled in the kernel with kernel call chains, to measure fault time (0: not sampled).
+  // Needs kernel samples (root, or perf_event_paranoid <= 1) and kernel symbol addresses.
+  std::uint64_t cpu_sample_period_ns = 0;
 };
 
+// native: a machine-code function; inlined: a function the compiler inlined at that instruction
+// (the frame after it is its caller, at the call's line); python: a Python function's frame
+// (file, line and function from CPython; no address or module offset).
+enum class FrameKind { native = 0, inlined = 1, python = 2 };
+[[nodiscard]] inline const char* frame_kind_name(FrameKind kind) {
+  static constexpr const char* names[] = {"native", "inlined", "python"};
+  return names[static_cast<int>(kind)];
+}
+
 struct Frame {
+  FrameKind kind = FrameKind::native;
   std::uint64_t address = 0;   // the instruction (a return address minus one above the first frame)
   std::string function;        // demangled; empty when unknown
   std::string file;            // source file where debug information has it
@@ -116,6 +140,19 @@ struct Fault {
   bool user_mode = true;  // taken by user code (false: inside a system call)
 };
 
+// One sample of CPU time (cpu-clock, every cpu_sample_period_ns of a thread's CPU time) taken in
+// the kernel, classified by the kernel's call chain: inside the page-fault handler, and there
+// inside page clearing (zeroing a page before the program sees it) or inside perf recording the
+// fault for this tracer (its own cost, not the fault's).
+struct CpuSample {
+  int pid = 0;
+  int tid = 0;
+  std::uint64_t time_ns = 0;
+  bool in_fault = false;
+  bool zeroing = false;
+  bool tracing = false;
+};
+
 // A process of the traced tree: the command as it starts (or the process attached to), a child
 // it forked, a program it exec'd (the same pid, a new name), and its end.
 enum class ProcessChange { start = 0, fork = 1, exec = 2, exit = 3 };
@@ -139,6 +176,7 @@ class Sink {
   virtual void call(const MappingCall& call) = 0;
   virtual void fault(const Fault& fault) = 0;
   virtual void process(const ProcessEvent& event) = 0;
+  virtual void cpu_sample(const CpuSample& sample) { (void)sample; }
   // Every call and fault up to this moment (CLOCK_MONOTONIC) has been delivered; UINT64_MAX at the end.
   virtual void settle(std::uint64_t until_ns) { (void)until_ns; }
 };
@@ -162,6 +200,8 @@ struct Result {
   bool interrupted = false;     // SIGINT or SIGTERM reached this process while tracing
   std::string call_source;      // how mapping calls were seen
   std::string fault_source;     // how faults were seen
+  std::uint64_t cpu_sample_period_ns = 0;  // as used; 0: fault time not sampled (cpu_sampling says why)
+  std::string cpu_sampling;     // how fault time was sampled, or why it was not
 };
 
 // Whether this build can trace at all; the reason when not.

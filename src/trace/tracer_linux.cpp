@@ -128,6 +128,19 @@ class Tracing {
     }
     size_buffers();
     descriptors_.buffers = &session_.buffers;
+    cpu_sampling_ = options_.cpu_sample_period_ns > 0;
+    const std::string paranoid = read_text("/proc/sys/kernel/perf_event_paranoid");
+    if (!cpu_sampling_) {
+      result_.cpu_sampling = "not asked for";
+    } else if (geteuid() != 0 && !paranoid.empty() && std::stoi(paranoid) > 1) {
+      cpu_sampling_ = false;
+      result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1 (it is " +
+                             std::to_string(std::stoi(paranoid)) + ")";
+    } else if (kernel_ = std::make_unique<KernelSymbols>(); kernel_->empty()) {
+      cpu_sampling_ = false;
+      result_.cpu_sampling = "not possible: /proc/kallsyms shows no kernel addresses to this user (kernel.kptr_restrict)";
+    }
+    session_.kernel = kernel_.get();
     const long cpus = sysconf(_SC_NPROCESSORS_CONF);
     for (int cpu = 0; cpu < cpus; ++cpu) {
       int owner_fd = -1;  // the first event on this CPU owns its ring buffer; the others write into it
@@ -172,6 +185,38 @@ class Tracing {
         std::uint64_t id = 0;
         ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
         session_.events[id] = Event{EventKind::fault, CallKind::mmap, kFaultSampleType, {}};
+        if (cpu_sampling_ && !kernel_faults_) {
+          cpu_sampling_ = false;
+          result_.cpu_sample_period_ns = 0;
+          result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1";
+        }
+        if (cpu_sampling_) {
+          perf_event_attr clock = base_attr(kCpuSampleType, 0);
+          clock.type = PERF_TYPE_SOFTWARE;
+          clock.config = PERF_COUNT_SW_CPU_CLOCK;
+          clock.sample_period = options_.cpu_sample_period_ns;
+          clock.exclude_user = 1;  // only time in the kernel is wanted: user-mode ticks are not recorded
+          clock.exclude_callchain_user = 1;
+          if (attaching_) clock.enable_on_exec = 0;
+          int fd = open_event(clock, target, cpu);
+          if (fd < 0 && (errno == EACCES || errno == EPERM)) {
+            cpu_sampling_ = false;
+            result_.cpu_sample_period_ns = 0;
+            result_.cpu_sampling = std::string("not permitted: perf_event_open(cpu-clock): ") + std::strerror(errno);
+          } else if (fd < 0) {
+            if (!(attaching_ && errno == ESRCH)) return abandon(failed("perf_event_open(cpu-clock)"));
+          } else {
+            descriptors_.fds.push_back(fd);
+            if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+            ioctl(fd, PERF_EVENT_IOC_ID, &id);
+            session_.events[id] = Event{EventKind::cpu, CallKind::mmap, kCpuSampleType, {}};
+            result_.cpu_sample_period_ns = options_.cpu_sample_period_ns;
+            result_.cpu_sampling = "perf software event cpu-clock every " +
+                                   std::to_string(options_.cpu_sample_period_ns / 1000) +
+                                   " µs of each thread's CPU time, kernel mode only, with the kernel call chain; "
+                                   "kernel functions named in /proc/kallsyms";
+          }
+        }
         for (const auto& [event, format] : tracepoints_) {
           perf_event_attr tp = base_attr(event.sample_type, stack_bytes_);
           tp.type = PERF_TYPE_TRACEPOINT;
@@ -294,15 +339,22 @@ class Tracing {
     // running unwatched, holding the terminal.
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != tracer) _exit(126);
     if (options_.command_stdout_fd >= 0 && dup2(options_.command_stdout_fd, STDOUT_FILENO) < 0) _exit(126);
+    const char* existing = getenv("LD_PRELOAD");
+    const std::string others = existing && *existing ? existing : "";
     if (preloading_) {
       // The write end stays open across exec, for the library in the command and its children.
       if (fcntl(preload_pipe_[1], F_SETFD, 0) != 0) _exit(126);
-      const char* existing = getenv("LD_PRELOAD");
-      std::string preload = options_.preload_library + (existing && *existing ? std::string(":") + existing : "");
-      setenv("LD_PRELOAD", preload.c_str(), 1);
+      setenv("LD_PRELOAD", (options_.preload_library + (others.empty() ? "" : ":" + others)).c_str(), 1);
       setenv("MEMCOST_PRELOAD_FD", std::to_string(preload_pipe_[1]).c_str(), 1);
-      setenv("MEMCOST_PRELOAD_MIN_BYTES", std::to_string(options_.preload_min_bytes).c_str(), 1);
+    } else if (options_.python_frames && !options_.preload_library.empty() &&
+               access(options_.preload_library.c_str(), R_OK) == 0) {
+      // For Python stacks alone, after the command's own preloads: an allocator it preloads keeps
+      // its place (and a Python run under it goes without Python frames).
+      setenv("LD_PRELOAD", ((others.empty() ? "" : others + ":") + options_.preload_library).c_str(), 1);
+      unsetenv("MEMCOST_PRELOAD_FD");
     }
+    setenv("MEMCOST_PRELOAD_MIN_BYTES", std::to_string(options_.preload_min_bytes).c_str(), 1);
+    setenv("MEMCOST_PRELOAD_PYTHON", options_.python_frames ? "1" : "0", 1);
     char byte = 0;
     if (read(go_[0], &byte, 1) != 1) _exit(126);
     std::vector<char*> argv;
@@ -392,7 +444,8 @@ class Tracing {
   Result result_;
   bool preloading_ = false;
   bool kernel_faults_ = true;
-  std::vector<std::pair<Event, TracepointFormat>> tracepoints_;
+  bool cpu_sampling_ = false;
+  std::unique_ptr<KernelSymbols> kernel_;  std::vector<std::pair<Event, TracepointFormat>> tracepoints_;
   int preload_pipe_[2] = {-1, -1}, go_[2] = {-1, -1}, exec_error_[2] = {-1, -1};
   pid_t child_ = 0;
   const std::size_t page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));

@@ -1,8 +1,11 @@
 // Unwinding user stacks copied into samples (DWARF call-frame information, by elfutils' libdwfl,
-// as `perf --call-graph dwarf` does) and symbolizing each frame once.
+// as `perf --call-graph dwarf` does) and symbolizing each frame once, with the functions inlined
+// at it (libdw's scopes, as `eu-addr2line -i` does) and the Python frames the stack carries.
 #pragma once
 
 #include <cxxabi.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 
 #include "trace/arch.hpp"
 #include "trace/common.hpp"
+#include "trace/python_frames.hpp"
 
 namespace memcost::trace::detail {
 
@@ -127,7 +131,9 @@ class Recorder {
     Process& process = get(pid);
     // Memo key: the instruction pointer and every word on the stack that points into code. The
     // return addresses that decide the unwound stack are among them; locals and saved data,
-    // which change from sample to sample, are not, so a loop's samples unwind once.
+    // which change from sample to sample, are not, so a loop's samples unwind once. A Python
+    // stack the preload library put there is part of the key too.
+    std::string_view python;
     std::string key;
     key.reserve(256);
     for (std::uint64_t value : {std::uint64_t(process.generation), ip}) {
@@ -137,6 +143,10 @@ class Recorder {
     for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
       std::uint64_t word = 0;
       std::memcpy(&word, stack + offset, sizeof(word));
+      if (word == kPythonMagic && python.empty()) {
+        python = python_block_at(stack + offset, stack_bytes - offset);
+        key.append(python);
+      }
       auto above = std::upper_bound(process.code.begin(), process.code.end(), std::make_pair(word, UINT64_MAX));
       if (above != process.code.begin() && word < std::prev(above)->second) {
         key.append(reinterpret_cast<const char*>(&offset), 2);
@@ -155,7 +165,7 @@ class Recorder {
       ++unwind_failures_;
       pcs.push_back(ip);
     }
-    std::uint32_t id = stack_id(process, pcs);
+    std::uint32_t id = stack_id(process, pcs, python);
     by_sample_.emplace(std::move(key), id);
     return id;
   }
@@ -166,15 +176,16 @@ class Recorder {
   // symbolizing a new stack), so that the caller can hold the command meanwhile.
   std::function<void()> before_slow_work;
 
-  // The stack of return addresses someone else collected (the preload library's backtrace()).
-  std::uint32_t stack_of_returns(int pid, const std::vector<std::uint64_t>& returns) {
+  // The stack of return addresses someone else collected (the preload library's backtrace()),
+  // and the Python stack it sent with them.
+  std::uint32_t stack_of_returns(int pid, const std::vector<std::uint64_t>& returns, std::string_view python = {}) {
     Process& process = get(pid);
     if (returns.empty()) return 0;
     prepare(process, returns.front());
     std::vector<std::uint64_t> pcs;
     pcs.reserve(returns.size());
     for (std::uint64_t address : returns) pcs.push_back(address - 1);  // the call, not the return
-    return stack_id(process, pcs);
+    return stack_id(process, pcs, python);
   }
 
  private:
@@ -235,9 +246,10 @@ class Recorder {
     return process.attached;
   }
 
-  std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs) {
+  std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python) {
     std::string key(reinterpret_cast<const char*>(&process.generation), sizeof(process.generation));
     key.append(reinterpret_cast<const char*>(pcs.data()), pcs.size() * sizeof(std::uint64_t));
+    key.append(python);
     auto [slot, added] = stacks_.emplace(std::move(key), static_cast<std::uint32_t>(stacks_.size() + 1));
     if (added) {
       if (before_slow_work) before_slow_work();
@@ -245,16 +257,70 @@ class Recorder {
       frames.reserve(pcs.size());
       for (std::uint64_t pc : pcs) {
         // Stacks share most of their frames, and line lookups in large debug information are slow.
-        auto [frame, fresh] = frames_.try_emplace({process.generation, pc});
-        if (fresh) frame->second = symbolize(process, pc);
-        frames.push_back(frame->second);
+        auto [chain, fresh] = frames_.try_emplace({process.generation, pc});
+        if (fresh) chain->second = symbolize(process, pc);
+        frames.insert(frames.end(), chain->second.begin(), chain->second.end());
       }
-      sink_.stack(slot->second, frames);
+      sink_.stack(slot->second, merge_python(frames, python_frames(python)));
     }
     return slot->second;
   }
 
-  Frame symbolize(Process& process, std::uint64_t pc) {
+  // A DWARF function's name: its linkage name demangled (qualified, as the symbol table's), else its name.
+  static std::string function_name(Dwarf_Die* die) {
+    Dwarf_Attribute attribute;
+    for (int name : {DW_AT_linkage_name, DW_AT_MIPS_linkage_name}) {
+      if (const char* linkage = dwarf_formstring(dwarf_attr_integrate(die, name, &attribute))) return demangle(linkage);
+    }
+    const char* plain = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_name, &attribute));
+    return plain ? plain : "";
+  }
+
+  // The frames at one instruction, innermost first: the functions inlined there (each at its own
+  // line), then the function the code belongs to, at the line where the outermost one was inlined.
+  std::vector<Frame> symbolize(Process& process, std::uint64_t pc) {
+    Frame frame = symbolize_function(process, pc);
+    Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
+    Dwarf_Addr bias = 0;
+    Dwarf_Die* unit = module ? dwfl_module_addrdie(module, pc, &bias) : nullptr;
+    Dwarf_Die* scopes = nullptr;
+    int count = unit ? dwarf_getscopes(unit, pc - bias, &scopes) : 0;
+    if (count > 0) {
+      // The scopes as nested where the code is (after an inlined instance, getscopes gives its
+      // abstract definition's): the innermost one's chain of parents, as eu-addr2line -i does.
+      Dwarf_Die innermost = scopes[0];
+      std::free(scopes);
+      scopes = nullptr;
+      count = dwarf_getscopes_die(&innermost, &scopes);
+    }
+    std::vector<Frame> chain;
+    Dwarf_Files* files = nullptr;
+    std::size_t file_count = 0;
+    if (count > 0 && dwarf_getsrcfiles(unit, &files, &file_count) != 0) files = nullptr;
+    for (int i = 0; i < count; ++i) {
+      const int tag = dwarf_tag(&scopes[i]);
+      if (tag == DW_TAG_subprogram) break;
+      if (tag != DW_TAG_inlined_subroutine) continue;
+      Frame inlined = frame;
+      inlined.kind = FrameKind::inlined;
+      inlined.function = function_name(&scopes[i]);
+      chain.push_back(std::move(inlined));
+      // Where it was inlined: the next frame's file and line.
+      Dwarf_Attribute attribute;
+      Dwarf_Word file = 0, line = 0;
+      frame.file.clear();
+      frame.line = 0;
+      if (files && dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attribute), &file) == 0) {
+        if (const char* name = dwarf_filesrc(files, file, nullptr, nullptr)) frame.file = name;
+      }
+      if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attribute), &line) == 0) frame.line = static_cast<int>(line);
+    }
+    std::free(scopes);
+    chain.push_back(std::move(frame));
+    return chain;
+  }
+
+  Frame symbolize_function(Process& process, std::uint64_t pc) {
     Frame frame;
     frame.address = pc;
     Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
@@ -280,7 +346,7 @@ class Recorder {
   std::unordered_map<int, std::shared_ptr<Process>> processes_;
   std::unordered_map<std::string, std::uint32_t> by_sample_;
   std::unordered_map<std::string, std::uint32_t> stacks_;
-  std::map<std::pair<std::uint32_t, std::uint64_t>, Frame> frames_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<Frame>> frames_;
   std::uint32_t generations_ = 0;
   std::uint64_t unwind_failures_ = 0;
 };

@@ -1,6 +1,10 @@
 // Streaming attribution on hand-made records: every number here is known.
 #include "trace/attribution.hpp"
 
+#include <cstring>
+
+#include "trace/python_frames.hpp"
+
 #include <gtest/gtest.h>
 
 namespace memcost::trace {
@@ -240,6 +244,86 @@ TEST(Attribution, AChildsExecMayArriveBeforeItsForkAndStillStartsItsSecondProgra
     if (key.pid == 8 && key.program == 1) second_program += count;
   }
   EXPECT_EQ(second_program, 10U);  // programs of pid 8: the fork (0), then prog_a (1)
+}
+
+TEST(Attribution, CpuSamplesInTheFaultHandlerGoToTheFaultTheirThreadTookLast) {
+  Attribution attribution(ThpMode::never);
+  attribution.call(call(CallKind::mmap, 1'000, {0, kMiB, 3, 0x22}, kBase, 1));
+  attribution.cpu_sample({kPid, 9, 1'500, true, false, false});   // thread 9 has taken no fault yet
+  touch(attribution, kBase, 10, 2'000, 2, kPid, kPid);              // stack 2 touches, thread kPid
+  attribution.cpu_sample({kPid, kPid, 2'005, true, true, false});  // clearing a page
+  attribution.cpu_sample({kPid, kPid, 2'006, true, false, false});
+  attribution.cpu_sample({kPid, kPid, 2'007, true, false, true});  // perf recording the fault: the tracer's
+  attribution.cpu_sample({kPid, kPid, 2'008, false, false, false}); // a system call, not a fault
+  touch(attribution, kBase + kMiB / 2, 1, 3'000, 5, kPid, kPid);
+  attribution.cpu_sample({kPid, kPid, 3'001, true, true, false});
+  attribution.finish();
+  std::uint64_t by_first = 0, by_second = 0, zeroing = 0;
+  for (const auto& [key, time] : attribution.fault_time()) {
+    EXPECT_EQ(key.allocation_stack, 1U);
+    (key.touch_stack == 2 ? by_first : by_second) += time.samples;
+    zeroing += time.zeroing;
+  }
+  EXPECT_EQ(by_first, 2U);
+  EXPECT_EQ(by_second, 1U);
+  EXPECT_EQ(zeroing, 2U);
+  EXPECT_EQ(attribution.cpu_samples(), 6U);
+  EXPECT_EQ(attribution.cpu_samples_unmatched(), 1U);
+  EXPECT_EQ(attribution.cpu_samples_tracing(), 1U);
+}
+
+// A Python block as preload_linux.c writes it: header, then line, file bytes (or 0xFFFF: the
+// previous file), function bytes, names.
+std::string python_block(const std::vector<std::tuple<std::uint32_t, std::string, std::string>>& frames) {
+  std::string body;
+  std::string previous;
+  for (const auto& [line, file, function] : frames) {
+    const bool same = file == previous;
+    const std::uint16_t file_field = same ? 0xFFFF : static_cast<std::uint16_t>(file.size());
+    const auto function_bytes = static_cast<std::uint16_t>(function.size());
+    body.append(reinterpret_cast<const char*>(&line), 4);
+    body.append(reinterpret_cast<const char*>(&file_field), 2);
+    body.append(reinterpret_cast<const char*>(&function_bytes), 2);
+    if (!same) body += file;
+    body += function;
+    previous = file;
+  }
+  std::string block(16, '\0');
+  const std::uint64_t magic = detail::kPythonMagic;
+  const auto bytes = static_cast<std::uint32_t>(body.size());
+  const auto count = static_cast<std::uint32_t>(frames.size());
+  std::memcpy(block.data(), &magic, 8);
+  std::memcpy(block.data() + 8, &bytes, 4);
+  std::memcpy(block.data() + 12, &count, 4);
+  return block + body;
+}
+
+Frame native(const std::string& function) {
+  Frame frame;
+  frame.function = function;
+  frame.module = "/usr/bin/python3.11";
+  return frame;
+}
+
+TEST(PythonFrames, TheyStandWhereTheEvalLoopRuns) {
+  const std::string block = python_block({{14, "/app/run.py", "filled"}, {25, "/app/run.py", "<module>"}});
+  const auto at = reinterpret_cast<const std::uint8_t*>(block.data());
+  ASSERT_EQ(detail::python_block_at(at, block.size()).size(), block.size());
+  EXPECT_TRUE(detail::python_block_at(at, block.size() - 1).empty());  // cut short: not a block
+  const std::vector<Frame> python = detail::python_frames(block);
+  ASSERT_EQ(python.size(), 2U);
+  EXPECT_EQ(python[1].file, "/app/run.py");  // the repeated file, from the frame before
+  EXPECT_EQ(python[1].line, 25);
+  EXPECT_EQ(python[0].kind, FrameKind::python);
+  const std::vector<Frame> merged = detail::merge_python(
+      {native("malloc"), native("PyArray_New"), native("_PyEval_EvalFrameDefault"), native("cfunction_call"),
+       native("_PyEval_EvalFrameDefault"), native("Py_RunMain"), native("main")},
+      python);
+  std::vector<std::string> names;
+  for (const Frame& frame : merged) names.push_back(frame.function);
+  EXPECT_EQ(names, (std::vector<std::string>{"malloc", "PyArray_New", "filled", "<module>", "Py_RunMain", "main"}));
+  // A native stack cut short before any eval loop: the Python frames go after it.
+  EXPECT_EQ(detail::merge_python({native("malloc")}, python).back().function, "<module>");
 }
 
 }  // namespace

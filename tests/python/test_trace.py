@@ -41,6 +41,11 @@ def traced(sites_program, results_root, tmp_path_factory):
     return result, document, out
 
 
+def _line_of(source: str, text: str) -> int:
+    lines = (Path(__file__).parent / "data" / source).read_text().splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
 def _row(document, function):
     rows = [r for r in document["summary"]["rows"] if r["site"].startswith(function)]
     assert len(rows) == 1, [r["site"] for r in document["summary"]["rows"]]
@@ -84,7 +89,7 @@ def test_unmap_time_is_measured_and_the_exit_code_passes_through(traced):
     assert "done" in result.stdout  # the command's own output reaches the user
     assert _row(document, "site_a_frames")["free_ms"] > 0
     # The document holds the aggregate, not a record per fault or call.
-    assert {s["case"]["record"] for s in document["samples"]} <= {"stack", "process", "faults", "allocations", "run"}
+    assert {s["case"]["record"] for s in document["samples"]} <= {"stack", "process", "faults", "fault_time", "allocations", "run"}
     assert sum(len(s["metrics"]["faults"]) for s in document["samples"] if s["case"]["record"] == "faults") < 100
     assert document["summary"]["totals"]["lost_records"] == 0
 
@@ -112,8 +117,9 @@ def test_folded_stacks_put_the_allocation_stack_root_first(traced):
     lines = (out / "faults.folded").read_text().splitlines()
     total = sum(int(line.rsplit(" ", 1)[1]) for line in lines)
     assert total == document["summary"]["totals"]["faults"]
-    site_a = [line for line in lines if "site_a_frames" in line]
-    assert site_a and all(line.index("main") < line.index("site_a_frames") for line in site_a)
+    allocations = [line.split(";[touched_by]")[0] for line in lines]
+    site_a = [stack for stack in allocations if "site_a_frames" in stack]
+    assert site_a and all(stack.index("main") < stack.index("site_a_frames") for stack in site_a)
 
 
 def _paranoid() -> int:
@@ -138,6 +144,22 @@ def test_where_users_may_not_use_perf_the_command_says_what_to_do():
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or _paranoid() <= -1 or _paranoid() > 2,
                     reason="needs root to drop to an unprivileged user, and perf_event_paranoid 0 to 2")
+@needs_tracing
+def test_fault_time_is_measured_by_sampling_where_the_kernel_allows(traced):
+    result, document, _ = traced
+    totals = document["summary"]["totals"]
+    assert totals["cpu_sample_period_ns"] == 100_000, totals["cpu_sampling"]
+    measured, error = totals["fault_ms_measured"], totals["fault_ms_measured_error"]
+    # A part of the command's system time; perf recording each fault for the trace is inside the
+    # system time too, measured by the same samples, and is not the faults' own.
+    assert 0 < measured - 2 * error <= totals["system_ms"]
+    assert measured >= 0.5 * (totals["system_ms"] - totals["tracing_ms"])
+    assert totals["zeroing_share"] > 0
+    b = _row(document, "site_b_allocate")
+    assert b["fault_ms_measured"] > 0 and 0 < b["zeroing_share"] < 1
+    assert "Fault time measured" in result.stdout and "measured by sampling" in document["summary"]["headline"]
+
+
 def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
     """As an ordinary user: no tracepoints, so the preload library reports the calls, and faults
     are sampled in user mode (all of the test program's are)."""
@@ -160,6 +182,7 @@ def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
     samples = [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert "LD_PRELOAD" in run["call_source"]
+    assert run["cpu_sample_period_ns"] == 0 and run["cpu_sampling"].startswith("not permitted")  # estimated, and says so
     # Without privilege the buffers are small and the tracer has no priority: the command is held
     # while it catches up, which loses nothing on a quiet machine; under load a few may go, counted.
     assert run["lost_records"] <= 0.01 * run["sampled_faults"]
@@ -355,8 +378,14 @@ def test_a_vector_grown_by_push_back_is_charged_to_the_function_that_grew_it(res
     shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")
     result = run_memcost("--results-dir", str(root), "trace", "--", str(program))
     assert result.returncode == 0, result.stderr
-    top = load_document(root / "latest" / "trace.json")["summary"]["rows"][0]
+    document = load_document(root / "latest" / "trace.json")
+    top = document["summary"]["rows"][0]
     assert top["site"].startswith("grow_samples") and top["faults"] >= 65536
+    # push_back is inlined into grow_samples: its frame is there, marked, and the site is the line that called it.
+    frames = next(s["metrics"]["frames"] for s in document["samples"]
+                  if s["case"]["record"] == "stack" and s["metrics"]["stack"] == top["stack"])
+    assert any(f["kind"] == "inlined" and "push_back" in f["function"] for f in frames)
+    assert top["site"].endswith(f"(vector_growth.cpp:{_line_of('vector_growth.cpp', 'samples.push_back')})")
     growth = [item for item in top["advice"] if item["kind"] == "growth"]
     assert growth and "reserve 256" in growth[0]["text"] and growth[0]["saving_ms"] > 0
     reserved = run_memcost("--results-dir", str(root), "trace", "--", str(program), "reserve")

@@ -5,12 +5,15 @@ The probe attributes as the records stream (src/trace/attribution.hpp) and repor
 per (allocation origin, touching stack, process, page kind) and each origin's lifetime summary;
 this module groups them by site (the first frame of the program's own code), prices them with
 this machine's measured costs and gives advice. Fault time is estimated from the measured cost per
-MB (a `memcost costs` result or a short calibration); munmap, mremap and madvise time is measured
-from the calls' entry and exit.
+MB (a `memcost costs` result or a short calibration); where the kernel allowed it, it is also
+measured by sampling CPU time in the fault handler (each sample one period of a thread's CPU time,
+charged to the fault the thread took last), with its Poisson error, and the share of it spent
+clearing pages. munmap, mremap and madvise time is measured from the calls' entry and exit.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections import Counter, defaultdict
@@ -22,12 +25,16 @@ from .derived import MB
 # A site is the first frame of the program's own code: leading frames of these modules (the C
 # library, the loader, allocators, the C++ runtime) ...
 SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc", "libmimalloc",
+                  "libmemcost-preload",
                   "libpthread")
 # ... and of these functions, from language runtimes and standard libraries compiled into the
 # program: C++ standard-library templates, Go's runtime, Rust's alloc, core and std, CPython's
 # and numpy's allocators (docs/trace.md lists them; --skip-frames adds, --keep-frames exempts).
 SYSTEM_FUNCTIONS = r"^(std::|__gnu_cxx::|__cxxabiv1::|operator new|operator delete|runtime\.|alloc::|core::|<alloc::|" \
                    r"<core::|_?Py(Mem|Object)_|_PyObject_|PyDataMem_|default_malloc|npy_alloc_cache|__rust_)"
+# A Python frame is the interpreter's or a library's when its file is in the standard library or
+# an installed package (numpy's own Python wrappers among them), or frozen into the interpreter.
+PYTHON_SYSTEM_FILES = r"(/(site|dist)-packages/|/lib/python\d\.\d+/|^<frozen )"
 # Advice is given only where it saves at least this much, and this share of the run.
 ADVICE_MIN_MS = 1.0
 ADVICE_MIN_SHARE = 0.01
@@ -43,6 +50,8 @@ class Trace:
     origins: list      # dicts: stack, call, made, freed, bytes, freed_bytes, map_ns, free_ns, largest_*, freed_by_size
     run: dict
     processes: list = field(default_factory=list)  # start, fork, exec and exit of each traced process, in time order
+    fault_time: list = field(default_factory=list)  # dicts: allocation_stack, allocation_call, touch_stack, pid,
+    #                                                 program, samples, zeroing_samples (CPU samples in the fault handler)
 
     @property
     def period(self) -> int:
@@ -50,7 +59,7 @@ class Trace:
 
 
 def read(samples: list) -> Trace:
-    stacks, faults, origins, processes = {}, [], [], []
+    stacks, faults, origins, processes, fault_time = {}, [], [], [], []
     run: dict = {}
     for sample in samples:
         record, metrics = sample["case"]["record"], sample["metrics"]
@@ -59,6 +68,9 @@ def read(samples: list) -> Trace:
         elif record == "faults":
             columns = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "huge", "faults")
             faults.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
+        elif record == "fault_time":
+            columns = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "samples", "zeroing_samples")
+            fault_time.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
         elif record == "allocations":
             origins.append({"call": sample["case"]["call"], **metrics})
         elif record == "process":
@@ -66,7 +78,7 @@ def read(samples: list) -> Trace:
         elif record == "run":
             run = metrics
     processes.sort(key=lambda p: p["time_ns"])
-    return Trace(stacks, faults, origins, run, processes)
+    return Trace(stacks, faults, origins, run, processes, fault_time)
 
 
 def processes_table(trace: Trace) -> list[dict]:
@@ -111,10 +123,13 @@ class FrameFilter:
         function = frame.get("function") or ""
         if not module:
             return False  # a frame in no module is not code (an unwinder that ran off the stack): never a site
-        if self.keep and re.search(self.keep, function):
+        names = [function, frame.get("file") or ""] if frame.get("kind") == "python" else [function]
+        if self.keep and any(re.search(self.keep, name) for name in names):
             return True
-        if self.skip and re.search(self.skip, function):
+        if self.skip and any(re.search(self.skip, name) for name in names):
             return False
+        if frame.get("kind") == "python":
+            return not re.search(PYTHON_SYSTEM_FILES, frame.get("file") or "")
         if module.startswith(SYSTEM_MODULES):
             return False
         if by_module_only:
@@ -130,8 +145,19 @@ DEFAULT_FRAMES = FrameFilter()
 
 def user_frame(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[dict]:
     """The first frame of the program itself, past the allocator, runtimes and standard libraries.
-    Where every frame is a runtime's (an interpreter's stack, or one cut short), the first frame
-    past the C library and allocators: the most specific name the stack has."""
+    In a stack with Python frames the program is its Python code: the first Python frame outside
+    the standard library and installed packages (or a native frame --keep-frames names), else the
+    innermost Python frame. Where every frame is a runtime's (an interpreter's stack, or one cut
+    short), the first frame past the C library and allocators: the most specific name it has."""
+    python = [frame for frame in frames if frame.get("kind") == "python"]
+    if python:
+        for frame in frames:
+            if frame.get("kind") == "python":
+                if which.is_users(frame):
+                    return frame
+            elif which.keep and re.search(which.keep, frame.get("function") or ""):
+                return frame
+        return python[0]
     for by_module_only in (False, True):
         for frame in frames:
             if which.is_users(frame, by_module_only):
@@ -173,6 +199,8 @@ class Site:
     origins: list
     faults_base: int = 0
     faults_thp: int = 0
+    cpu_samples: int = 0      # in the fault handler, charged to this site's faults
+    zeroing_samples: int = 0  # of those, clearing pages
 
     def total(self, key: str) -> int:
         return sum(origin[key] for origin in self.origins)
@@ -200,6 +228,13 @@ def _fault_us(cost: CostModel, base: float, thp: float) -> float:
     return base * cost.fault_us("base") + thp * cost.fault_us("thp")
 
 
+def measured(samples: int, period_ns: int) -> dict:
+    """Fault time from CPU samples in the fault handler: each stands for one period of CPU time;
+    the count is Poisson, so its standard error is its square root."""
+    return {"fault_ms_measured": samples * period_ns / 1e6, "fault_ms_measured_error": math.sqrt(samples) * period_ns / 1e6,
+            "zeroing_share": None}
+
+
 def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAMES) -> dict:
     """`which`: the frames that are the program's own (a site is the first of them)."""
     trace = read(samples)
@@ -224,6 +259,12 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
                 site.faults_thp += row["faults"] * period
             else:
                 site.faults_base += row["faults"] * period
+    sample_period_ns = run.get("cpu_sample_period_ns", 0)
+    for row in trace.fault_time:
+        site = by_origin.get((row["allocation_stack"], row["allocation_call"]))
+        if site is not None:
+            site.cpu_samples += row["samples"]
+            site.zeroing_samples += row["zeroing_samples"]
 
     rows = []
     for site in sites.values():
@@ -244,6 +285,9 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
             "churn": sizes[churn_size]["freed"] if sizes else 0, "churn_bytes": churn_size,
             "wall_share": (fault_ms + free_ms + map_ms) / wall_ms, "cpu_share": (fault_ms + free_ms + map_ms) / cpu_ms,
         }
+        if sample_period_ns:
+            row.update(measured(site.cpu_samples, sample_period_ns))
+            row["zeroing_share"] = site.zeroing_samples / site.cpu_samples if site.cpu_samples else None
         row["kind"] = "-" if not faults else ("thp" if row["faults_thp"] * cost.huge_bytes > row["faults_base"] * cost.page_bytes
                                                else "base")
         row["advice"] = advise(row, site, cost, thp_available, wall_ms, period)
@@ -266,7 +310,18 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         "map_ms": sum(r["map_ms"] for r in rows),
         "cost_source": cost.source, "base_fault_us_per_mb": cost.base_us_per_mb, "thp_fault_us_per_mb": cost.thp_us_per_mb,
         "signal": run.get("signal", 0), "interrupted": bool(run.get("interrupted")),
+        "cpu_sample_period_ns": sample_period_ns, "cpu_sampling": run.get("cpu_sampling", "not recorded"),
     }
+    if sample_period_ns:
+        in_faults = sum(row["samples"] for row in trace.fault_time)
+        attributed_samples = sum(row["samples"] for row in trace.fault_time if row["allocation_call"])
+        totals.update(measured(in_faults, sample_period_ns))
+        totals["zeroing_share"] = (sum(row["zeroing_samples"] for row in trace.fault_time) / in_faults
+                                   if in_faults else None)
+        totals["fault_ms_measured_attributed"] = attributed_samples * sample_period_ns / 1e6
+        # perf recording each fault for this trace, inside the command's system time: not fault time.
+        totals["tracing_ms"] = run.get("cpu_samples_tracing", 0) * sample_period_ns / 1e6
+        totals["kernel_sampled_ms"] = run.get("cpu_samples", 0) * sample_period_ns / 1e6
     return {"rows": rows, "touching": _touching_sites(trace, cost, which), "processes": processes_table(trace),
             "totals": totals, "headline": headline(rows, totals)}
 
@@ -364,11 +419,17 @@ def _size(size: int) -> str:
 
 
 def headline(rows: list[dict], totals: dict) -> str:
-    cost = totals["fault_ms"] + totals["free_ms"] + totals["map_ms"]
     top = rows[0]["site"] if rows else "no site"
-    return (f"{totals['faults']:,} page faults ≈ {totals['fault_ms']:,.1f} ms (estimated) and {totals['free_ms']:,.1f} ms "
-            f"of freeing (measured): {cost / totals['wall_ms']:.0%} of the run's {totals['wall_ms']:,.0f} ms; "
-            f"most at {top}")
+    if totals.get("fault_ms_measured") is not None:
+        cost = totals["fault_ms_measured"] + totals["free_ms"] + totals["map_ms"]
+        faults = (f"{totals['faults']:,} page faults took {totals['fault_ms_measured']:,.1f} ± "
+                  f"{totals['fault_ms_measured_error']:,.1f} ms (measured by sampling; estimate "
+                  f"{totals['fault_ms']:,.1f} ms)")
+    else:
+        cost = totals["fault_ms"] + totals["free_ms"] + totals["map_ms"]
+        faults = f"{totals['faults']:,} page faults ≈ {totals['fault_ms']:,.1f} ms (estimated)"
+    return (f"{faults} and {totals['free_ms']:,.1f} ms of freeing (measured): {cost / totals['wall_ms']:.0%} of the "
+            f"run's {totals['wall_ms']:,.0f} ms; most at {top}")
 
 
 def folded(trace_samples: list, which: FrameFilter = DEFAULT_FRAMES) -> list[str]:

@@ -24,6 +24,11 @@ OPTIONS = [
            metavar="N"),
     Option("stack_bytes", "user stack copied per sample for unwinding (default 4096; deeper stacks are cut)",
            parse=arguments.positive_int, metavar="BYTES"),
+    Option("cpu_sample_us", "measure fault time by sampling each thread's CPU time in the kernel every US µs (default "
+           "100; 0: estimate only). Needs root or kernel.perf_event_paranoid <= 1; otherwise estimated, and said so",
+           parse=arguments.non_negative_int, metavar="US"),
+    Option("no_python_frames", "do not load memcost's preload library into the command for Python stacks (as root it "
+           "is loaded for them alone)", flag_only=True),
     Option("top", "sites shown (default 10)", default=10, parse=arguments.positive_int, metavar="N", to_probe=None),
     Option("calibrate", "measure the fault cost now instead of using the newest `memcost costs` result", flag_only=True,
            to_probe=None),
@@ -169,11 +174,20 @@ def reaggregate(path: Path) -> bool:
     return True
 
 
+def _measured_cells(row: dict) -> list[str]:
+    if row.get("fault_ms_measured") is None:
+        return []
+    zeroing = row.get("zeroing_share")
+    return [f"{row['fault_ms_measured']:,.1f} ± {row['fault_ms_measured_error']:,.1f}",
+            f"{zeroing:.0%}" if zeroing is not None else "-"]
+
+
 def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
+    sampled = summary["totals"].get("fault_ms_measured") is not None
     sites = [[r["site"], r["call"], f"{r['mappings']:,}", f"{r['freed']:,}", format_bytes(r["bytes"]),
-              f"{r['faults_base']:,}", f"{r['faults_thp']:,}", number(r["fault_ms"], 1), number(r["free_ms"], 1),
-              f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-", f"{r['wall_share']:.1%}",
-              f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
+              f"{r['faults_base']:,}", f"{r['faults_thp']:,}", *_measured_cells(r), number(r["fault_ms"], 1),
+              number(r["free_ms"], 1), f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-",
+              f"{r['wall_share']:.1%}", f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
     touching = [[r["site"], f"{r['faults']:,}", number(r["fault_ms"], 1), r["allocation_site"]]
                 for r in summary["touching"][:top]]
     processes = summary.get("processes", [])
@@ -182,9 +196,10 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
     by_process = ([("Processes — which process took the faults (a program that exec'd another is two rows)",
                     ["pid", "program", "parent", "faults", "in traced mappings"], shown)]
                   if len(processes) > 1 else [])
+    measured_headers = ["fault ms (sampled)", "zeroing"] if sampled else []
     return by_process + [("Allocation sites — where the memory was made",
-                          ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", "fault ms (est.)",
-                           "free ms", "churn", "% wall", "% CPU"], sites),
+                          ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", *measured_headers,
+                           "fault ms (est.)", "free ms", "churn", "% wall", "% CPU"], sites),
                          ("Touching sites — where the pages were faulted in",
                           ["site", "faults", "fault ms (est.)", "memory allocated at"], touching)]
 
@@ -215,6 +230,20 @@ def totals_lines(summary: dict) -> list[str]:
         f"{totals['base_fault_us_per_mb']:,.0f} µs/MB on base pages"
         + (f" and {totals['thp_fault_us_per_mb']:,.0f} on THP" if totals.get("thp_fault_us_per_mb") else "")
         + f" from {totals['cost_source']}; call durations measured.")
+    if totals.get("fault_ms_measured") is not None:
+        estimate, sampled = totals["fault_ms"], totals["fault_ms_measured"]
+        zeroing = totals.get("zeroing_share")
+        lines.append(
+            f"Fault time measured: {sampled:,.1f} ± {totals['fault_ms_measured_error']:,.1f} ms in the kernel's fault "
+            f"handler ({totals['fault_ms_measured_attributed']:,.1f} ms of it in traced mappings)"
+            + (f", {zeroing:.0%} of it clearing pages" if zeroing is not None else "")
+            + f"; the estimate says {estimate:,.1f} ms"
+            + (f" ({sampled / estimate:.2f}× the estimate)" if estimate > 0 else "")
+            + f". By {totals['cpu_sampling']}; each sample charged to the fault its thread took last. Not counted as "
+              f"fault time: {totals['tracing_ms']:,.1f} ms of perf recording those faults for this trace (inside the "
+              f"command's system time).")
+    else:
+        lines.append(f"Fault time is estimated only: sampling it was {totals.get('cpu_sampling', 'not recorded')}.")
     return lines
 
 

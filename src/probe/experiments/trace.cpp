@@ -38,6 +38,8 @@ struct Settings {
   std::string raw_file;     // also keep every raw record here (gzip)
   std::string replay;       // instead of tracing: re-aggregate this raw file
   std::string thp_mode;     // with --replay: the traced machine's THP mode (default: this one's)
+  bool no_python_frames = false;
+  std::uint32_t cpu_sample_us = 100;  // 0: no fault time sampling
 };
 
 // Stacks and processes go out as they come: few, and the aggregate refers to them.
@@ -48,7 +50,7 @@ class JsonSink : public trace::Sink {
   void stack(std::uint32_t id, const std::vector<trace::Frame>& frames) override {
     json list = json::array();
     for (const auto& frame : frames) {
-      list.push_back({{"address", frame.address}, {"function", frame.function}, {"file", frame.file},
+      list.push_back({{"kind", trace::frame_kind_name(frame.kind)}, {"address", frame.address}, {"function", frame.function}, {"file", frame.file},
                       {"line", frame.line}, {"module", frame.module}, {"module_offset", frame.module_offset}});
     }
     emitter_.sample({{"record", "stack"}}, {{"stack", id}, {"frames", std::move(list)}});
@@ -95,6 +97,27 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
                    {{"allocation_stack", std::move(allocation_stack)}, {"allocation_call", std::move(allocation_call)},
                     {"touch_stack", std::move(touch_stack)}, {"pid", std::move(pid)}, {"program", std::move(program)},
                     {"huge", std::move(huge)}, {"faults", std::move(faults)}});
+  }
+  std::vector<std::pair<trace::FaultKey, trace::FaultTime>> times(attribution.fault_time().begin(),
+                                                                 attribution.fault_time().end());
+  std::sort(times.begin(), times.end(), [](const auto& a, const auto& b) { return a.second.samples > b.second.samples; });
+  for (std::size_t from = 0; from < times.size(); from += kFaultLine) {
+    json allocation_stack = json::array(), allocation_call = json::array(), touch_stack = json::array(),
+         pid = json::array(), program = json::array(), samples = json::array(), zeroing = json::array();
+    for (std::size_t i = from; i < std::min(times.size(), from + kFaultLine); ++i) {
+      const auto& [key, time] = times[i];
+      allocation_stack.push_back(key.allocation_stack);
+      allocation_call.push_back(origin_name(key.allocation_call));
+      touch_stack.push_back(key.touch_stack);
+      pid.push_back(key.pid);
+      program.push_back(key.program);
+      samples.push_back(time.samples);
+      zeroing.push_back(time.zeroing);
+    }
+    emitter.sample({{"record", "fault_time"}},
+                   {{"allocation_stack", std::move(allocation_stack)}, {"allocation_call", std::move(allocation_call)},
+                    {"touch_stack", std::move(touch_stack)}, {"pid", std::move(pid)}, {"program", std::move(program)},
+                    {"samples", std::move(samples)}, {"zeroing_samples", std::move(zeroing)}});
   }
   for (const auto& [origin, summary] : attribution.origins()) {
     json sizes = json::array();
@@ -158,6 +181,12 @@ Experiment trace_experiment() {
                                "instead of tracing: re-aggregate a --raw-file (faults and allocations records only)");
             command.add_option("--thp-mode", settings->thp_mode, "with --replay: the traced machine's THP mode")
                 ->check(CLI::IsMember({"always", "madvise", "never", "absent"}));
+            command.add_option("--cpu-sample-us", settings->cpu_sample_us,
+                               "sample CPU time in the kernel every this many µs of a thread's CPU time, to measure "
+                               "fault time (default 100; 0: off; needs root or perf_event_paranoid <= 1)")
+                ->check(CLI::Range(0U, 1000000U));
+            command.add_flag("--no-python-frames", settings->no_python_frames,
+                             "do not load the preload library into a command for its Python stacks (as root) nor take them (without)");
             command.add_option("command", settings->command, "the command and its arguments, after --");
             return [settings](Emitter& emitter) {
               if (!settings->replay.empty()) {
@@ -192,6 +221,8 @@ Experiment trace_experiment() {
               options.command_stdout_fd = settings->command_stdout_fd;
               // The preload library lives beside the probe (the build folder, or memcost/_bin).
               options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
+              options.python_frames = !settings->no_python_frames;
+              options.cpu_sample_period_ns = std::uint64_t{settings->cpu_sample_us} * 1000;
               JsonSink output(emitter);
               const std::string thp = thp_mode_name();
               trace::Attribution attribution(thp_mode(thp), huge_page_bytes());
@@ -249,7 +280,11 @@ Experiment trace_experiment() {
                    {"fault_source", result.fault_source}, {"call_source", result.call_source},
                    {"attached_pid", settings->attach_pid},
                    {"interrupted", result.interrupted}, {"thp_mode", thp}, {"base_page_bytes", os::base_page_size()},
-                   {"huge_page_bytes", huge_page_bytes()}});
+                   {"huge_page_bytes", huge_page_bytes()},
+                   {"cpu_sample_period_ns", result.cpu_sample_period_ns}, {"cpu_sampling", result.cpu_sampling},
+                   {"cpu_samples", attribution.cpu_samples()},
+                   {"cpu_samples_unmatched", attribution.cpu_samples_unmatched()},
+                   {"cpu_samples_tracing", attribution.cpu_samples_tracing()}});
               if (result.lost_records) {
                 emitter.warning("events_lost", std::to_string(result.lost_records) +
                                                    " records were lost (ring buffer full): pass a larger --buffer-pages or a "

@@ -1,0 +1,84 @@
+// Which kernel functions a CPU sample was in: the page-fault handler's entry points and the
+// functions that clear a page, found by name in /proc/kallsyms (so no one kernel's layout is
+// assumed), as address ranges.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace memcost::trace::detail {
+
+// The handler's entry on x86-64 (asm_exc_page_fault, exc_page_fault, do_user_addr_fault) and
+// arm64 (el0_da, do_mem_abort, do_translation_fault, do_page_fault), and the generic core.
+inline const char* const kFaultFunctions =
+    "^(asm_exc_page_fault|exc_page_fault|do_user_addr_fault|do_page_fault|do_mem_abort|do_translation_fault|el0_da|"
+    "handle_mm_fault|__handle_mm_fault)$";
+// Clearing a page the program is about to see: x86-64's clear_page_erms/_rep/_orig, the generic
+// and huge-page paths (clear_huge_page before 6.9, folio_zero_user after), arm64's clear_page.
+inline const char* const kZeroingFunctions =
+    "^(clear_page|clear_pages|clear_page_erms|clear_page_rep|clear_page_orig|clear_pages_erms|clear_pages_rep|"
+    "clear_user_page|clear_user_highpage|clear_user_highpages|clear_highpage|clear_huge_page|clear_gigantic_page|"
+    "clear_subpage|folio_zero_user)$";
+
+// perf's own work in the handler (the page-fault event recording a sample, copying the user
+// stack into it): the tracer's cost, not the fault's.
+inline const char* const kPerfFunctions = "^_*perf_.*";
+
+class KernelSymbols {
+ public:
+  // Reads the symbol table; empty() afterwards when the addresses are hidden (kptr_restrict) or absent.
+  KernelSymbols() {
+    std::ifstream in("/proc/kallsyms");
+    const std::regex fault(kFaultFunctions), zeroing(kZeroingFunctions), perf(kPerfFunctions);
+    std::vector<std::pair<std::uint64_t, int>> marks;  // start of every text symbol; 1 fault, 2 zeroing, 3 perf, 0 other
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto first = line.find(' ');
+      if (first == std::string::npos || first + 3 > line.size()) continue;
+      const char type = line[first + 1];
+      if (type != 't' && type != 'T') continue;
+      const std::uint64_t address = std::strtoull(line.c_str(), nullptr, 16);
+      if (address == 0) continue;  // hidden
+      std::string name = line.substr(first + 3);
+      if (auto tab = name.find('\t'); tab != std::string::npos) name.resize(tab);  // "[module]"
+      // The regular expressions only where a name could match: they are slow over 100,000 names.
+      const bool candidate = name.find("fault") != std::string::npos || name.find("clear") != std::string::npos ||
+                             name.find("zero") != std::string::npos || name.find("abort") != std::string::npos ||
+                             name == "el0_da";
+      const int kind = name.find("perf_") != std::string::npos && std::regex_match(name, perf) ? 3
+                       : !candidate                          ? 0
+                       : std::regex_match(name, fault)       ? 1
+                       : std::regex_match(name, zeroing)     ? 2
+                                                             : 0;
+      marks.emplace_back(address, kind);
+    }
+    std::sort(marks.begin(), marks.end());
+    for (std::size_t i = 0; i + 1 < marks.size(); ++i) {
+      if (marks[i].second == 0) continue;
+      // A function ends where the next symbol begins.
+      auto& ranges = marks[i].second == 1 ? fault_ : marks[i].second == 2 ? zeroing_ : perf_;
+      ranges.emplace_back(marks[i].first, marks[i + 1].first);
+    }
+  }
+
+  [[nodiscard]] bool empty() const { return fault_.empty(); }
+  [[nodiscard]] bool in_fault(std::uint64_t ip) const { return inside(fault_, ip); }
+  [[nodiscard]] bool zeroing(std::uint64_t ip) const { return inside(zeroing_, ip); }
+  [[nodiscard]] bool perf(std::uint64_t ip) const { return inside(perf_, ip); }
+
+ private:
+  static bool inside(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges, std::uint64_t ip) {
+    auto after = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(ip, UINT64_MAX));
+    return after != ranges.begin() && ip < std::prev(after)->second;
+  }
+
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> fault_, zeroing_, perf_;  // sorted, disjoint
+};
+
+}  // namespace memcost::trace::detail

@@ -1,0 +1,83 @@
+// The Python stacks the preload library captures (preload_linux.c, python_stack()): finding its
+// block in a copied user stack, decoding it, and merging its frames into the native stack.
+#pragma once
+
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trace/tracer.hpp"
+
+namespace memcost::trace::detail {
+
+inline constexpr std::uint64_t kPythonMagic = 0x4b54535950434d4dULL;  // "MMCPYSTK", as preload_linux.c writes it
+inline constexpr std::size_t kPythonHeaderBytes = 16;                // magic, bytes, frames
+inline constexpr std::size_t kPythonMostBytes = 2048;
+inline constexpr std::uint16_t kPythonSameFile = 0xFFFF;  // the file of the frame before
+
+// The block as it starts at `at` (header and frames), or empty when there is none or it does not fit in `available`.
+inline std::string_view python_block_at(const std::uint8_t* at, std::size_t available) {
+  if (available < kPythonHeaderBytes) return {};
+  std::uint64_t magic = 0;
+  std::uint32_t bytes = 0;
+  std::memcpy(&magic, at, 8);
+  std::memcpy(&bytes, at + 8, 4);
+  if (magic != kPythonMagic || bytes > kPythonMostBytes || kPythonHeaderBytes + bytes > available) return {};
+  return {reinterpret_cast<const char*>(at), kPythonHeaderBytes + bytes};
+}
+
+// The frames of a block, innermost first; none when it does not decode exactly.
+inline std::vector<Frame> python_frames(std::string_view block) {
+  std::vector<Frame> frames;
+  if (block.size() < kPythonHeaderBytes) return frames;
+  std::uint32_t count = 0;
+  std::memcpy(&count, block.data() + 12, 4);
+  std::size_t at = kPythonHeaderBytes;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (at + 8 > block.size()) return {};
+    std::uint32_t line = 0;
+    std::uint16_t file_bytes = 0, function_bytes = 0;
+    std::memcpy(&line, block.data() + at, 4);
+    std::memcpy(&file_bytes, block.data() + at + 4, 2);
+    std::memcpy(&function_bytes, block.data() + at + 6, 2);
+    at += 8;
+    const bool same = file_bytes == kPythonSameFile;
+    if (same) file_bytes = 0;
+    if (at + file_bytes + function_bytes > block.size() || (same && frames.empty())) return {};
+    Frame frame;
+    frame.kind = FrameKind::python;
+    frame.file = same ? frames.back().file : std::string(block.substr(at, file_bytes));
+    frame.function = std::string(block.substr(at + file_bytes, function_bytes));
+    frame.line = static_cast<int>(line);
+    frame.module = frame.file;  // a Python frame's "module" is its source file
+    frames.push_back(std::move(frame));
+    at += file_bytes + function_bytes;
+  }
+  return at == block.size() ? frames : std::vector<Frame>{};
+}
+
+// The Python frames stand where the interpreter runs them: in place of the eval loop's native
+// frames. The frames inside the innermost eval loop (the C code the Python line called) stay,
+// then the Python frames, then the native frames outside the outermost eval loop. The native
+// frames between two eval loops (a C function that called back into Python) are left out: the
+// public frame API does not say which eval loop runs which Python frame. A stack cut short before
+// any eval loop gets the Python frames at its end.
+inline std::vector<Frame> merge_python(const std::vector<Frame>& native, const std::vector<Frame>& python) {
+  if (python.empty()) return native;
+  auto is_eval_loop = [](const Frame& frame) {
+    return frame.function.rfind("_PyEval_EvalFrame", 0) == 0 || frame.function == "PyEval_EvalFrameEx";
+  };
+  std::size_t innermost = native.size(), outermost = native.size();
+  for (std::size_t i = 0; i < native.size(); ++i) {
+    if (!is_eval_loop(native[i])) continue;
+    if (innermost == native.size()) innermost = i;
+    outermost = i;
+  }
+  std::vector<Frame> merged(native.begin(), native.begin() + static_cast<std::ptrdiff_t>(innermost));
+  merged.insert(merged.end(), python.begin(), python.end());
+  if (outermost < native.size()) merged.insert(merged.end(), native.begin() + static_cast<std::ptrdiff_t>(outermost) + 1, native.end());
+  return merged;
+}
+
+}  // namespace memcost::trace::detail

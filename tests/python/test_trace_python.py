@@ -1,0 +1,155 @@
+"""memcost trace on a Python program: the allocation sites are the script's own lines, as root
+(tracepoints; the preload library only puts Python stacks on the C stack) and as an ordinary user
+(the preload library reports the calls). Debian's python3 with python3-numpy, which any user can run."""
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from memcost.analysis import trace as analysis
+from memcost.probe import probe_path
+from memcost.results import load_document
+
+from conftest import needs_tracing, run_memcost
+
+PYTHON = "/usr/bin/python3"
+SCRIPT = '''import json, resource
+import numpy as np
+
+MIB = 1 << 20
+
+
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def filled(count):
+    kept = []
+    for _ in range(count):
+        array = np.empty(32 * MIB // 8)  # site: filled
+        array.fill(1.5)
+        kept.append(array)
+    return kept
+
+
+def ones(count):
+    return [np.ones(32 * MIB // 8) for _ in range(count)]  # site: ones
+
+
+before = faults()
+first = filled(3)
+middle = faults()
+second = ones(2)
+after = faults()
+print(json.dumps({"filled": middle - before, "ones": after - middle}))
+'''
+# numpy asks for huge pages on big arrays where THP is `madvise`: base pages keep the counts known.
+ENVIRONMENT = {"NUMPY_MADVISE_HUGEPAGE": "0"}
+
+
+def _line(marker: str) -> int:
+    return next(number for number, text in enumerate(SCRIPT.splitlines(), 1) if f"# site: {marker}" in text)
+
+
+def _has_numpy() -> bool:
+    return Path(PYTHON).exists() and subprocess.run([PYTHON, "-c", "import numpy"], capture_output=True).returncode == 0
+
+
+needs_numpy = pytest.mark.skipif(not _has_numpy(), reason="Debian's python3-numpy is not installed (make test installs it)")
+
+
+def _kernel_counts(output: str) -> dict:
+    return json.loads(next(line for line in output.splitlines() if line.startswith('{"filled"')))
+
+
+def _check_sites(rows: list[dict], counts: dict, script: Path) -> None:
+    for marker, arrays in (("filled", 3), ("ones", 2)):
+        # The function is "<listcomp>" for the second before Python 3.12, "ones" after (PEP 709).
+        where = f"({script.name}:{_line(marker)})"
+        row = next((r for r in rows if r["site"].endswith(where)), None)
+        assert row is not None, (where, [r["site"] for r in rows])
+        assert row["mappings"] == arrays
+        # The script's own count from the kernel (getrusage) around the calls: the arrays' faults,
+        # and a few of the interpreter's beside them.
+        assert row["faults"] == pytest.approx(counts[marker], rel=0.02)
+        assert row["faults"] >= arrays * 8192 * 0.98
+
+
+@needs_tracing
+@needs_numpy
+def test_a_numpy_scripts_lines_are_its_allocation_sites_as_root(golden_results, tmp_path):
+    script = tmp_path / "arrays.py"
+    script.write_text(SCRIPT)
+    root = tmp_path / "results"
+    shutil.copytree(golden_results, root)
+    result = run_memcost("--results-dir", str(root), "trace", "--", PYTHON, str(script), env=ENVIRONMENT)
+    assert result.returncode == 0, result.stderr
+    document = load_document(root / "latest" / "trace.json")
+    assert "tracepoints" in document["summary"]["totals"]["call_source"]
+    _check_sites(document["summary"]["rows"], _kernel_counts(result.stdout), script)
+    # The full stack stays in the results: the script's frames, numpy's C code inside them, the interpreter outside.
+    stacks = {s["metrics"]["stack"]: s["metrics"]["frames"] for s in document["samples"] if s["case"]["record"] == "stack"}
+    row = next(r for r in document["summary"]["rows"] if r["site"].startswith("filled"))
+    kinds = [frame["kind"] for frame in stacks[row["stack"]]]
+    assert kinds.index("python") > 0 and kinds[-1] == "native"
+    assert [f["function"] for f in stacks[row["stack"]] if f["kind"] == "python"] == ["filled", "<module>"]
+
+
+@needs_tracing
+@needs_numpy
+def test_without_python_frames_the_site_is_numpys(golden_results, tmp_path):
+    script = tmp_path / "arrays.py"
+    script.write_text(SCRIPT)
+    root = tmp_path / "results"
+    shutil.copytree(golden_results, root)
+    result = run_memcost("--results-dir", str(root), "trace", "--no-python-frames", "--", PYTHON, str(script),
+                         env=ENVIRONMENT)
+    assert result.returncode == 0, result.stderr
+    rows = load_document(root / "latest" / "trace.json")["summary"]["rows"]
+    assert not [r for r in rows if "arrays.py" in r["site"]]
+
+
+@needs_numpy
+def test_a_numpy_scripts_lines_are_its_allocation_sites_as_an_ordinary_user():
+    folder = Path(tempfile.mkdtemp(prefix="memcost-python-", dir="/tmp"))  # a user can reach /tmp/x, not pytest's
+    try:
+        for name in (probe_path(), probe_path().parent / "libmemcost-preload.so"):
+            shutil.copy(name, folder / Path(name).name)
+            (folder / Path(name).name).chmod(0o755)
+        script = folder / "arrays.py"
+        script.write_text(SCRIPT)
+        script.chmod(0o644)
+        folder.chmod(0o755)
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
+                                 *(f"{k}={v}" for k, v in ENVIRONMENT.items()),
+                                 str(folder / "memcost-probe"), "trace", "--", PYTHON, str(script)],
+                                capture_output=True, text=True, timeout=120, cwd="/tmp")
+    finally:
+        shutil.rmtree(folder)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"type"')]
+    samples = [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
+    run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
+    assert "LD_PRELOAD" in run["call_source"]
+    summary = analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
+    _check_sites(summary["rows"], _kernel_counts(result.stdout), script)
+
+
+def test_python_frames_name_the_first_line_outside_the_standard_library_and_packages():
+    def python(function, file, line):
+        return {"kind": "python", "function": function, "file": file, "line": line, "module": file, "address": 0}
+    native = {"kind": "native", "function": "PyArray_NewFromDescr_int", "file": "", "line": 0,
+              "module": "/usr/lib/python3/dist-packages/numpy/core/_multiarray_umath.so", "address": 1}
+    frames = [native, python("ones", "/usr/lib/python3/dist-packages/numpy/core/numeric.py", 191),
+              python("load", "/work/app/model.py", 12), python("<module>", "/work/app/main.py", 3)]
+    assert analysis.user_frame(frames)["function"] == "load"
+    assert analysis.user_frame(frames, analysis.FrameFilter(skip=r"model\.py"))["function"] == "<module>"
+    assert analysis.user_frame(frames, analysis.FrameFilter(keep=r"^PyArray_"))["function"] == "PyArray_NewFromDescr_int"
+    only_library = frames[:2]
+    assert analysis.user_frame(only_library)["function"] == "ones"  # none of the program's: the innermost Python frame
+    assert re.search(analysis.PYTHON_SYSTEM_FILES, "<frozen importlib._bootstrap>")
