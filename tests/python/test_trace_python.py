@@ -153,3 +153,5 @@ def test_python_frames_name_the_first_line_outside_the_standard_library_and_pack
     only_library = frames[:2]
     assert analysis.user_frame(only_library)["function"] == "ones"  # none of the program's: the innermost Python frame
     assert re.search(analysis.PYTHON_SYSTEM_FILES, "<frozen importlib._bootstrap>")
+    assert re.search(analysis.PYTHON_SYSTEM_FILES, "<__array_function__ internals>")
+    assert not re.search(analysis.PYTHON_SYSTEM_FILES, "<stdin>")

@@ -33,8 +33,9 @@ SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libj
 SYSTEM_FUNCTIONS = r"^(std::|__gnu_cxx::|__cxxabiv1::|operator new|operator delete|runtime\.|alloc::|core::|<alloc::|" \
                    r"<core::|_?Py(Mem|Object)_|_PyObject_|PyDataMem_|default_malloc|npy_alloc_cache|__rust_)"
 # A Python frame is the interpreter's or a library's when its file is in the standard library or
-# an installed package (numpy's own Python wrappers among them), or frozen into the interpreter.
-PYTHON_SYSTEM_FILES = r"(/(site|dist)-packages/|/lib/python\d\.\d+/|^<frozen )"
+# an installed package (numpy's own Python wrappers among them), frozen into the interpreter, or
+# numpy's generated dispatch code ("<__array_function__ internals>").
+PYTHON_SYSTEM_FILES = r"(/(site|dist)-packages/|/lib/python\d\.\d+/|^<frozen |^<__array_function__ )"
 # Advice is given only where it saves at least this much, and this share of the run.
 ADVICE_MIN_MS = 1.0
 ADVICE_MIN_SHARE = 0.01
