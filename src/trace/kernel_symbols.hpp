@@ -7,7 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
-#include <regex>
+#include <string_view>
+#include <unordered_set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,26 +17,28 @@ namespace memcost::trace::detail {
 
 // The handler's entry on x86-64 (asm_exc_page_fault, exc_page_fault, do_user_addr_fault) and
 // arm64 (el0_da, do_mem_abort, do_translation_fault, do_page_fault), and the generic core.
-inline const char* const kFaultFunctions =
-    "^(asm_exc_page_fault|exc_page_fault|do_user_addr_fault|do_page_fault|do_mem_abort|do_translation_fault|el0_da|"
-    "handle_mm_fault|__handle_mm_fault)$";
+inline const std::unordered_set<std::string_view> kFaultFunctions = {
+    "asm_exc_page_fault", "exc_page_fault",       "do_user_addr_fault", "do_page_fault",    "do_mem_abort",
+    "do_translation_fault", "el0_da",             "handle_mm_fault",    "__handle_mm_fault"};
 // Clearing a page the program is about to see: x86-64's clear_page_erms/_rep/_orig, the generic
 // and huge-page paths (clear_huge_page before 6.9, folio_zero_user after), arm64's clear_page.
-inline const char* const kZeroingFunctions =
-    "^(clear_page|clear_pages|clear_page_erms|clear_page_rep|clear_page_orig|clear_pages_erms|clear_pages_rep|"
-    "clear_user_page|clear_user_highpage|clear_user_highpages|clear_highpage|clear_huge_page|clear_gigantic_page|"
-    "clear_subpage|folio_zero_user)$";
+inline const std::unordered_set<std::string_view> kZeroingFunctions = {
+    "clear_page",          "clear_pages",          "clear_page_erms",    "clear_page_rep",      "clear_page_orig",
+    "clear_pages_erms",    "clear_pages_rep",      "clear_user_page",    "clear_user_highpage", "clear_user_highpages",
+    "clear_highpage",      "clear_huge_page",      "clear_gigantic_page", "clear_subpage",      "folio_zero_user"};
 
 // perf's own work in the handler (the page-fault event recording a sample, copying the user
-// stack into it): the tracer's cost, not the fault's.
-inline const char* const kPerfFunctions = "^_*perf_.*";
+// stack into it): the tracer's cost, not the fault's. Every function named perf_* or __perf_*.
+inline bool is_perf_function(std::string_view name) {
+  while (!name.empty() && name.front() == '_') name.remove_prefix(1);
+  return name.rfind("perf_", 0) == 0;
+}
 
 class KernelSymbols {
  public:
   // Reads the symbol table; empty() afterwards when the addresses are hidden (kptr_restrict) or absent.
   KernelSymbols() {
     std::ifstream in("/proc/kallsyms");
-    const std::regex fault(kFaultFunctions), zeroing(kZeroingFunctions), perf(kPerfFunctions);
     std::vector<std::pair<std::uint64_t, int>> marks;  // start of every text symbol; 1 fault, 2 zeroing, 3 perf, 0 other
     std::string line;
     while (std::getline(in, line)) {
@@ -45,17 +48,10 @@ class KernelSymbols {
       if (type != 't' && type != 'T') continue;
       const std::uint64_t address = std::strtoull(line.c_str(), nullptr, 16);
       if (address == 0) continue;  // hidden
-      std::string name = line.substr(first + 3);
-      if (auto tab = name.find('\t'); tab != std::string::npos) name.resize(tab);  // "[module]"
-      // The regular expressions only where a name could match: they are slow over 100,000 names.
-      const bool candidate = name.find("fault") != std::string::npos || name.find("clear") != std::string::npos ||
-                             name.find("zero") != std::string::npos || name.find("abort") != std::string::npos ||
-                             name == "el0_da";
-      const int kind = name.find("perf_") != std::string::npos && std::regex_match(name, perf) ? 3
-                       : !candidate                          ? 0
-                       : std::regex_match(name, fault)       ? 1
-                       : std::regex_match(name, zeroing)     ? 2
-                                                             : 0;
+      std::string_view name(line);
+      name.remove_prefix(first + 3);
+      name = name.substr(0, name.find('\t'));  // "\t[module]"
+      const int kind = kFaultFunctions.count(name) ? 1 : kZeroingFunctions.count(name) ? 2 : is_perf_function(name) ? 3 : 0;
       marks.emplace_back(address, kind);
     }
     std::sort(marks.begin(), marks.end());

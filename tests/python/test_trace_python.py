@@ -80,16 +80,21 @@ def _check_sites(rows: list[dict], counts: dict, script: Path) -> None:
         assert row["faults"] >= arrays * 8192 * 0.98
 
 
-@needs_tracing
-@needs_numpy
-def test_a_numpy_scripts_lines_are_its_allocation_sites_as_root(golden_results, tmp_path):
+def _trace_as_root(golden_results, tmp_path, *flags):
+    """The script traced by memcost as root: its output and the results document."""
     script = tmp_path / "arrays.py"
     script.write_text(SCRIPT)
     root = tmp_path / "results"
     shutil.copytree(golden_results, root)
-    result = run_memcost("--results-dir", str(root), "trace", "--", PYTHON, str(script), env=ENVIRONMENT)
+    result = run_memcost("--results-dir", str(root), "trace", *flags, "--", PYTHON, str(script), env=ENVIRONMENT)
     assert result.returncode == 0, result.stderr
-    document = load_document(root / "latest" / "trace.json")
+    return script, result, load_document(root / "latest" / "trace.json")
+
+
+@needs_tracing
+@needs_numpy
+def test_a_numpy_scripts_lines_are_its_allocation_sites_as_root(golden_results, tmp_path):
+    script, result, document = _trace_as_root(golden_results, tmp_path)
     assert "tracepoints" in document["summary"]["totals"]["call_source"]
     _check_sites(document["summary"]["rows"], _kernel_counts(result.stdout), script)
     # The full stack stays in the results: the script's frames, numpy's C code inside them, the interpreter outside.
@@ -103,15 +108,8 @@ def test_a_numpy_scripts_lines_are_its_allocation_sites_as_root(golden_results, 
 @needs_tracing
 @needs_numpy
 def test_without_python_frames_the_site_is_numpys(golden_results, tmp_path):
-    script = tmp_path / "arrays.py"
-    script.write_text(SCRIPT)
-    root = tmp_path / "results"
-    shutil.copytree(golden_results, root)
-    result = run_memcost("--results-dir", str(root), "trace", "--no-python-frames", "--", PYTHON, str(script),
-                         env=ENVIRONMENT)
-    assert result.returncode == 0, result.stderr
-    rows = load_document(root / "latest" / "trace.json")["summary"]["rows"]
-    assert not [r for r in rows if "arrays.py" in r["site"]]
+    _, _, document = _trace_as_root(golden_results, tmp_path, "--no-python-frames")
+    assert not [r for r in document["summary"]["rows"] if "arrays.py" in r["site"]]
 
 
 @needs_numpy
