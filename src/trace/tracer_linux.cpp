@@ -33,12 +33,21 @@ std::string Failure::message() const {
   return error ? what + ": " + std::strerror(error) + " (errno " + std::to_string(error) + ")" : what;
 }
 
+namespace {
+
+// kernel.perf_event_paranoid, or -1 (everything allowed) where the file is missing.
+int perf_paranoid() {
+  const std::string paranoid = read_text("/proc/sys/kernel/perf_event_paranoid");
+  return paranoid.empty() ? -1 : std::stoi(paranoid);
+}
+
+}  // namespace
+
 Failure supported() {
   // Above 2 (a Debian patch) users may not use perf events at all.
-  const std::string paranoid = read_text("/proc/sys/kernel/perf_event_paranoid");
-  if (geteuid() != 0 && !paranoid.empty() && std::stoi(paranoid) > 2) {
+  if (geteuid() != 0 && perf_paranoid() > 2) {
     return Failure{0,
-                   "kernel.perf_event_paranoid " + std::to_string(std::stoi(paranoid)) +
+                   "kernel.perf_event_paranoid " + std::to_string(perf_paranoid()) +
                        " denies perf events to users: run memcost trace with sudo, or as root `sysctl "
                        "kernel.perf_event_paranoid=2` (user-mode faults, calls through LD_PRELOAD) or -1 (everything)",
                    FailureKind::not_supported};
@@ -129,13 +138,12 @@ class Tracing {
     size_buffers();
     descriptors_.buffers = &session_.buffers;
     cpu_sampling_ = options_.cpu_sample_period_ns > 0;
-    const std::string paranoid = read_text("/proc/sys/kernel/perf_event_paranoid");
     if (!cpu_sampling_) {
       result_.cpu_sampling = "not asked for";
-    } else if (geteuid() != 0 && !paranoid.empty() && std::stoi(paranoid) > 1) {
+    } else if (geteuid() != 0 && perf_paranoid() > 1) {
       cpu_sampling_ = false;
       result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1 (it is " +
-                             std::to_string(std::stoi(paranoid)) + ")";
+                             std::to_string(perf_paranoid()) + ")";
     } else if (kernel_ = std::make_unique<KernelSymbols>(); kernel_->empty()) {
       cpu_sampling_ = false;
       result_.cpu_sampling = "not possible: /proc/kallsyms shows no kernel addresses to this user (kernel.kptr_restrict)";

@@ -279,8 +279,8 @@ class Recorder {
   // The frames at one instruction, innermost first: the functions inlined there (each at its own
   // line), then the function the code belongs to, at the line where the outermost one was inlined.
   std::vector<Frame> symbolize(Process& process, std::uint64_t pc) {
-    Frame frame = symbolize_function(process, pc);
     Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
+    Frame frame = symbolize_function(module, pc);
     Dwarf_Addr bias = 0;
     Dwarf_Die* unit = module ? dwfl_module_addrdie(module, pc, &bias) : nullptr;
     Dwarf_Die* scopes = nullptr;
@@ -320,10 +320,9 @@ class Recorder {
     return chain;
   }
 
-  Frame symbolize_function(Process& process, std::uint64_t pc) {
+  static Frame symbolize_function(Dwfl_Module* module, std::uint64_t pc) {
     Frame frame;
     frame.address = pc;
-    Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
     if (module == nullptr) return frame;
     const char* main_file = nullptr;
     Dwarf_Addr low = 0;

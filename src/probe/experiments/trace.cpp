@@ -77,48 +77,41 @@ json size_summary(const trace::SizeSummary& size) {
           {"free_ns", size.free_ns}, {"map_ns", size.map_ns}};
 }
 
+// Counters keyed by fault key as parallel arrays, kFaultLine keys a record, largest first: the
+// key's columns, then each of `values` (a name and what it takes from a counter).
+template <typename Counter>
+void emit_by_fault_key(Emitter& emitter, const char* record,
+                       std::vector<std::pair<trace::FaultKey, Counter>> rows, bool with_huge,
+                       const std::vector<std::pair<const char*, std::uint64_t (*)(const Counter&)>>& values) {
+  std::sort(rows.begin(), rows.end(),
+            [&](const auto& a, const auto& b) { return values.front().second(a.second) > values.front().second(b.second); });
+  for (std::size_t from = 0; from < rows.size(); from += kFaultLine) {
+    json metrics = {{"allocation_stack", json::array()}, {"allocation_call", json::array()},
+                    {"touch_stack", json::array()}, {"pid", json::array()}, {"program", json::array()}};
+    if (with_huge) metrics["huge"] = json::array();
+    for (const auto& [name, value] : values) metrics[name] = json::array();
+    for (std::size_t i = from; i < std::min(rows.size(), from + kFaultLine); ++i) {
+      const auto& [key, counter] = rows[i];
+      metrics["allocation_stack"].push_back(key.allocation_stack);
+      metrics["allocation_call"].push_back(origin_name(key.allocation_call));
+      metrics["touch_stack"].push_back(key.touch_stack);
+      metrics["pid"].push_back(key.pid);
+      metrics["program"].push_back(key.program);
+      if (with_huge) metrics["huge"].push_back(key.huge);
+      for (const auto& [name, value] : values) metrics[name].push_back(value(counter));
+    }
+    emitter.sample({{"record", record}}, std::move(metrics));
+  }
+}
+
 void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
-  std::vector<std::pair<trace::FaultKey, std::uint64_t>> counts(attribution.faults().begin(), attribution.faults().end());
-  std::sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  for (std::size_t from = 0; from < counts.size(); from += kFaultLine) {
-    json allocation_stack = json::array(), allocation_call = json::array(), touch_stack = json::array(),
-         pid = json::array(), program = json::array(), huge = json::array(), faults = json::array();
-    for (std::size_t i = from; i < std::min(counts.size(), from + kFaultLine); ++i) {
-      const auto& [key, count] = counts[i];
-      allocation_stack.push_back(key.allocation_stack);
-      allocation_call.push_back(origin_name(key.allocation_call));
-      touch_stack.push_back(key.touch_stack);
-      pid.push_back(key.pid);
-      program.push_back(key.program);
-      huge.push_back(key.huge);
-      faults.push_back(count);
-    }
-    emitter.sample({{"record", "faults"}},
-                   {{"allocation_stack", std::move(allocation_stack)}, {"allocation_call", std::move(allocation_call)},
-                    {"touch_stack", std::move(touch_stack)}, {"pid", std::move(pid)}, {"program", std::move(program)},
-                    {"huge", std::move(huge)}, {"faults", std::move(faults)}});
-  }
-  std::vector<std::pair<trace::FaultKey, trace::FaultTime>> times(attribution.fault_time().begin(),
-                                                                 attribution.fault_time().end());
-  std::sort(times.begin(), times.end(), [](const auto& a, const auto& b) { return a.second.samples > b.second.samples; });
-  for (std::size_t from = 0; from < times.size(); from += kFaultLine) {
-    json allocation_stack = json::array(), allocation_call = json::array(), touch_stack = json::array(),
-         pid = json::array(), program = json::array(), samples = json::array(), zeroing = json::array();
-    for (std::size_t i = from; i < std::min(times.size(), from + kFaultLine); ++i) {
-      const auto& [key, time] = times[i];
-      allocation_stack.push_back(key.allocation_stack);
-      allocation_call.push_back(origin_name(key.allocation_call));
-      touch_stack.push_back(key.touch_stack);
-      pid.push_back(key.pid);
-      program.push_back(key.program);
-      samples.push_back(time.samples);
-      zeroing.push_back(time.zeroing);
-    }
-    emitter.sample({{"record", "fault_time"}},
-                   {{"allocation_stack", std::move(allocation_stack)}, {"allocation_call", std::move(allocation_call)},
-                    {"touch_stack", std::move(touch_stack)}, {"pid", std::move(pid)}, {"program", std::move(program)},
-                    {"samples", std::move(samples)}, {"zeroing_samples", std::move(zeroing)}});
-  }
+  using Count = std::uint64_t;
+  emit_by_fault_key<Count>(emitter, "faults", {attribution.faults().begin(), attribution.faults().end()}, true,
+                           {{"faults", [](const Count& count) { return count; }}});
+  emit_by_fault_key<trace::FaultTime>(
+      emitter, "fault_time", {attribution.fault_time().begin(), attribution.fault_time().end()}, false,
+      {{"samples", [](const trace::FaultTime& time) { return time.samples; }},
+       {"zeroing_samples", [](const trace::FaultTime& time) { return time.zeroing; }}});
   for (const auto& [origin, summary] : attribution.origins()) {
     json sizes = json::array();
     for (const auto& [bytes, size] : summary.by_size) {
