@@ -59,6 +59,22 @@ def bounded_seconds(minimum: float, maximum: float, *, allow_minimum: bool = Tru
     return parse
 
 
+DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def bounded_duration(minimum: float, maximum: float) -> Callable[[str], float]:
+    """A duration in seconds, as `90`, `90s`, `1.5m`, `2h` or `500ms`, in [minimum, maximum]."""
+    def parse(text: str) -> float:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|min|m|h)?\s*", text)
+        if not match:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a duration: give e.g. 60s, 5m or 1h")
+        value = float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"]
+        if not math.isfinite(value) or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"'{text}' must be at least {minimum:g} and at most {maximum:g} seconds")
+        return value
+    return parse
+
+
 def _first_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -83,6 +99,17 @@ def output_file(text: str) -> Path:
         kind = "a folder" if path.is_dir() else "not a regular file"
         raise argparse.ArgumentTypeError(f"'{text}' is {kind}; name a file to write")
     _check_writable_below(path.parent, text)
+    return Path(text).expanduser()
+
+
+def output_path(text: str) -> Path:
+    """A file or a folder memcost will write (which one, the command decides), where it can write."""
+    path = Path(text).expanduser().absolute()
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: name a file or folder")
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a regular file or folder; name one to write")
+    _check_writable_below(path if path.is_dir() else path.parent, text)
     return Path(text).expanduser()
 
 

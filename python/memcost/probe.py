@@ -63,12 +63,15 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
               on_warning: Optional[WarningCallback] = None,
               env: Optional[dict] = None,
               pass_fds: tuple = (),
-              forward_interrupts: bool = False) -> ProbeRun:
+              forward_interrupts: bool = False,
+              on_sample: Optional[Callable[[dict], bool]] = None) -> ProbeRun:
     """Run one experiment in a fresh probe process and collect what it reports.
     `global_arguments` go before the experiment's name (e.g. --legacy-layout); `pass_fds` are
     descriptors the probe inherits (trace gives the command the user's stdout this way).
     `forward_interrupts`: SIGINT and SIGTERM are passed to the probe, which decides what they mean
-    and still reports what it has (trace: they end the traced command); the run says they came."""
+    and still reports what it has (trace: they end the traced command); the run says they came.
+    `on_sample` sees each sample as it comes; one it returns True for is not kept (a long trace's
+    windows are written as they end, not held)."""
     command = [str(probe_path()), *(global_arguments or []), experiment, *(arguments or [])]
     oom_kills_before = _oom_kills()
     try:
@@ -99,6 +102,8 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
         for line in process.stdout:
             record = _parse_line(line)
             kind = record.get("type")
+            if kind == "sample" and on_sample and run is not None and on_sample(record):
+                continue
             run = _take(record, run)
             if kind == "progress" and on_progress:
                 on_progress(record["done"], record["total"], record.get("label", ""))

@@ -147,7 +147,7 @@ void Attribution::charge(const trace::Fault& fault) {
           last_fault_[fault.tid] = key;
           return;
         }
-        if (region.faults == 1) {  // a second fault: the first was a base page too
+        if (region.faults == 1 && !region.counted) {  // a second fault: the first was a base page too
           ++faults_[{key.allocation_stack, key.allocation_call, region.first_touch, region.pid, region.program, false}];
           ++mapping.faults_base;
         }
@@ -334,17 +334,26 @@ void Attribution::release(std::uint64_t id, std::uint64_t bytes, bool freed) {
   retire(id);
 }
 
+void Attribution::count_single_faults(Mapping& mapping) {
+  const bool huge_possible = thp_ == ThpMode::always || (thp_ == ThpMode::madvise && mapping.huge_advised);
+  const bool huge = huge_possible && !mapping.huge_refused && mapping.length >= huge_bytes_;
+  for (auto& [number, region] : mapping.regions) {
+    if (region.faults != 1 || region.counted) continue;
+    region.counted = true;
+    ++faults_[{mapping.origin.stack, mapping.origin.call, region.first_touch, region.pid, region.program, huge}];
+    ++(huge ? mapping.faults_thp : mapping.faults_base);
+  }
+}
+
+void Attribution::count_live() {
+  for (auto& [id, mapping] : live_) count_single_faults(mapping);
+}
+
 void Attribution::retire(std::uint64_t id) {
   auto found = live_.find(id);
   if (found == live_.end()) return;
   Mapping& mapping = found->second;
-  const bool huge_possible = thp_ == ThpMode::always || (thp_ == ThpMode::madvise && mapping.huge_advised);
-  const bool huge = huge_possible && !mapping.huge_refused && mapping.length >= huge_bytes_;
-  for (const auto& [number, region] : mapping.regions) {
-    if (region.faults != 1) continue;
-    ++faults_[{mapping.origin.stack, mapping.origin.call, region.first_touch, region.pid, region.program, huge}];
-    ++(huge ? mapping.faults_thp : mapping.faults_base);
-  }
+  count_single_faults(mapping);
   OriginSummary& origin = origins_[mapping.origin];
   origin.map_ns += mapping.map_ns;
   origin.free_ns += mapping.free_ns;

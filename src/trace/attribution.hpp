@@ -110,6 +110,10 @@ class Attribution : public trace::Sink {
   void settle(std::uint64_t until_ns);
   // The end: replay everything, and count the faults of the mappings still live.
   void finish();
+  // A window's end in a long trace: count the faults of live mappings whose page kind is not yet
+  // known, by what is known now (a region's first fault is counted once, whatever comes later),
+  // so that a window holds the faults it saw, not only those of mappings that ended in it.
+  void count_live();
 
   [[nodiscard]] const std::unordered_map<FaultKey, std::uint64_t, FaultKeyHash>& faults() const { return faults_; }
   [[nodiscard]] const std::map<OriginKey, OriginSummary>& origins() const { return origins_; }
@@ -130,6 +134,7 @@ class Attribution : public trace::Sink {
     std::uint32_t first_touch = 0;  // the first fault's touching stack
     int pid = 0;
     std::uint32_t program = 0;
+    bool counted = false;  // its first fault is in the counts already (count_live)
   };
   struct Mapping {
     OriginKey origin;
@@ -168,7 +173,8 @@ class Attribution : public trace::Sink {
   // A live piece of `id`, `bytes` long, is gone (freed, displaced, or its process exec'd); the
   // mapping ends when none is left, `freed` saying whether a free ended it.
   void release(std::uint64_t id, std::uint64_t bytes, bool freed);
-  void retire(std::uint64_t id);  // counts its regions' faults, sums it into its origin, forgets it
+  void retire(std::uint64_t id);
+  void count_single_faults(Mapping& mapping);  // the regions with one fault, by the mapping's page kind  // counts its regions' faults, sums it into its origin, forgets it
   std::uint32_t program_of(int pid, std::uint64_t time_ns) const;
 
   ThpMode thp_;

@@ -85,6 +85,10 @@ struct Options {
   // Called as the traced window opens (the command is let through the door, or attached to) and
   // as it closes, so that the caller can measure the rest of the machine over exactly that time.
   std::function<void()> window_opened, window_closed;
+  // Every `period_ns` of tracing, once the records up to then are delivered: `period_ended` (a
+  // long trace's windows; 0: none).
+  std::uint64_t period_ns = 0;
+  std::function<void()> period_ended;
   std::uint64_t preload_min_bytes = 64 * 1024;  // smaller allocations are not reported by it
   bool python_frames = true;  // the preload library's Python stacks (also loaded as root for them)
   // CPU time sampled in the kernel with kernel call chains, to measure fault time (0: not sampled).

@@ -256,7 +256,9 @@ class Tracing {
     started_ns_ = monotonic_ns();
     if (attaching_) {
       stat_before_ = stat_last_ = read_process_stat(child_);
-      session_.started(child_, started_ns_, read_text("/proc/" + std::to_string(child_) + "/comm"));
+      std::string name = read_text("/proc/" + std::to_string(child_) + "/comm");
+      if (!name.empty() && name.back() == '\n') name.pop_back();
+      session_.started(child_, started_ns_, name);
       report_existing_mappings(child_, started_ns_, sink_);
       for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
     } else {
@@ -284,6 +286,7 @@ class Tracing {
     session_.recorder().before_slow_work = [&] {
       if (small_buffers || session_.fullest() > 1.0 / 16) hold.hold();
     };
+    std::uint64_t period_started = started_ns_;
     while (true) {
       // perf may deliver its wakeup only at the next tick: look every millisecond as well.
       poll(polls.data(), polls.size(), 1);
@@ -294,6 +297,11 @@ class Tracing {
       if (preloading_) preload_.drain();
       sink_.settle(settled);
       hold.release();
+      if (const std::uint64_t now = monotonic_ns();
+          options_.period_ns && options_.period_ended && now - period_started >= options_.period_ns) {
+        period_started += (now - period_started) / options_.period_ns * options_.period_ns;  // on the grid, none doubled
+        options_.period_ended();
+      }
       if (attaching_ ? watch_ended() : command_ended()) break;
     }
     session_.recorder().before_slow_work = nullptr;

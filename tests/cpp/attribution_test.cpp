@@ -127,6 +127,25 @@ std::uint64_t thp_faults(ThpMode mode, bool advised) {
   return faults_of(attribution, 1, kMmap, true);
 }
 
+TEST(Attribution, AWindowCountsTheFaultsOfLiveMappingsOnceWhateverComesAfter) {
+  // A long trace's window ends while the mapping lives: its one-fault regions are counted then
+  // (huge: advised, THP madvise), once; a later fault in such a region adds itself only.
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, 8 * kMiB, 3, 0x22}, kBase, 1));
+  attribution.call(call(CallKind::madvise, 1'500, {kBase, 8 * kMiB, 14}, 0));  // MADV_HUGEPAGE
+  for (std::uint64_t region = 0; region < 4; ++region) touch(attribution, kBase + region * 2 * kMiB, 1, 2'000 + region);
+  attribution.settle(10'000);
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, true), 0U);  // not known yet
+  attribution.count_live();
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, true), 4U);
+  touch(attribution, kBase + kPage, 1, 20'000);  // a second fault in region 0
+  attribution.count_live();
+  attribution.finish();
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, true), 4U);
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 1U);
+  EXPECT_EQ(attribution.faults_seen(), 5U);
+}
+
 TEST(Attribution, OneFaultPer2MbRegionIsAHugePageOnlyWhereHugePagesWerePossible) {
   EXPECT_EQ(thp_faults(ThpMode::madvise, false), 0U);
   EXPECT_EQ(thp_faults(ThpMode::madvise, true), 7U);

@@ -274,6 +274,19 @@ def test_attaching_to_a_process_that_is_not_there_is_one_line():
     assert run_memcost("trace", "--seconds", "1", "--", "true").returncode == exit_codes.BAD_ARGUMENTS
 
 
+def test_window_profiles_need_a_folder_and_a_sane_duration(tmp_path):
+    afile = tmp_path / "profile.pb.gz"
+    afile.write_bytes(b"")
+    for args, says in ((["--every", "60s"], "add --export-pprof FOLDER"),
+                       (["--every", "60s", "--export-pprof", str(afile)], "is a file"),
+                       (["--export-pprof", str(tmp_path)], "is a folder"),
+                       (["--every", "0.5s", "--export-pprof", str(tmp_path)], "at least 1"),
+                       (["--every", "soon", "--export-pprof", str(tmp_path)], "not a duration")):
+        result = run_memcost("trace", *args, "--", "true")
+        assert result.returncode == exit_codes.BAD_ARGUMENTS and says in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
 @needs_tracing
 def test_a_command_does_not_outlive_a_probe_that_dies():
     import signal

@@ -136,6 +136,56 @@ def test_a_watched_process_that_exits_ends_the_watch(results, tmp_path):
             target.kill()
 
 
+def test_a_running_service_is_profiled_window_by_window_and_go_pprof_merges_the_windows(tree, results, tmp_path):
+    """`trace --pid --every`: one pprof per window, each with its time range and labels; the
+    service goes on running; `go tool pprof` merges the folder to the trace's own total."""
+    import gzip
+    import re
+    import socket
+    import subprocess
+    from memcost.export.pprof import _profile_class
+    running, folder = tmp_path / "running", tmp_path / "windows"
+    service = subprocess.Popen([str(tree), "service", "4", "100", str(running)])  # 1,024 faults every 0.1 s
+    try:
+        deadline = time.monotonic() + 30
+        while not running.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result = run_memcost("--results-dir", str(results), "trace", "--pid", str(service.pid), "--every", "1s",
+                             "--seconds", "3.5", "--export-pprof", str(folder))
+        assert result.returncode == 0, result.stderr
+        assert service.poll() is None  # left running
+    finally:
+        service.kill()
+        service.wait()
+    totals = load_document(results / "latest" / "trace.json")["summary"]["totals"]
+    files = sorted(folder.glob("*.pb.gz"))
+    assert len(files) == 4, [f.name for f in files]  # three whole windows and the last half
+    Profile = _profile_class()
+    faults_per_window, starts = [], []
+    for file in files:
+        profile = Profile.FromString(gzip.decompress(file.read_bytes()))
+        strings = profile.string_table
+        faults_per_window.append(sum(sample.value[0] for sample in profile.sample))
+        starts.append(profile.time_nanos)
+        assert profile.time_nanos > 1.7e18 and profile.duration_nanos > 0
+        labels = {strings[label.key]: strings[label.str] if label.str else label.num
+                  for sample in profile.sample if sample.value[0] for label in sample.label}
+        assert labels["host"] == socket.gethostname() and labels["pid"] == service.pid
+        assert labels["process"] == "trace_tree" and labels["window_start"].startswith("20")
+    for earlier, later in zip(starts, starts[1:]):
+        assert later - earlier == pytest.approx(1e9, rel=0.1)  # windows follow each other, a second apart
+    for whole in faults_per_window[:3]:  # ten rounds of 1,024 a second, give or take one round
+        assert 9 * 1024 <= whole <= 11 * 1024
+    assert sum(faults_per_window) == totals["faults"]
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        pytest.skip("Go is not installed: `go tool pprof` cannot merge the windows")
+    merged = subprocess.run([go, "tool", "pprof", "-raw", *map(str, files)], capture_output=True, text=True, timeout=300)
+    assert merged.returncode == 0, merged.stderr
+    values = [int(v) for v in re.findall(r"^\s+(\d+)\s+\d+\s+\d+:", merged.stdout, re.M)]
+    assert sum(values) == totals["faults"]
+
+
 def _lingering(program: Path) -> list[int]:
     """Processes still running the given program (traced commands left behind)."""
     found = []

@@ -41,8 +41,12 @@ class TraceCommand(Command):
                             help="with --pid: stop watching after S seconds")
         parser.add_argument("--export-folded", type=arguments.output_file, metavar="PATH",
                             help="folded stacks of faults by allocation site (flamegraph.pl, speedscope)")
-        parser.add_argument("--export-pprof", type=arguments.output_file, metavar="PATH",
-                            help="gzipped pprof profile (go tool pprof, Pyroscope, Parca)")
+        parser.add_argument("--export-pprof", type=arguments.output_path, metavar="PATH",
+                            help="gzipped pprof profile (go tool pprof, Pyroscope, Parca); with --every, a folder "
+                                 "that gets one profile per window")
+        parser.add_argument("--every", type=arguments.bounded_duration(1.0, 1e6), metavar="DURATION",
+                            help="with --export-pprof FOLDER: one profile per window of this length (60s, 5m, 1h), "
+                                 "written as each window ends, for a continuous profiler")
         export.add_arguments(parser)
         parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                             help="the command to run and trace")
@@ -57,7 +61,9 @@ class TraceCommand(Command):
                                exit_codes.BAD_ARGUMENTS)
         if args.seconds and not args.pid:
             raise MemcostError("--seconds goes with --pid (a command is traced until it exits)", exit_codes.BAD_ARGUMENTS)
-        values = {**EXPERIMENT.values(args), "command": command, "pid": args.pid, "seconds": args.seconds}
+        check_pprof_destination(args)
+        values = {**EXPERIMENT.values(args), "command": command, "pid": args.pid, "seconds": args.seconds,
+                  "every": args.every, "windows_folder": args.export_pprof if args.every else None}
         document = EXPERIMENT.measure(values, RunDirectory(args.results_dir))
         summary, totals = document["summary"], document["summary"]["totals"]
         for table in EXPERIMENT.tables(summary, values["top"]):
@@ -69,7 +75,11 @@ class TraceCommand(Command):
             from ..export import folded
             folded.write(document, args.export_folded)
             console.print(f"Exported: {args.export_folded}", markup=False)
-        if args.export_pprof:
+        if document.get("windows"):
+            windows = document["windows"]
+            console.print(f"Exported: {windows['written']} window profiles of {args.every:g} s in {args.export_pprof} "
+                          f"(newest {windows['last']})", markup=False)
+        elif args.export_pprof:
             from ..export import pprof
             pprof.write(document, args.export_pprof)
             console.print(f"Exported: {args.export_pprof}", markup=False)
@@ -84,3 +94,25 @@ class TraceCommand(Command):
         elif exit_code:
             warn(f"{command[0]} exited with {exit_code}; memcost passes it on")
         return int(exit_code or 0)
+
+
+def check_pprof_destination(args: argparse.Namespace) -> None:
+    """--every writes a folder of profiles; one profile is a file. Said before anything runs."""
+    path = args.export_pprof
+    if args.every and not path:
+        raise MemcostError("--every writes one pprof profile per window: add --export-pprof FOLDER",
+                           exit_codes.BAD_ARGUMENTS)
+    if not path:
+        return
+    if args.every:
+        if path.is_file():
+            raise MemcostError(f"{path} is a file; with --every, --export-pprof names a folder for the window profiles",
+                               exit_codes.BAD_ARGUMENTS)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise MemcostError(f"cannot create {path}: {error.strerror}; choose another folder", exit_codes.FAILURE) \
+                from error
+    elif path.is_dir():
+        raise MemcostError(f"{path} is a folder: name a file for the profile, or add --every for one per window",
+                           exit_codes.BAD_ARGUMENTS)

@@ -6,6 +6,7 @@ experiment's; the command line (cli/trace.py) adds what names the program to tra
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -70,7 +71,7 @@ def this_machines_cost(results_root: Path, calibrate: bool, notes: list):
     return model
 
 
-def record(values: dict, raw_path: Optional[Path] = None):
+def record(values: dict, raw_path: Optional[Path] = None, on_sample=None):
     """Run the probe around the command (or attached to a pid). Ctrl-C and SIGTERM go to the probe,
     which passes them to the command (src/trace/tracer.hpp) and still reports what it recorded."""
     from ..probe import run_probe
@@ -79,12 +80,14 @@ def record(values: dict, raw_path: Optional[Path] = None):
         probe_arguments += ["--attach", str(values["pid"])]
         probe_arguments += ["--attach-seconds", str(values["seconds"])] if values.get("seconds") else []
     probe_arguments += ["--raw-file", str(raw_path)] if raw_path else []
+    probe_arguments += ["--window-seconds", f"{values['every']:g}"] if values.get("every") else []
     stdout_copy = os.dup(sys.stdout.fileno())  # the command's output goes to the user, not into the protocol
     sys.stdout.flush()
     try:
         with tracefs.available():
             target = ["--command-stdout-fd", str(stdout_copy), "--", *values["command"]] if values.get("command") else []
-            return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True)
+            return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True,
+                             on_sample=on_sample)
     finally:
         os.close(stdout_copy)
 
@@ -126,25 +129,37 @@ def measure(values: dict, directory) -> dict:
     raw = directory.root / f".{RAW_NAME}.{os.getpid()}" if values.get("raw") else None
     if raw:
         directory.root.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    windows = None
+    if values.get("windows_folder"):
+        # Each window is priced as it is written: the cost model is needed before the trace starts.
+        from ..export.pprof import Windows
+        cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
+        windows = Windows(values["windows_folder"], cost, frames_of(values), socket.gethostname(),
+                          str(values["pid"]) if values.get("pid") else Path(values["command"][0]).name)
     try:
-        run = record(values, raw)
+        run = record(values, raw, windows.take if windows else None)
     except BaseException:
         if raw:
             raw.unlink(missing_ok=True)
         raise
-    notes: list[str] = []
-    cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
+    if windows:
+        windows.finish(run.samples)
+    else:
+        cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
     summary, warnings = analyze(run.samples, cost=cost, params=values)
     summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
     if values.get("overhead") and values.get("command"):
         started = time.monotonic()
         subprocess.run(values["command"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         summary["totals"]["untraced_wall_ms"] = (time.monotonic() - started) * 1e3
-    params = {**values, "probe_settings": run.settings, "raw_records": RAW_NAME if raw else None}
+    params = {**{k: v for k, v in values.items() if k != "windows_folder"}, "probe_settings": run.settings, "raw_records": RAW_NAME if raw else None}
     document = finish(EXPERIMENT, run.context, params, run.samples, summary,
                       run.warnings + warnings + [{"code": "calibrated", "message": note} for note in notes], directory)
     if raw:
         os.replace(raw, Path(document["path"]).parent / RAW_NAME)
+    if windows:
+        document["windows"] = {"written": windows.written, "last": str(windows.last_written)}
     return document
 
 

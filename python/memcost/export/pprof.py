@@ -11,10 +11,13 @@ number), so no generated code or protoc is needed; the encoding is the protobuf 
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import os
+import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Optional
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -81,65 +84,162 @@ class _Strings:
 def build(document: dict) -> bytes:
     """The serialized (not yet gzipped) profile of a trace results document."""
     from ..experiments.trace import frames_of
-    trace = analysis.read(document["samples"])
-    which = frames_of(document.get("params", {}))
     totals = document["summary"]["totals"]
-    period = trace.period
+    trace = analysis.read(document["samples"])
     cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
+    return profile(trace, cost, frames_of(document.get("params", {})), duration_nanos=int(trace.run.get("wall_ns", 0)))
 
+
+def process_names(trace: analysis.Trace) -> dict[int, str]:
+    """Each traced pid's newest program name."""
+    names: dict[int, str] = {}
+    for event in trace.processes:
+        if event.get("name"):
+            names[event["pid"]] = event["name"]
+    return names
+
+
+def profile(trace: analysis.Trace, cost, which, *, time_nanos: int = 0, duration_nanos: int = 0,
+            labels: Optional[dict] = None) -> bytes:
+    """A trace's counters as one profile. `labels` go on every sample (a window's host and start);
+    each sample also carries its process's pid and name, and the site that touched the pages."""
+    period = trace.period
+    names = process_names(trace)
     values: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
     for row in trace.faults:
         allocation = row["allocation_stack"] if row["allocation_call"] else 0
-        entry = values[(allocation, analysis.site_of(trace.stacks, row["touch_stack"], which))]
+        entry = values[(allocation, analysis.site_of(trace.stacks, row["touch_stack"], which), row["pid"])]
         entry[0] += row["faults"] * period
         entry[1] += int(row["faults"] * period * cost.fault_us("thp" if row["huge"] else "base") * 1e3)
     for origin in trace.origins:
         if origin["freed_bytes"]:
-            values[(origin["stack"], "")][2] += origin["freed_bytes"]
+            values[(origin["stack"], "", None)][2] += origin["freed_bytes"]
 
     Profile = _profile_class()
-    profile = Profile()
+    result = Profile()
     string = _Strings()
     for kind, unit in (("faults", "count"), ("fault_time", "nanoseconds"), ("freed", "bytes")):
-        profile.sample_type.add(type=string(kind), unit=string(unit))
-    profile.period_type.type, profile.period_type.unit = string("faults"), string("count")
-    profile.period = period
-    profile.duration_nanos = int(trace.run.get("wall_ns", 0))
-    profile.comment.append(string(f"memcost trace: fault_time estimated from {totals['cost_source']}"))
+        result.sample_type.add(type=string(kind), unit=string(unit))
+    result.period_type.type, result.period_type.unit = string("faults"), string("count")
+    result.period = period
+    result.time_nanos, result.duration_nanos = time_nanos, duration_nanos
+    result.comment.append(string(f"memcost trace: fault_time estimated from {cost.source}"))
 
     modules: dict[str, int] = {}
     functions: dict[tuple, int] = {}
     locations: dict[tuple, int] = {}
 
     def location_id(frame: dict) -> int:
-        key = (frame["address"], frame.get("module", ""))
+        # Python frames have no address: their function and line tell them apart.
+        key = (frame["address"], frame.get("module", ""), frame.get("function", ""), frame.get("file", ""),
+               frame.get("line", 0))
         if key in locations:
             return locations[key]
         module = frame.get("module") or "[unknown]"
         if module not in modules:
             modules[module] = len(modules) + 1
-            profile.mapping.add(id=modules[module], filename=string(module), has_functions=True,
+            result.mapping.add(id=modules[module], filename=string(module), has_functions=True,
                                 has_filenames=True, has_line_numbers=True)
         name = frame.get("function") or f"{os.path.basename(module)}+{frame['address']:#x}"
         function_key = (name, frame.get("file", ""))
         if function_key not in functions:
             functions[function_key] = len(functions) + 1
-            profile.function.add(id=functions[function_key], name=string(name), system_name=string(name),
+            result.function.add(id=functions[function_key], name=string(name), system_name=string(name),
                                  filename=string(frame.get("file") or ""))
         locations[key] = len(locations) + 1
-        location = profile.location.add(id=locations[key], mapping_id=modules[module], address=frame["address"])
+        location = result.location.add(id=locations[key], mapping_id=modules[module], address=frame["address"])
         location.line.add(function_id=functions[function_key], line=frame.get("line") or 0)
         return locations[key]
 
     outside = {"address": 0, "function": "[outside traced mappings]", "module": "", "file": "", "line": 0}
-    for (allocation, touch), (faults, fault_ns, freed) in values.items():
+    for (allocation, touch, pid), (faults, fault_ns, freed) in values.items():
         frames = trace.stacks.get(allocation, []) if allocation else [outside]
-        sample = profile.sample.add(location_id=[location_id(frame) for frame in frames], value=[faults, fault_ns, freed])
+        sample = result.sample.add(location_id=[location_id(frame) for frame in frames], value=[faults, fault_ns, freed])
         if touch:
             sample.label.add(key=string("touched_by"), str=string(touch))
-    profile.string_table.extend(string.table)
-    return profile.SerializeToString()
+        if pid is not None:
+            sample.label.add(key=string("pid"), num=pid)
+            if names.get(pid):
+                sample.label.add(key=string("process"), str=string(names[pid]))
+        for key, value in (labels or {}).items():
+            if isinstance(value, int):
+                sample.label.add(key=string(key), num=value)
+            else:
+                sample.label.add(key=string(key), str=string(str(value)))
+    result.string_table.extend(string.table)
+    return result.SerializeToString()
 
 
 def write(document: dict, path: Path) -> None:
     write_atomically(Path(path), gzip.compress(build(document)))
+
+
+FAULT_COLUMNS = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "huge")
+
+
+class Windows:
+    """A long trace cut into windows, one pprof file each (`memcost trace --every`).
+
+    The probe sends its counters so far at each window's end (records tagged with the window's
+    number, then a `window` record with its times); a window's profile is the difference from
+    the one before. What is kept between windows grows with distinct stacks and keys, as the
+    probe's own counters do, never with time or faults; window records are not kept at all.
+    """
+
+    def __init__(self, folder: Path, cost, which, host: str, traced: str):
+        self.folder, self.cost, self.which, self.host, self.traced = Path(folder), cost, which, host, traced
+        self.stacks: dict = {}
+        self.names: dict[int, str] = {}
+        self.period = 1
+        self.previous_faults: dict[tuple, int] = {}
+        self.previous_freed: dict[tuple, int] = {}
+        self.current: list = []  # this window's records, until its `window` record comes
+        self.last_end_ns = time.time_ns()
+        self.written = 0
+        self.last_written: Optional[Path] = None
+
+    def take(self, sample: dict) -> bool:
+        """One probe record as it streams; True when it belongs to a window (and is not kept)."""
+        record, metrics = sample["case"]["record"], sample["metrics"]
+        if record == "stack":
+            self.stacks[metrics["stack"]] = metrics["frames"]
+        elif record == "process" and metrics.get("name"):
+            self.names[metrics["pid"]] = metrics["name"]
+        if "window" not in sample["case"]:
+            return False
+        if record == "window":
+            self.close(self.current, metrics["start_unix_ns"], metrics["end_unix_ns"])
+            self.current = []
+        else:
+            self.current.append(sample)
+        return True
+
+    def finish(self, samples: list) -> None:
+        """The last window: from the previous window's end to the final counters."""
+        run = next((s["metrics"] for s in samples if s["case"]["record"] == "run"), {})
+        self.period = run.get("sample_period", self.period)
+        final = [s for s in samples if s["case"]["record"] in ("faults", "allocations")]
+        self.close(final, self.last_end_ns, time.time_ns())
+
+    def close(self, records: list, start_ns: int, end_ns: int) -> None:
+        counts = analysis.read(records)
+        faults: dict[tuple, int] = {}
+        for row in counts.faults:
+            key = tuple(row[column] for column in FAULT_COLUMNS)
+            faults[key] = faults.get(key, 0) + row["faults"]
+        freed = {(origin["stack"], origin["call"]): origin["freed_bytes"] for origin in counts.origins}
+        rows = [{**dict(zip(FAULT_COLUMNS, key)), "faults": count - self.previous_faults.get(key, 0)}
+                for key, count in faults.items() if count > self.previous_faults.get(key, 0)]
+        origins = [{"stack": key[0], "call": key[1], "freed_bytes": bytes_ - self.previous_freed.get(key, 0)}
+                   for key, bytes_ in freed.items() if bytes_ > self.previous_freed.get(key, 0)]
+        self.previous_faults, self.previous_freed = faults, freed
+        window = analysis.Trace(self.stacks, rows, origins, {"sample_period": self.period},
+                                [{"pid": pid, "name": name} for pid, name in self.names.items()])
+        started = datetime.datetime.fromtimestamp(start_ns / 1e9, datetime.timezone.utc)
+        labels = {"host": self.host, "traced": self.traced, "window_start": started.isoformat(timespec="seconds")}
+        data = profile(window, self.cost, self.which, time_nanos=start_ns, duration_nanos=max(end_ns - start_ns, 0),
+                       labels=labels)
+        path = self.folder / f"memcost-{self.host}-{self.traced}-{started:%Y%m%dT%H%M%SZ}.pb.gz"
+        write_atomically(path, gzip.compress(data))
+        self.written, self.last_written = self.written + 1, path
+        self.last_end_ns = end_ns

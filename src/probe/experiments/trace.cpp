@@ -12,6 +12,7 @@
 //                 measured call time, the largest mapping, the freed mappings by size;
 //   run         — last: the command's exit, CPU and fault counts, what was lost, how it was measured.
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@ struct Settings {
   std::string thp_mode;     // with --replay: the traced machine's THP mode (default: this one's)
   bool no_python_frames = false;
   std::uint32_t cpu_sample_us = 100;  // 0: no fault time sampling
+  double window_seconds = 0;          // 0: one aggregate at the end only
 };
 
 // Stacks and processes go out as they come: few, and the aggregate refers to them.
@@ -79,8 +81,19 @@ json size_summary(const trace::SizeSummary& size) {
 
 // Counters keyed by fault key as parallel arrays, kFaultLine keys a record, largest first: the
 // key's columns, then each of `values` (a name and what it takes from a counter).
+std::uint64_t unix_time_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+json case_of(const char* record, const json& window) {
+  json tags = {{"record", record}};
+  tags.update(window);
+  return tags;
+}
+
 template <typename Counter>
-void emit_by_fault_key(Emitter& emitter, const char* record,
+void emit_by_fault_key(Emitter& emitter, const char* record, const json& window,
                        std::vector<std::pair<trace::FaultKey, Counter>> rows, bool with_huge,
                        const std::vector<std::pair<const char*, std::uint64_t (*)(const Counter&)>>& values) {
   std::sort(rows.begin(), rows.end(),
@@ -100,16 +113,17 @@ void emit_by_fault_key(Emitter& emitter, const char* record,
       if (with_huge) metrics["huge"].push_back(key.huge);
       for (const auto& [name, value] : values) metrics[name].push_back(value(counter));
     }
-    emitter.sample({{"record", record}}, std::move(metrics));
+    emitter.sample(case_of(record, window), std::move(metrics));
   }
 }
 
-void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
+// The counters so far; `window` (empty, or {"window": N}) tags a long trace's window's copy.
+void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution, const json& window = json::object()) {
   using Count = std::uint64_t;
-  emit_by_fault_key<Count>(emitter, "faults", {attribution.faults().begin(), attribution.faults().end()}, true,
+  emit_by_fault_key<Count>(emitter, "faults", window, {attribution.faults().begin(), attribution.faults().end()}, true,
                            {{"faults", [](const Count& count) { return count; }}});
   emit_by_fault_key<trace::FaultTime>(
-      emitter, "fault_time", {attribution.fault_time().begin(), attribution.fault_time().end()}, false,
+      emitter, "fault_time", window, {attribution.fault_time().begin(), attribution.fault_time().end()}, false,
       {{"samples", [](const trace::FaultTime& time) { return time.samples; }},
        {"zeroing_samples", [](const trace::FaultTime& time) { return time.zeroing; }}});
   for (const auto& [origin, summary] : attribution.origins()) {
@@ -119,7 +133,9 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution) {
       entry["bytes"] = bytes;
       sizes.push_back(std::move(entry));
     }
-    emitter.sample({{"record", "allocations"}, {"call", origin_name(origin.call)}},
+    json tags = case_of("allocations", window);
+    tags["call"] = origin_name(origin.call);
+    emitter.sample(std::move(tags),
                    {{"stack", origin.stack}, {"made", summary.made}, {"freed", summary.freed}, {"bytes", summary.bytes},
                     {"freed_bytes", summary.freed_bytes}, {"map_ns", summary.map_ns}, {"free_ns", summary.free_ns},
                     {"huge_advised", summary.huge_advised}, {"largest_bytes", summary.largest_bytes},
@@ -178,6 +194,10 @@ Experiment trace_experiment() {
                                "sample CPU time in the kernel every this many µs of a thread's CPU time, to measure "
                                "fault time (default 100; 0: off; needs root or perf_event_paranoid <= 1)")
                 ->check(CLI::Range(0U, 1000000U));
+            command.add_option("--window-seconds", settings->window_seconds,
+                               "also emit the counters so far every this many seconds, tagged with the window's number "
+                               "(a long trace's windows; 0: at the end only)")
+                ->check(CLI::Range(0.0, 1e7));
             command.add_flag("--no-python-frames", settings->no_python_frames,
                              "do not load the preload library into a command for its Python stacks (as root) nor take them (without)");
             command.add_option("command", settings->command, "the command and its arguments, after --");
@@ -229,8 +249,26 @@ Experiment trace_experiment() {
               trace::Failure failure;
               const measure::SnapshotOptions everyone{true, false, true};
               measure::Snapshot before, after;
-              options.window_opened = [&] { before = measure::take_snapshot(everyone); };
+              std::uint64_t window_start_unix_ns = 0;
+              options.window_opened = [&] {
+                before = measure::take_snapshot(everyone);
+                window_start_unix_ns = unix_time_ns();
+              };
               options.window_closed = [&] { after = measure::take_snapshot(everyone); };
+              // Cumulative counters each window (the front end takes differences), so that nothing
+              // is reset under the attribution and the final aggregate is the whole trace's.
+              std::uint64_t window = 0;
+              options.period_ns = static_cast<std::uint64_t>(settings->window_seconds * 1e9);
+              options.period_ended = [&] {
+                attribution.count_live();
+                const std::uint64_t end_unix_ns = unix_time_ns();
+                emit_aggregate(emitter, attribution, {{"window", window}});
+                emitter.sample({{"record", "window"}, {"window", window}},
+                               {{"start_unix_ns", window_start_unix_ns}, {"end_unix_ns", end_unix_ns},
+                                {"sampled_faults", attribution.faults_seen()}});
+                ++window;
+                window_start_unix_ns = end_unix_ns;
+              };
               trace::Result result = trace::run(options, sink, failure);
               if (!failure.ok()) {
                 switch (failure.kind) {

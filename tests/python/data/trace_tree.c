@@ -6,13 +6,16 @@
      closed MIB           close stdout and stderr first, then write MIB
      noint MIB SECONDS [FILE]  ignore SIGINT, write MIB, create FILE, sleep, exit 0
      loop MIB [FILE]      write and free MIB over and over until killed; create FILE once running
-     repeat MIB ROUNDS    write and free MIB, ROUNDS times */
+     repeat MIB ROUNDS    write and free MIB, ROUNDS times
+     service MIB MS [FILE]  a long-running service: write and free MIB every MS milliseconds until
+                          killed; create FILE once running */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MIB (1024UL * 1024UL)
@@ -69,6 +72,15 @@ int main(int argc, char **argv) {
     write_fresh(mib);
     if (argc > 3) fclose(fopen(argv[3], "w"));
     for (;;) write_fresh(mib);
+  } else if (strcmp(mode, "service") == 0 && argc > 3) {
+    const size_t mib = strtoul(argv[2], NULL, 10);
+    const long ms = atol(argv[3]);
+    if (argc > 4) fclose(fopen(argv[4], "w"));
+    const struct timespec pause = {ms / 1000, (ms % 1000) * 1000000L};
+    for (;;) {
+      write_fresh(mib);
+      nanosleep(&pause, NULL);
+    }
   } else {
     return 2;
   }
