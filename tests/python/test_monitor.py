@@ -87,7 +87,7 @@ def test_prometheus_endpoint_answers_on_loopback(tmp_path):
     try:
         text = ""
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and "memcost_page_faults_per_second{" not in text:
+        while time.monotonic() < deadline and "memcost_page_faults_total{" not in text:
             time.sleep(0.3)
             try:
                 text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
@@ -95,10 +95,17 @@ def test_prometheus_endpoint_answers_on_loopback(tmp_path):
                 continue
     finally:
         _, stderr = finish(process, timeout=30)
-    for name in ("memcost_page_faults_per_second{kind=\"minor\"}", "memcost_pages_allocated_per_second",
-                 "memcost_cpu_percent{kind=\"system\"}", "memcost_kernel_thread_cpu_percent{family=\"kswapd\"}",
-                 "memcost_thp_events_per_second{event=\"fault_alloc\"}"):
-        assert name in text, name
+    from prometheus_client.parser import text_string_to_metric_families
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    for name, kind in (("memcost_page_faults", "counter"), ("memcost_pages_allocated", "counter"),
+                       ("memcost_cpu_seconds", "counter"), ("memcost_thp_events", "counter"),
+                       ("memcost_zeroed_bytes", "counter"), ("memcost_hugetlb_pages", "gauge"),
+                       ("memcost_build", "info"), ("memcost_machine", "info")):
+        assert families[name].type == kind, name
+    kinds = {sample.labels["kind"] for sample in families["memcost_cpu_seconds"].samples}
+    assert {"system", "kswapd", "khugepaged", "kcompactd", "kworker"} <= kinds
+    assert not any("per_second" in name or "percent" in name for name in families)  # rates are PromQL's job
+    assert not any("pid" in sample.labels for family in families.values() for sample in family.samples)
     assert process.returncode == 0, stderr
 
 

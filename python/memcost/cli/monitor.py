@@ -45,6 +45,11 @@ class MonitorCommand(Command):
         parser.add_argument("--csv", type=arguments.output_file, metavar="FILE", help="append one CSV line per interval to FILE")
         parser.add_argument("--serve", type=serve_address, metavar="[HOST:]PORT",
                             help="expose the figures as Prometheus metrics (host 127.0.0.1 unless given)")
+        parser.add_argument("--process-metrics", type=arguments.non_negative_int, default=0, metavar="N",
+                            help="with --serve: per-process counters for the N busiest process names, the rest "
+                                 "summed as comm=\"other\" (default 0: none)")
+        parser.add_argument("--process-metrics-pid", action="store_true",
+                            help="with --process-metrics: a pid label too (series come and go with pids)")
         parser.add_argument("--pid", type=arguments.positive_int, action="append", metavar="PID",
                             help="only these processes (repeatable)")
         parser.add_argument("--duration", type=arguments.bounded_seconds(0.0, 1e7, allow_minimum=False), metavar="S", help="stop after this many seconds")
@@ -53,6 +58,15 @@ class MonitorCommand(Command):
                             help="run COMMAND and monitor it until it exits")
 
     def run(self, args: argparse.Namespace) -> int:
+        if (args.process_metrics or args.process_metrics_pid) and not args.serve:
+            raise MemcostError("--process-metrics and --process-metrics-pid shape the Prometheus metrics: add --serve",
+                               exit_codes.BAD_ARGUMENTS)
+        if args.process_metrics > 1000:
+            raise MemcostError(f"--process-metrics {args.process_metrics}: at most 1000 series of processes, or a "
+                               "Prometheus server pays for every one; 10 to 50 shows the busy ones", exit_codes.BAD_ARGUMENTS)
+        if args.process_metrics_pid and not args.process_metrics:
+            raise MemcostError("--process-metrics-pid labels the per-process series: add --process-metrics N",
+                               exit_codes.BAD_ARGUMENTS)
         # The kernel's count of zeroed pages needs tracefs: mounted for this run where root may.
         with tracefs.available():
             return self._monitor(args)
@@ -76,13 +90,13 @@ class MonitorCommand(Command):
                               zeroing_method=stream.zeroing_method, zeroing_unavailable=stream.zeroing_unavailable)
             sampler.page_bytes = stream.page_bytes() or sampler.page_bytes
             sampler.huge_bytes = stream.thp_bytes() or sampler.huge_bytes
-            sinks = sinks_for(args, watching_a_command=child is not None)
+            sinks = sinks_for(args, watching_a_command=child is not None, context=stream.context)
             while True:
                 current = stream.next_reading()
                 record = sampler.interval(previous, current)
-                previous = current
                 for sink in sinks:
-                    sink.write(record)
+                    sink.write(record, previous, current)
+                previous = current
                 if args.once or (args.duration and time.monotonic() - started >= args.duration):
                     break
                 if child and ended is None:

@@ -1,5 +1,5 @@
 """Where interval records go: the live view, printed tables, JSON lines, CSV, Prometheus. Each
-sink takes every record (`write`) and cleans up once (`close`)."""
+sink takes every record with the two readings it came from (`write`) and cleans up once (`close`)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def view(record: dict) -> Table:
 
 
 class Sink:
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, before=None, after=None) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -68,7 +68,7 @@ class Sink:
 
 
 class JsonLines(Sink):
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, before=None, after=None) -> None:
         print(json.dumps(record), flush=True)
 
 
@@ -81,7 +81,7 @@ class CsvFile(Sink):
         if self.file.tell() == 0:
             self.writer.writeheader()
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, before=None, after=None) -> None:
         zeroing = record["zeroing"]
         self.writer.writerow({"time": record["time"], "interval_s": record["interval_s"], **record["machine"],
                               **record["cpu"], "kernel_zeroed_mb_per_s": zeroing["kernel_zeroed_mb_per_s"],
@@ -98,7 +98,7 @@ class LiveView(Sink):
         self.live = Live(console=console, auto_refresh=False)
         self.live.start()
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, before=None, after=None) -> None:
         self.live.update(view(record), refresh=True)
 
     def close(self) -> None:
@@ -106,34 +106,35 @@ class LiveView(Sink):
 
 
 class PrintedTables(Sink):
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, before=None, after=None) -> None:
         console.print(view(record))
 
 
 class Prometheus(Sink):
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, context: dict, top_processes: int, pid_label: bool):
         from .prometheus import Exporter
-        self.exporter = Exporter(host, port)
+        self.exporter = Exporter(host, port, context, top_processes, pid_label)
 
-    def write(self, record: dict) -> None:
-        self.exporter.update(record)
+    def write(self, record: dict, before=None, after=None) -> None:
+        self.exporter.update(before, after, record)
 
     def close(self) -> None:
         self.exporter.close()
 
 
-def sinks_for(args: argparse.Namespace, watching_a_command: bool) -> list[Sink]:
-    """The sinks the flags ask for. The live view needs a terminal; with a command to watch and no
-    terminal, only the final totals are printed."""
+def sinks_for(args: argparse.Namespace, watching_a_command: bool, context: dict) -> list[Sink]:
+    """The sinks the flags ask for. The live view needs a terminal; with no terminal, tables are
+    printed unless a command is watched (its totals are printed at the end) or the figures go to
+    Prometheus or a CSV file."""
     chosen: list[Sink] = []
     if args.serve:
-        chosen.append(Prometheus(*args.serve))
+        chosen.append(Prometheus(*args.serve, context, args.process_metrics, args.process_metrics_pid))
     if args.csv:
         chosen.append(CsvFile(args.csv))
     if args.json:
         chosen.append(JsonLines())
     elif console.is_terminal and not args.once:
         chosen.append(LiveView())
-    elif args.once or not watching_a_command:
-        chosen.append(PrintedTables())
+    elif args.once or not (watching_a_command or args.serve or args.csv):
+        chosen.append(PrintedTables())  # a service (--serve, --csv without a terminal) keeps its log quiet
     return chosen

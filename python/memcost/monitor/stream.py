@@ -40,6 +40,9 @@ class Reading:
     hidden: int
     zeroed: Optional[ZeroedCount] = None        # the kernel's cumulative count, when it can be read
     kernel_threads: Optional[dict] = None       # family -> run time, ns
+    tlb_shootdowns: Optional[int] = None        # all CPUs, since boot
+    hugetlb: Optional[list] = None              # the pools now (levels)
+    thp: Optional[dict] = None                  # the THP mode now: enabled, defrag
 
     @classmethod
     def from_probe(cls, metrics: dict, pids: Optional[list[int]]) -> "Reading":
@@ -55,7 +58,8 @@ class Reading:
                   if "zeroed_base_pages" in metrics else None)
         return cls(metrics["elapsed_ns"] / 1e9, metrics["vmstat"], {"system": cpu.get("system_ns"),
                                                                      "steal": cpu.get("steal_ns")},
-                   processes, hidden, zeroed, metrics.get("kernel_threads_ns"))
+                   processes, hidden, zeroed, metrics.get("kernel_threads_ns"), metrics.get("tlb_shootdowns"),
+                   metrics.get("hugetlb"), metrics.get("thp"))
 
 
 class MonitorStream:

@@ -1,6 +1,7 @@
 // `memcost-probe monitor`: the samples behind `memcost monitor`, streamed. Every
 // --interval-ms one `sample` with the machine's cumulative counters — /proc/vmstat,
-// CPU time by kind, the memory-management kernel threads, each watched process —
+// CPU time by kind, the memory-management kernel threads, TLB shootdowns, each watched process —
+// its levels (hugetlb pools, THP mode)
 // and, where the kernel lets the probe count them, the pages it zeroed as it handed
 // them out. The front end turns consecutive samples into rates; the probe only reads.
 #include <chrono>
@@ -75,6 +76,22 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
         }
         metrics["processes"] = processes;
         metrics["unreadable_processes"] = scan ? scan->unreadable : 0;
+      }
+      // Levels, read each time as someone may change them while it runs.
+      json pools = json::array();
+      for (const auto& pool : os::hugetlb_pools()) {
+        pools.push_back({{"page_size_bytes", pool.page_size_bytes}, {"total_pages", pool.total_pages},
+                         {"free_pages", pool.free_pages}, {"reserved_pages", pool.reserved_pages},
+                         {"surplus_pages", pool.surplus_pages}});
+      }
+      metrics["hugetlb"] = std::move(pools);
+      if (const os::ThpSettings thp = os::thp_settings(); thp.present) {
+        metrics["thp"] = {{"enabled", thp.enabled}, {"defrag", thp.defrag}};
+      }
+      if (auto tlb = os::tlb_shootdowns_per_cpu()) {
+        std::uint64_t total = 0;
+        for (std::uint64_t count : *tlb) total += count;
+        metrics["tlb_shootdowns"] = total;
       }
       if (auto zeroed = zeroing.read()) {
         metrics["zeroed_base_pages"] = zeroed->base_pages;
