@@ -115,6 +115,10 @@ struct allocation_report {
   std::string initialization;  // "populate" (zero pages faulted in), "write" (elements written), "lazy"
   bool from_pool = false;      // the memory came from an array_pool, already faulted in
   std::string fill_method;     // "memset", "stores" or "nontemporal" when elements were written with a value
+  // Why that method: "asked for", "measured now: …" (the candidates' speeds on slices of this
+  // array), "measured earlier in this process: …", or the default rule and why it applied.
+  std::string fill_method_reason;
+  std::uint64_t fill_calibration_ns = 0;  // with "measured now": what measuring added to this fill
   // With a NUMA placement: the policy the kernel holds for the array ("local", "interleave:0-1",
   // "bind:0"), and its resident bytes by node, read back once the pages are in.
   std::string numa_policy;
@@ -313,6 +317,22 @@ void place_on_nodes(const mapping& memory, const big_array_options& options, all
 [[nodiscard]] fill_method resolve_fill_method(fill_method asked, std::size_t total_bytes, std::size_t pattern_bytes,
                                               bool repeated_byte, bool fresh_pages);
 [[nodiscard]] const char* fill_method_name(fill_method method);
+// The method an automatic fill of [data, data + bytes) uses, measured on this machine: on first
+// use in the process for such a fill (fresh or faulted-in memory, the value's kind, the page
+// size), when the array is big enough, the candidates fill slices of the array itself (its first
+// `filled_bytes`, then written with the value) and the fastest is kept for the process. Smaller
+// arrays, 1 GB pages and a method asked for keep resolve_fill_method's rule. `reason` says which.
+struct fill_choice {
+  fill_method method;
+  std::string reason;
+  std::size_t filled_bytes = 0;       // the prefix already written with the value
+  std::uint64_t calibration_ns = 0;   // measuring's own cost: its time beyond the winner's on those bytes
+};
+[[nodiscard]] fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes, const void* pattern,
+                                             std::size_t pattern_bytes, bool fresh, std::size_t page_bytes,
+                                             unsigned threads);
+// Drop what this process measured (the next automatic fill measures again): for tests and benchmarks.
+void forget_fill_measurements();
 // Write `pattern` (pattern_bytes long) again and again over [destination, destination + bytes);
 // `bytes` is a multiple of pattern_bytes. `method` comes from resolve_fill_method.
 void fill_pattern(void* destination, std::size_t bytes, const void* pattern, std::size_t pattern_bytes, fill_method method);
@@ -360,12 +380,20 @@ class big_array {
     if (job_ && !report_.read_back) detail::read_back(report_, mapping_.data(), mapping_.bytes());
   }
   [[nodiscard]] const allocation_report& report() const { return report_; }
+  // The page size the memory was mapped for (THP: the huge page size it asked for).
+  [[nodiscard]] std::size_t page_bytes() const { return mapping_.page_bytes(); }
   // Share of the array's resident memory on huge pages, read from the OS now.
   [[nodiscard]] double huge_fraction() const { return detail::huge_fraction(mapping_.data(), mapping_.bytes()); }
 
  private:
   template <class U, class Init>
   friend big_array<U> make_big_array(std::size_t count, Init init, big_array_options options);
+
+  void note_fill(const detail::fill_choice& choice) {
+    report_.fill_method = detail::fill_method_name(choice.method);
+    report_.fill_method_reason = choice.reason;
+    report_.fill_calibration_ns = choice.calibration_ns;
+  }
 
   void swap(big_array& other) noexcept {
     std::swap(mapping_, other.mapping_);
@@ -429,10 +457,14 @@ template <class T, class Init = construct_t>
     array.report_.initialization = std::is_same_v<Init, uninitialized_t> ? "none" : "write";
     if constexpr (std::is_same_v<Init, uninitialized_t>) return array;
     const unsigned char zero_byte = 0;
-    const fill_method method = detail::resolve_fill_method(options.fill_method, bytes, 1, true, false);
-    array.report_.fill_method = detail::fill_method_name(method);
-    work = [base, method, zero_byte](std::size_t first, std::size_t last) {
-      detail::fill_pattern(base + first, (last - first) * sizeof(T), &zero_byte, 1, method);
+    const detail::fill_choice choice = detail::choose_fill_method(options.fill_method, base, bytes, &zero_byte, 1, false,
+                                                                  array.mapping_.page_bytes(),
+                                                                  detail::default_threads(options.threads));
+    array.note_fill(choice);
+    work = [base, method = choice.method, zero_byte, done = choice.filled_bytes / sizeof(T)](std::size_t first,
+                                                                                            std::size_t last) {
+      first = std::max(first, done);  // measuring wrote these already
+      if (first < last) detail::fill_pattern(base + first, (last - first) * sizeof(T), &zero_byte, 1, method);
     };
   } else if constexpr (zero_pages) {
     array.report_.initialization = options.prefault == prefault::none ? "lazy" : "populate";
@@ -447,19 +479,25 @@ template <class T, class Init = construct_t>
       if constexpr (bytes_copyable_v<T> && std::is_trivially_destructible_v<T>) {
         array.constructed_ = false;
         const T value(init.value);
-        const fill_method method = detail::resolve_fill_method(options.fill_method, bytes, sizeof(T),
-                                                               detail::repeated_byte(&value, sizeof(T)), !from_pool);
-        array.report_.fill_method = detail::fill_method_name(method);
+        std::array<unsigned char, sizeof(T)> pattern;  // the value's bytes: what fill_pattern writes
+        std::memcpy(pattern.data(), static_cast<const void*>(&value), sizeof(T));
+        const detail::fill_choice choice = detail::choose_fill_method(
+            options.fill_method, base, bytes, pattern.data(), sizeof(T), !from_pool, array.mapping_.page_bytes(),
+            detail::default_threads(options.threads));
+        array.note_fill(choice);
+        const fill_method method = choice.method;
+        const std::size_t done = choice.filled_bytes / sizeof(T);  // measuring wrote these already
         if constexpr (std::is_trivially_copyable_v<T>) {
           if (method == fill_method::stores) {
-            work = [base, value](std::size_t first, std::size_t last) { std::fill(base + first, base + last, value); };
+            work = [base, value, done](std::size_t first, std::size_t last) {
+              std::fill(base + std::max(first, done), base + std::max(last, done), value);
+            };
           }
         }
         if (!work) {
-          std::array<unsigned char, sizeof(T)> pattern;  // the value's bytes: what fill_pattern writes
-          std::memcpy(pattern.data(), static_cast<const void*>(&value), sizeof(T));
-          work = [base, pattern, method](std::size_t first, std::size_t last) {
-            detail::fill_pattern(base + first, (last - first) * sizeof(T), pattern.data(), sizeof(T), method);
+          work = [base, pattern, method, done](std::size_t first, std::size_t last) {
+            first = std::max(first, done);
+            if (first < last) detail::fill_pattern(base + first, (last - first) * sizeof(T), pattern.data(), sizeof(T), method);
           };
         }
       } else {

@@ -107,12 +107,19 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
     } else {
       // A value, or zero over pooled memory that holds the last array's bytes: written in parallel.
       std::string pattern = value ? std::string(static_cast<const char*>(value), element_size) : std::string(1, '\0');
-      const auto method = memcost::detail::resolve_fill_method(
-          memcost::fill_method::automatic, bytes, pattern.size(), memcost::detail::repeated_byte(pattern.data(), pattern.size()),
-          !from_pool);
-      work = [base, element_size, pattern, method](std::size_t first, std::size_t last) {
-        memcost::detail::fill_pattern(base + first * element_size, (last - first) * element_size, pattern.data(),
-                                      pattern.size(), method);
+      const memcost::detail::fill_choice choice = memcost::detail::choose_fill_method(
+          memcost::fill_method::automatic, base, bytes, pattern.data(), pattern.size(), !from_pool,
+          result->memory.page_bytes(), memcost::detail::default_threads(settings.threads));
+      result->report.fill_method = memcost::detail::fill_method_name(choice.method);
+      result->report.fill_method_reason = choice.reason;
+      result->report.fill_calibration_ns = choice.calibration_ns;
+      work = [base, element_size, pattern, method = choice.method,
+              done = choice.filled_bytes / element_size](std::size_t first, std::size_t last) {
+        first = std::max(first, done);  // measuring wrote these already
+        if (first < last) {
+          memcost::detail::fill_pattern(base + first * element_size, (last - first) * element_size, pattern.data(),
+                                        pattern.size(), method);
+        }
       };
     }
     bool async = settings.prefault == memcost::prefault::async;

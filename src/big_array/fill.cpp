@@ -5,10 +5,22 @@
 // not. glibc's memset already streams above its own threshold; a value of varied bytes needs
 // this code. Fresh memory is the exception: the kernel has just cleared each page as the fill
 // faulted it, so its lines are in the cache and ordinary stores hit them, where streaming
-// stores would first have to evict them. Measured by `memcost bigarray` (fill methods: fresh
-// and faulted-in memory side by side); the rule below follows those figures.
+// stores would first have to evict them. But which wins changes from machine to machine, and on
+// a virtual machine from one half hour to the next (`memcost bigarray`, fill methods: fresh and
+// faulted-in memory side by side). So fill_method::automatic measures: on first use in a process,
+// for a big enough array, the candidates fill slices of the array itself, taking turns, and the
+// fastest fills the rest and every later array of the same kind. Small arrays keep the rule.
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+#include <thread>
+#include <tuple>
+#include <vector>
 
 #include "memcost/big_array.hpp"
 #include "os/os.hpp"
@@ -38,7 +50,117 @@ std::size_t last_level_cache() {
   return bytes;
 }
 
+// Below this an automatic fill keeps the rule: slices big enough to time would be a large share of it.
+constexpr std::size_t measured_from_bytes = std::size_t{256} << 20;
+
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Fill [data, data + bytes) on `threads` threads split at `granule` borders; the slowest thread's
+// own time (thread start-up is not the method's).
+std::uint64_t timed_fill_ns(unsigned char* data, std::size_t bytes, std::size_t granule, const void* pattern,
+                            std::size_t pattern_bytes, fill_method method, unsigned threads) {
+  const std::size_t granules = bytes / granule;
+  threads = static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(threads, granules)));
+  std::vector<std::uint64_t> took(threads, 0);
+  std::vector<std::thread> workers;
+  for (unsigned i = 0; i < threads; ++i) {
+    const std::size_t first = granules * i / threads * granule;
+    const std::size_t last = i + 1 == threads ? bytes : granules * (i + 1) / threads * granule;
+    workers.emplace_back([&, i, first, last] {
+      const std::uint64_t start = steady_ns();
+      fill_pattern(data + first, last - first, pattern, pattern_bytes, method);
+      took[i] = steady_ns() - start;
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  return *std::max_element(took.begin(), took.end());
+}
+
+struct Decided {
+  fill_method method;
+  std::string measured;  // what was measured, for the reason given later
+};
+
+// Per process: what was measured, by kind of fill (fresh or not, a repeated byte or not, a value
+// that streams or not, the page size).
+std::mutex decided_mutex;
+std::map<std::tuple<bool, bool, bool, std::size_t>, Decided> decided;
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
 }  // namespace
+
+fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes, const void* pattern,
+                               std::size_t pattern_bytes, bool fresh, std::size_t page_bytes, unsigned threads) {
+  const bool repeated = repeated_byte(pattern, pattern_bytes);
+  const fill_method rule = resolve_fill_method(asked, bytes, pattern_bytes, repeated, fresh);
+  if (asked != fill_method::automatic) return {rule, "asked for", 0, 0};
+  std::vector<fill_method> candidates;
+  if (repeated) candidates.push_back(fill_method::memset);
+  candidates.push_back(fill_method::stores);
+  if (streams(pattern_bytes)) candidates.push_back(fill_method::nontemporal);
+  if (candidates.size() == 1) return {rule, "the only method for a value of this size", 0, 0};
+  const std::size_t cache = last_level_cache();
+  if (bytes < std::max(measured_from_bytes, cache)) {
+    return {rule, "the default rule: an array under " + mib(std::max(measured_from_bytes, cache)) +
+                      " is not worth measuring for", 0, 0};
+  }
+  if (page_bytes >= (std::size_t{1} << 30)) {
+    return {rule, "the default rule: on 1 GB pages a slice of the array cannot be fresh on its own", 0, 0};
+  }
+  const auto key = std::make_tuple(fresh, repeated, streams(pattern_bytes), page_bytes);
+  {
+    std::lock_guard<std::mutex> lock(decided_mutex);
+    if (auto found = decided.find(key); found != decided.end()) {
+      return {found->second.method, "measured earlier in this process: " + found->second.measured, 0, 0};
+    }
+  }
+  // Slices of the array itself, written with the value as the fill would: what the measuring
+  // costs is only the slower methods' extra time on them. Each candidate fills two, in the order
+  // A B C C B A (drift in the machine's bandwidth falls on all alike); its faster one counts.
+  const std::size_t granule = std::lcm(std::max<std::size_t>(page_bytes, 4096), pattern_bytes);
+  const std::size_t slice = std::max(granule, std::clamp(bytes / 512, std::size_t{4} << 20, std::size_t{16} << 20) /
+                                                  granule * granule);
+  std::vector<std::uint64_t> best(candidates.size(), UINT64_MAX);
+  auto* out = static_cast<unsigned char*>(data);
+  std::size_t filled = 0;
+  const std::uint64_t started = steady_ns();
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+      const std::size_t which = round == 0 ? k : candidates.size() - 1 - k;
+      best[which] = std::min(best[which], timed_fill_ns(out + filled, slice, granule, pattern, pattern_bytes,
+                                                        candidates[which], threads));
+      filled += slice;
+    }
+  }
+  const std::uint64_t took = steady_ns() - started;
+  const std::size_t winner = static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin());
+  const double winner_ns_per_byte = static_cast<double>(best[winner]) / static_cast<double>(slice);
+  const double as_winner_ns = winner_ns_per_byte * static_cast<double>(filled);
+  std::ostringstream measured;
+  measured.precision(3);
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    measured << (k ? ", " : "") << fill_method_name(candidates[k]) << " "
+             << static_cast<double>(slice) / static_cast<double>(best[k]) << " GB/s";
+  }
+  measured << " (" << (fresh ? "fresh" : "faulted-in") << " memory, " << mib(filled) << " of an array, " << threads
+           << (threads == 1 ? " thread)" : " threads)");
+  {
+    std::lock_guard<std::mutex> lock(decided_mutex);
+    decided.emplace(key, Decided{candidates[winner], measured.str()});
+  }
+  const double extra_ns = static_cast<double>(took) - as_winner_ns;
+  return {candidates[winner], "measured now: " + measured.str(), filled,
+          extra_ns > 0 ? static_cast<std::uint64_t>(extra_ns) : 0};
+}
+
+void forget_fill_measurements() {
+  std::lock_guard<std::mutex> lock(decided_mutex);
+  decided.clear();
+}
 
 fill_method resolve_fill_method(fill_method asked, std::size_t total_bytes, std::size_t pattern_bytes, bool repeated_byte,
                                 bool fresh_pages) {

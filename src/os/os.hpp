@@ -160,6 +160,10 @@ struct Wine {
 // The hypervisor this machine runs under, from CPUID ("KVM", "Microsoft Hyper-V", …);
 // "" on bare metal; absent where it cannot be told (not x86).
 [[nodiscard]] std::optional<std::string> hypervisor_vendor();
+// The malloc this process runs on, told by the symbols only it exports ("jemalloc", "mimalloc",
+// "tcmalloc", else the C library's: "glibc"; Windows: "Windows heap"), so that a row measured under a
+// preloaded allocator is known to have been.
+[[nodiscard]] std::string malloc_implementation();
 [[nodiscard]] unsigned logical_cpu_count();
 
 struct MultiSizeThp {

@@ -3,6 +3,7 @@
 #include "os/perf_linux.hpp"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <sched.h>
 #include <linux/mempolicy.h>
 #include <linux/perf_event.h>
@@ -547,6 +548,16 @@ std::optional<std::string> task_name(int tid) {
   std::string name;
   if (!file || !std::getline(file, name)) return std::nullopt;
   return name;
+}
+
+std::string malloc_implementation() {
+  // Each allocator's own entry points, looked up where malloc itself would be found.
+  static const std::pair<const char*, const char*> signatures[] = {
+      {"mallctl", "jemalloc"}, {"mi_version", "mimalloc"}, {"tc_version", "tcmalloc"}};
+  for (const auto& [symbol, name] : signatures) {
+    if (dlsym(RTLD_DEFAULT, symbol) != nullptr) return name;
+  }
+  return "glibc";
 }
 
 std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu() {

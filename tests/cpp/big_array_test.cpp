@@ -455,6 +455,50 @@ TEST(FillPattern, TheAutomaticRuleFollowsTheMeasuredOne) {
 #endif
 }
 
+TEST(FillChoice, AutomaticMeasuresOnSlicesOfTheArrayOnceAProcessAndTheArrayIsRightAfter) {
+  // Above 256 MiB the first automatic fill of its kind measures the candidates on slices of the
+  // array itself; the next array of the kind reuses the answer; every element is the value.
+  detail::forget_fill_measurements();
+  struct Item {
+    std::uint64_t a, b;
+  };
+  const std::size_t n = 512 * MiB / sizeof(Item) - 5;
+  auto first = make_big_array<Item>(n, fill(Item{3, 4}));
+  const allocation_report& report = first.report();
+  EXPECT_EQ(report.fill_method_reason.rfind("measured now: ", 0), 0U) << report.fill_method_reason;
+  EXPECT_NE(report.fill_method_reason.find("stores"), std::string::npos);
+  EXPECT_TRUE(report.fill_method == "stores" || report.fill_method == "nontemporal") << report.fill_method;
+  EXPECT_GT(report.fill_calibration_ns, 0U);
+  EXPECT_TRUE(std::all_of(first.begin(), first.end(), [](const Item& item) { return item.a == 3 && item.b == 4; }));
+  auto second = make_big_array<Item>(n, fill(Item{5, 6}));
+  EXPECT_EQ(second.report().fill_method_reason.rfind("measured earlier in this process: ", 0), 0U)
+      << second.report().fill_method_reason;
+  EXPECT_EQ(second.report().fill_method, report.fill_method);
+  EXPECT_EQ(second.report().fill_calibration_ns, 0U);
+  EXPECT_TRUE(std::all_of(second.begin(), second.end(), [](const Item& item) { return item.a == 5 && item.b == 6; }));
+  // Small arrays keep the rule, and say so; a method asked for is used as asked.
+  auto small = make_big_array<Item>(MiB, fill(Item{1, 2}));
+  EXPECT_EQ(small.report().fill_method_reason.rfind("the default rule", 0), 0U) << small.report().fill_method_reason;
+  auto asked = make_big_array<Item>(n, fill(Item{7, 8}), {.fill_method = fill_method::stores});
+  EXPECT_EQ(asked.report().fill_method, "stores");
+  EXPECT_EQ(asked.report().fill_method_reason, "asked for");
+  EXPECT_EQ(asked[n - 1].b, 8U);
+}
+
+TEST(FillChoice, MeasuringWritesTheValueOverExactlyThePrefixItReports) {
+  detail::forget_fill_measurements();
+  const std::size_t bytes = 300 * MiB;
+  auto memory = make_big_array<unsigned char>(bytes, uninitialized, {.prefault = prefault::none});
+  const unsigned char pattern[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const detail::fill_choice choice = detail::choose_fill_method(fill_method::automatic, memory.data(), bytes, pattern, 8,
+                                                                true, memory.page_bytes(), 2);
+  ASSERT_GT(choice.filled_bytes, 0U);
+  EXPECT_LE(choice.filled_bytes, bytes / 8);
+  EXPECT_EQ(choice.filled_bytes % memory.page_bytes(), 0U);
+  for (std::size_t i = 0; i < choice.filled_bytes; ++i) ASSERT_EQ(memory[i], pattern[i % 8]) << i;
+  EXPECT_EQ(memory[choice.filled_bytes], 0) << "past the prefix: untouched";
+}
+
 TEST(BigArrayPool, AReusedArrayOfAVariedValueIsStreamedAndRight) {
   array_pool pool(256 * MiB);
   struct Pair {

@@ -70,6 +70,32 @@ def test_table_figure_and_missing_allocators(bigarray_run):
         assert name in present or any(name in w["message"] for w in absent)
 
 
+@pytest.mark.parametrize("allocator", ["jemalloc", "mimalloc", "tcmalloc"])
+def test_each_allocators_rows_ran_under_it_and_are_right(bigarray_run, allocator):
+    from memcost.experiments.bigarray import ALLOCATORS, find_library
+    pattern, package = ALLOCATORS[allocator]
+    assert find_library(pattern), f"{package} is not installed: `make test` installs it (tools/debian-packages.txt)"
+    _, document, _ = bigarray_run
+    samples = [s for s in document["samples"]
+               if s["case"]["part"] == "strategy" and s["case"].get("allocator") == allocator]
+    assert {s["case"]["strategy"] for s in samples} >= {"new[]", "std::vector", "malloc + memset", "calloc + first touch"}
+    pages_64mib = 64 * 1024 * 1024 // 4096
+    for sample in samples:
+        metrics = sample["metrics"]
+        assert metrics["malloc"] == allocator, sample["case"]  # the preloaded malloc served it, not glibc's
+        assert metrics["verified"], sample["case"]  # sampled elements hold the value
+        assert metrics["huge_fraction"] is not None  # the page kind was read back from the kernel
+        assert 0 <= metrics["minor_faults"] <= pages_64mib * 1.1, (sample["case"], metrics["minor_faults"])
+    # Its first big block is fresh memory: a fault per base page (THP madvise: malloc advises none).
+    assert samples[0]["metrics"]["minor_faults"] >= 32
+    if allocator in ("jemalloc", "mimalloc"):
+        # They give a freed block of 64 MiB back to the kernel: every repetition faults it in again.
+        # (tcmalloc keeps it and hands it out again: only its first allocation faults; docs/bigarray.md.)
+        assert all(s["metrics"]["minor_faults"] >= pages_64mib * 0.99 for s in samples)
+    glibc = [s for s in document["samples"] if s["case"]["part"] == "strategy" and s["case"].get("allocator") == "glibc"]
+    assert glibc and all(s["metrics"]["malloc"] == "glibc" for s in glibc)
+
+
 @pytest.mark.parametrize("arguments", [["--size", "0"], ["--size", "abc"], ["--inits", "random"], ["--reps", "0"]])
 def test_bad_values_exit_2(tmp_path, arguments):
     result = run_memcost("--results-dir", str(tmp_path), "bigarray", *arguments)
@@ -122,9 +148,12 @@ def test_the_fill_methods_are_measured_on_fresh_and_faulted_memory_and_the_pick_
     fills = {f["memory"]: f for f in document["summary"]["fills"]}
     assert set(fills) == {"fresh", "faulted"}
     for fill in fills.values():
-        assert set(fill["gb_per_s"]) == {"memset", "stores", "nontemporal"}
+        assert set(fill["gb_per_s"]) == {"memset", "stores", "nontemporal", "automatic"}
         assert all(speed > 0 for speed in fill["gb_per_s"].values())
         assert fill["fastest"] in ("stores", "nontemporal")
+        # 64 MiB is under what is worth measuring for: the rule, and it says so.
+        assert fill["automatic_reason"].startswith("the default rule"), fill["automatic_reason"]
+        assert fill["calibration_ms"] == 0
     # The fresh fill takes the faults (64 MiB: at least one per 2 MiB page); the refill none.
     assert fills["fresh"]["faults_per_fill"] >= 32 and fills["faulted"]["faults_per_fill"] == 0
     assert fills["fresh"]["automatic_picks"] == "stores"
@@ -139,3 +168,32 @@ def test_the_repeat_scenario_shrinks_to_a_quarter_of_the_budget_and_says_so(tmp_
     reduced = [w for w in document["warnings"] if w["code"] == "repeat_size_reduced"]
     assert reduced and "32 MiB" in reduced[0]["message"], document["warnings"]
     assert {r["size_bytes"] for r in document["summary"]["repeat"]} == {32 << 20}
+
+
+def _strategy_sample(rep: int, seconds: float, events: dict) -> dict:
+    return {"case": {"part": "strategy", "strategy": "std::vector<T>(n)", "family": "libc", "allocator": "glibc",
+                     "init": "zero", "size_bytes": 1 << 30, "rep": rep, "threads": 2},
+            "metrics": {"elapsed_s": seconds, "events": events}}
+
+
+def test_an_outlier_is_explained_by_a_cause_that_fits_or_said_to_have_none():
+    from memcost.analysis.bigarray import find_outliers, outlier_lines
+    quiet = {"compaction_stalls": 0, "thp_fallbacks": 0, "reclaimed_pages": 0, "steal_ns": 0}
+    samples = [_strategy_sample(rep, 0.5, quiet) for rep in range(1, 5)]
+    samples.append(_strategy_sample(0, 2.0, quiet))  # the first, 4× the median, nothing seen
+    samples.append({"case": {"part": "repeat", "variant": "fresh make_big_array", "size_bytes": 1 << 30, "iterations": 4},
+                    "metrics": {"iteration_ns": [3.4e9, 0.45e9, 0.46e9, 0.44e9], "iteration_faults": [0] * 4,
+                                "floor_ns": [0.4e9] * 3,
+                                "iteration_events": [{**quiet, "compaction_stalls": 12}, quiet, quiet, quiet]}})
+    outliers = find_outliers(samples)
+    assert len(outliers) == 2
+    lines = outlier_lines({"outliers": outliers, "machine_facts": {"free_page_reporting": False}})
+    repeat = next(line for line in lines if line.startswith("repeat: fresh make_big_array, iteration 1"))
+    assert "7.5× the median" in repeat and "THP compaction: 12 direct compaction stalls" in repeat
+    strategy = next(line for line in lines if "repetition" in line)
+    assert "no known cause fits" in strategy and "does not report free pages" in strategy
+    # On a VM that gives free memory back to its host, the first use fits that cause, with the
+    # figure `memcost costs` measured for it.
+    lines = outlier_lines({"outliers": outliers, "machine_facts": {"free_page_reporting": True, "idle_ratio": 2.4}})
+    assert all("memory returned to the host" in line and "2.4× costlier" in line for line in lines)
+    assert find_outliers([_strategy_sample(rep, 0.5 + rep * 0.1, quiet) for rep in range(5)]) == []

@@ -49,7 +49,83 @@ def summarize(samples: list) -> dict:
             row["rank"] = rank
     return {"limit_gb_per_s": limit, "rows": rows, "auto_choice": auto_choice(samples, rows),
             "repeat": summarize_repeat(samples, limit), "fills": summarize_fills(samples, limit),
-            "headline": headline(rows)}
+            "outliers": find_outliers(samples), "headline": headline(rows)}
+
+
+OUTLIER_TIMES = 3.0  # a repetition this many times the median of its group is explained, or said unexplained
+
+
+def find_outliers(samples: list) -> list[dict]:
+    """Repetitions (ranked tables) and iterations (repeat scenario) that took more than 3× the
+    median of their group, with what the machine did meanwhile (compaction stalls, reclaim, steal)."""
+    timed: dict[str, list[tuple[float, dict, bool]]] = defaultdict(list)  # group -> (seconds, events, first)
+    for sample in samples:
+        case, metrics = sample["case"], sample["metrics"]
+        if case["part"] == "strategy":
+            timed[f"{row_name(case)} ({case['init']}), repetition"].append(
+                (metrics["elapsed_s"], metrics.get("events") or {}, case["rep"] == 0))
+        elif case["part"] == "repeat":
+            events = metrics.get("iteration_events") or [{}] * len(metrics["iteration_ns"])
+            for i, (ns, event) in enumerate(zip(metrics["iteration_ns"], events)):
+                timed[f"repeat: {case['variant']}, iteration"].append((ns / 1e9, event, i == 0))
+    found = []
+    for group, entries in timed.items():
+        if len(entries) < 3:
+            continue  # a median of two says nothing about which is the odd one
+        median = float(np.median([seconds for seconds, _, _ in entries]))
+        for number, (seconds, events, first) in enumerate(entries, start=1):
+            if median > 0 and seconds > OUTLIER_TIMES * median:
+                found.append({"where": f"{group} {number}", "seconds": seconds, "median_s": median,
+                              "times_median": seconds / median, "first": first, "events": events})
+    return found
+
+
+def outlier_causes(outlier: dict, facts: dict) -> list[str]:
+    """The known causes that fit one outlier, from what the machine did during it and what the
+    context and this machine's `costs` result say (facts: free_page_reporting, idle_ratio)."""
+    events, causes = outlier["events"], []
+    excess_s = outlier["seconds"] - outlier["median_s"]
+    if events.get("compaction_stalls"):
+        causes.append(f"THP compaction: {events['compaction_stalls']:,} direct compaction stalls in vmstat during it")
+    if events.get("reclaimed_pages"):
+        causes.append(f"memory reclaim: {events['reclaimed_pages']:,} pages reclaimed during it")
+    steal_s = (events.get("steal_ns") or 0) / 1e9
+    if excess_s > 0 and steal_s >= 0.25 * excess_s:
+        causes.append(f"the hypervisor ran other work: {steal_s:.2f} s of steal time during it, against "
+                      f"{excess_s:.2f} s more than the median")
+    if outlier["first"] and facts.get("free_page_reporting"):
+        measured = (f"; `memcost costs` measured memory left free {facts['idle_ratio']:.1f}× costlier to fault in "
+                    "here" if facts.get("idle_ratio") else "; run `memcost costs` to measure what it adds here")
+        causes.append("memory returned to the host: the VM reports free pages to its host (free page reporting), so "
+                      "the first use of memory that sat free is faulted in by the host again" + measured)
+    return causes
+
+
+def outlier_lines(summary: dict) -> list[str]:
+    """One line per outlier: which known cause fits, or that none does."""
+    facts = summary.get("machine_facts") or {}
+    lines = []
+    for outlier in summary.get("outliers") or []:
+        causes = outlier_causes(outlier, facts)
+        head = (f"{outlier['where']} took {outlier['seconds']:.3f} s, {outlier['times_median']:.1f}× the median "
+                f"({outlier['median_s']:.3f} s)")
+        lines.append(f"{head}: " + ("; ".join(causes) if causes else
+                                    "no known cause fits (no compaction stall, reclaim or steal during it"
+                                    + (", and this VM does not report free pages to its host)"
+                                       if facts.get("free_page_reporting") is False else ")")))
+    return lines
+
+
+def machine_facts(context: dict, results_root) -> dict:
+    """What the context and this machine's newest `costs` result say about causes of slow repetitions."""
+    from ..results import documents_of_host
+    facts = {"free_page_reporting": (context.get("hypervisor") or {}).get("free_page_reporting")}
+    for _, document in documents_of_host(results_root, "costs", context.get("host", "")):
+        ratios = [entry["ratio"] for entry in (document.get("summary") or {}).get("idle") or [] if entry.get("ratio")]
+        if ratios:
+            facts["idle_ratio"] = max(ratios)
+            break
+    return facts
 
 
 def _median_count(counts: list) -> Optional[float]:
@@ -61,29 +137,46 @@ def _median_count(counts: list) -> Optional[float]:
 def summarize_fills(samples: list, limit: Optional[float]) -> list[dict]:
     """Per kind of memory (fresh: the fill faults it in; faulted: filled again): each fill
     method's median GB/s, the fastest that can write a value of varied bytes (memset writes one
-    byte; it is there for reference), and what fill_method::automatic picks for such a value."""
+    byte; it is there for reference), and fill_method::automatic as the library runs it: what it
+    picked each time (it measures on slices of the memory), its own GB/s with the measuring
+    included, and what the measuring cost."""
     by_memory: dict[str, dict[str, list[float]]] = {}
-    picks: dict[str, str] = {}
+    picks: dict[str, list[str]] = {}
+    calibration: dict[str, list[tuple[int, int]]] = {}
+    reasons: dict[str, str] = {}
     faults: dict[str, list[float]] = {}
     for sample in samples:
-        case = sample["case"]
+        case, metrics = sample["case"], sample["metrics"]
         if case["part"] != "fill":
             continue
-        by_memory.setdefault(case["memory"], {}).setdefault(case["method"], []).append(sample["metrics"]["gb_per_s"])
-        faults.setdefault(case["memory"], []).append(sample["metrics"]["minor_faults"])  # None: not counted
-        picks[case["memory"]] = sample["metrics"]["automatic_picks"]
+        memory = case["memory"]
+        by_memory.setdefault(memory, {}).setdefault(case["method"], []).append(metrics["gb_per_s"])
+        if case["method"] == "automatic":
+            picks.setdefault(memory, []).append(metrics["automatic_picks"])
+            calibration.setdefault(memory, []).append((metrics.get("calibration_ns") or 0, case["size_bytes"]))
+            reasons[memory] = metrics.get("automatic_reason", "")
+        else:
+            faults.setdefault(memory, []).append(metrics["minor_faults"])  # None: not counted
     result = []
     for memory, methods in by_memory.items():
         medians = {method: float(np.median(values)) for method, values in methods.items()}
-        varied = {method: speed for method, speed in medians.items() if method != "memset"}
+        varied = {method: speed for method, speed in medians.items() if method not in ("memset", "automatic")}
         fastest = max(varied, key=varied.get)
-        picked = picks[memory]
+        chosen = picks.get(memory) or []
+        picked = max(set(chosen), key=chosen.count) if chosen else None
+        automatic_s = [size / (medians["automatic"] * 1e9) for _, size in calibration.get(memory, [])] \
+            if medians.get("automatic") else []
+        costs = [ns / 1e9 / fill_s for (ns, _), fill_s in zip(calibration.get(memory, []), automatic_s)]
         result.append({"memory": memory, "gb_per_s": medians, "reps": min(len(v) for v in methods.values()),
                        "ratio_to_limit": {m: v / limit for m, v in medians.items()} if limit else None,
                        "fastest": fastest, "automatic_picks": picked,
+                       "automatic_picks_all": chosen, "automatic_reason": reasons.get(memory),
                        "picked_behind_fastest_percent": 100.0 * (medians[fastest] / medians[picked] - 1.0)
-                       if medians.get(picked) else None,
-                       "faults_per_fill": _median_count(faults[memory])})
+                       if picked and medians.get(picked) else None,
+                       "calibration_ms": float(np.median([ns for ns, _ in calibration[memory]])) / 1e6
+                       if calibration.get(memory) else None,
+                       "calibration_share": float(np.median(costs)) if costs else None,
+                       "faults_per_fill": _median_count(faults.get(memory, []))})
     return result
 
 

@@ -81,6 +81,8 @@ def measure(values: dict, directory) -> dict:
             samples += extra.samples
     params["probe_settings"] = run.settings
     summary, unverified = analyze(samples)
+    from ..analysis.bigarray import machine_facts
+    summary["machine_facts"] = machine_facts(run.context, directory.root)
     return finish(EXPERIMENT, run.context, params, samples, summary, list(run.warnings) + missing + unverified, directory)
 
 
@@ -109,12 +111,16 @@ def tables(summary: dict) -> list[Table]:
                              number(r["free_s"], 3)] for r in rows]))
     fills = summary.get("fills") or []
     if fills:
-        methods = list(fills[0]["gb_per_s"])
+        methods = [m for m in fills[0]["gb_per_s"] if m != "automatic"]
         result.append(("Fill methods: GB/s writing a 16-byte value (memset: one byte), medians of "
-                       f"{fills[0]['reps']}; fresh = the fill faults the memory in",
-                       ["memory", *methods, "faults", "fastest (16-byte value)", "automatic picks"],
+                       f"{fills[0]['reps']}; fresh = the fill faults the memory in; automatic = fill_method::automatic "
+                       "as make_big_array runs it, measuring on slices of the memory first (included)",
+                       ["memory", *methods, "faults", "fastest (16-byte value)", "automatic picks", "automatic",
+                        "measuring cost"],
                        [[f["memory"], *[number(f["gb_per_s"].get(m), 1) for m in methods], number(f["faults_per_fill"]),
-                         f["fastest"], f["automatic_picks"]] for f in fills]))
+                         f["fastest"], _picks(f), number(f["gb_per_s"].get("automatic"), 1),
+                         "n/a" if f.get("calibration_ms") is None else
+                         f"{f['calibration_ms']:.1f} ms ({f['calibration_share']:.1%} of the fill)"] for f in fills]))
     repeat = summary.get("repeat") or []
     if repeat:
         result.append((f"{format_bytes(repeat[0]['size_bytes'])} made, initialized and freed {repeat[0]['iterations']} "
@@ -128,14 +134,26 @@ def tables(summary: dict) -> list[Table]:
     return result
 
 
+def _picks(fill: dict) -> str:
+    """The method automatic picked, and how often when it did not pick the same every time."""
+    every = fill.get("automatic_picks_all") or []
+    if not fill.get("automatic_picks"):
+        return "n/a"
+    if len(set(every)) <= 1:
+        return fill["automatic_picks"]
+    return ", ".join(f"{method} ×{every.count(method)}" for method in sorted(set(every), key=every.count, reverse=True))
+
+
 def notes(summary: dict) -> list[str]:
-    lines = []
+    from ..analysis.bigarray import outlier_lines
+    lines = outlier_lines(summary)
     for fill in summary.get("fills") or []:
         behind = fill["picked_behind_fastest_percent"]
         # A pick within 5 % of the fastest is inside this machine's run-to-run noise.
         if behind is not None and behind > 5:
-            lines.append(f"fill_method::automatic picks {fill['automatic_picks']} on {fill['memory']} memory, "
-                         f"{behind:.0f}% behind {fill['fastest']} here: pass fill_method::{fill['fastest']} on this machine")
+            lines.append(f"fill_method::automatic picked {fill['automatic_picks']} on {fill['memory']} memory, which "
+                         f"the full fills put {behind:.0f}% behind {fill['fastest']}: its measurement on slices of the "
+                         f"memory disagreed with the full fills this time ({fill.get('automatic_reason')})")
     choice = summary.get("auto_choice")
     if not choice:
         return lines

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -237,6 +239,38 @@ void parallel_memset(void* data, std::size_t bytes, unsigned threads, int byte) 
 }
 
 // The machine's limit: GB/s of a parallel memset over memory already faulted in.
+// What the machine did while one repetition ran, for explaining one that took far longer than
+// the others: compaction stalls, THP fallbacks, pages reclaimed (vmstat) and steal time.
+struct MachineEvents {
+  std::map<std::string, std::uint64_t> vmstat;
+  std::optional<std::uint64_t> steal_ns;
+};
+
+MachineEvents machine_events() {
+  auto times = os::machine_times();
+  return {os::vmstat().value_or(std::map<std::string, std::uint64_t>{}),
+          times && times->steal_available ? std::optional<std::uint64_t>(times->steal_ns) : std::nullopt};
+}
+
+json events_between(const MachineEvents& before, const MachineEvents& after) {
+  auto grown = [&](std::initializer_list<const char*> names) -> json {
+    std::uint64_t total = 0;
+    bool any = false;
+    for (const char* name : names) {
+      auto a = before.vmstat.find(name), b = after.vmstat.find(name);
+      if (a == before.vmstat.end() || b == after.vmstat.end()) continue;
+      any = true;
+      total += b->second >= a->second ? b->second - a->second : 0;
+    }
+    return any ? json(total) : json(nullptr);
+  };
+  return {{"compaction_stalls", grown({"compact_stall"})},
+          {"thp_fallbacks", grown({"thp_fault_fallback"})},
+          {"reclaimed_pages", grown({"pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged"})},
+          {"steal_ns", before.steal_ns && after.steal_ns ? json(*after.steal_ns - std::min(*before.steal_ns, *after.steal_ns))
+                                                           : json(nullptr)}};
+}
+
 double limit_gb_per_s(std::size_t bytes, unsigned threads) {
   auto buffer = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
   auto start = measure::now_ns();
@@ -255,6 +289,28 @@ double fill_gb_per_s(unsigned char* data, std::size_t bytes, unsigned threads, f
     measure::keep_writes(data);
   });
   return static_cast<double>(items * sizeof(WorkItem)) / static_cast<double>(measure::now_ns() - start);
+}
+
+// fill_method::automatic as make_big_array runs it: measured on slices of this memory (first use
+// in the process: `forget` makes every call a first use), the rest filled by the winner; GB/s
+// over the whole, measuring included.
+struct AutomaticFill {
+  double gb_per_s;
+  detail::fill_choice choice;
+};
+AutomaticFill automatic_fill(unsigned char* data, std::size_t bytes, std::size_t page_bytes, unsigned threads, bool fresh) {
+  detail::forget_fill_measurements();
+  const std::size_t items = bytes / sizeof(WorkItem);
+  auto start = measure::now_ns();
+  detail::fill_choice choice = detail::choose_fill_method(fill_method::automatic, data, items * sizeof(WorkItem),
+                                                          &value_item, sizeof(WorkItem), fresh, page_bytes, threads);
+  const std::size_t done = choice.filled_bytes / sizeof(WorkItem);
+  parallel_for(threads, items - done, [data, done, method = choice.method](std::size_t first, std::size_t last) {
+    detail::fill_pattern(data + (done + first) * sizeof(WorkItem), (last - first) * sizeof(WorkItem), &value_item,
+                         sizeof(WorkItem), method);
+    measure::keep_writes(data);
+  });
+  return {static_cast<double>(items * sizeof(WorkItem)) / static_cast<double>(measure::now_ns() - start), std::move(choice)};
 }
 
 // Every flag, typed: CLI11 parses, checks and converts; the runner handles no strings.
@@ -350,9 +406,11 @@ void declare(CLI::App& command, Settings& s) {
 void measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& strategy, std::size_t count,
                       unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
   StrategyInputs inputs{count, threads, zero_init};
+  const MachineEvents events_before = machine_events();
   auto before = measure::take_snapshot({.machine = false});
   BuiltArray made = strategy.make(inputs);
   auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+  const json events = events_between(events_before, machine_events());
   if (!made.failure.empty()) {
     if (failed.insert(strategy.name).second) {
       emitter.warning("strategy_failed", strategy.name + " failed and is left out of the ranking: " + made.failure);
@@ -371,7 +429,9 @@ void measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& 
                   {"user_s", static_cast<double>(interval.process_user_ns) / 1e9},
                   {"huge_fraction", backing ? json(backing->huge_fraction()) : json(nullptr)},
                   {"verified", ok},
-                  {"page_kind", made.page_kind}};
+                  {"page_kind", made.page_kind},
+                  {"malloc", os::malloc_implementation()},
+                  {"events", events}};
   if (made.first_percent_s >= 0) metrics["first_percent_s"] = made.first_percent_s;
   if (!made.auto_choice.empty()) {
     metrics["auto_choice"] = made.auto_choice;
@@ -448,23 +508,32 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
     // The fill methods side by side, on fresh memory (the fill faults it in) and on memory faulted
     // in once and filled again: the evidence for fill_method::automatic's rule.
     auto buffer = std::make_shared<big_array<unsigned char>>();
-    const std::vector<fill_method> methods = {fill_method::memset, fill_method::stores, fill_method::nontemporal};
+    // fill_method::automatic is measured beside them, as make_big_array runs it (it measures too).
+    const std::vector<fill_method> methods = {fill_method::memset, fill_method::stores, fill_method::nontemporal,
+                                              fill_method::automatic};
     for (int rep = 0; rep < s.limit_reps; ++rep) {
       for (bool fresh : {true, false}) {
-        const std::string picks = detail::fill_method_name(detail::resolve_fill_method(
-            fill_method::automatic, bytes, sizeof(WorkItem), detail::repeated_byte(&value_item, sizeof(WorkItem)), fresh));
         for (fill_method method : methods) {
           const bool last = rep + 1 == s.limit_reps && !fresh && method == methods.back();
-          steps.push_back({"fill methods", [&emitter, buffer, bytes, threads, method, rep, fresh, last, picks] {
+          steps.push_back({"fill methods", [&emitter, buffer, bytes, threads, method, rep, fresh, last] {
             // Fresh: mapped like make_big_array maps it, not touched; the fill takes the faults.
             if (fresh) *buffer = make_big_array<unsigned char>(bytes, uninitialized, {.prefault = prefault::none});
             else if (buffer->size() == 0) *buffer = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
             auto before = measure::take_snapshot({.machine = false});
-            const double gb_per_s = fill_gb_per_s(buffer->data(), bytes, threads, method);
+            json metrics;
+            if (method == fill_method::automatic) {
+              AutomaticFill automatic = automatic_fill(buffer->data(), bytes, buffer->page_bytes(), threads, fresh);
+              metrics = {{"gb_per_s", automatic.gb_per_s}, {"automatic_picks", detail::fill_method_name(automatic.choice.method)},
+                         {"automatic_reason", automatic.choice.reason}, {"calibration_ns", automatic.choice.calibration_ns},
+                         {"calibration_bytes", automatic.choice.filled_bytes}};
+            } else {
+              metrics = {{"gb_per_s", fill_gb_per_s(buffer->data(), bytes, threads, method)}};
+            }
             auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+            metrics["minor_faults"] = fault_count(interval.faults_counted, interval.minor_faults);
             emitter.sample({{"part", "fill"}, {"method", detail::fill_method_name(method)}, {"memory", fresh ? "fresh" : "faulted"},
                             {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
-                           {{"gb_per_s", gb_per_s}, {"minor_faults", fault_count(interval.faults_counted, interval.minor_faults)}, {"automatic_picks", picks}});
+                           std::move(metrics));
             if (fresh || last) *buffer = big_array<unsigned char>();
           }});
         }
@@ -497,20 +566,26 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
         const bool last = v + 1 == variants.size();
         steps.push_back({"repeat " + variants[v].name, [&emitter, variant = variants[v], floor, elements, repeat_bytes, pool,
                                                         kept, last, repeat = s.repeat] {
-          auto timed = [&](const RepeatVariant& run, json& ns, json* faults) {
+          json floor_ns = json::array(), iteration_ns = json::array(), iteration_faults = json::array(),
+               iteration_events = json::array();
+          auto timed = [&](const RepeatVariant& run, json& ns, bool counted) {
+            const MachineEvents events_before = machine_events();
             auto before = measure::take_snapshot({.machine = false});
             run.iterate(elements);
             auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
             ns.push_back(interval.wall_ns);
-            if (faults) faults->push_back(fault_count(interval.faults_counted, interval.minor_faults));
+            if (counted) {
+              iteration_faults.push_back(fault_count(interval.faults_counted, interval.minor_faults));
+              iteration_events.push_back(events_between(events_before, machine_events()));
+            }
           };
-          json floor_ns = json::array(), iteration_ns = json::array(), iteration_faults = json::array();
-          for (int i = 0; i < kFloorReferences; ++i) timed(floor, floor_ns, nullptr);
-          for (int i = 0; i < repeat; ++i) timed(variant, iteration_ns, &iteration_faults);
+          for (int i = 0; i < kFloorReferences; ++i) timed(floor, floor_ns, false);
+          for (int i = 0; i < repeat; ++i) timed(variant, iteration_ns, true);
           pool->release();
           if (last) *kept = big_array<std::uint32_t>();
           emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", repeat}},
-                         {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}, {"floor_ns", floor_ns}});
+                         {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}, {"floor_ns", floor_ns},
+                          {"iteration_events", iteration_events}});
         }});
       }
     }
