@@ -23,7 +23,8 @@ RUNS = {
     "bigarray": ["bigarray", "--size", "32M", "--reps", "1", "--limit-reps", "1", "--repeat", "2"],
     "monitor": ["monitor", "--duration", "0.1", "--interval-ms", "50", "--pid", "1"],
     # A command that maps and touches memory: calls, faults and stacks as well as the run.
-    "trace": ["trace", "--", "/bin/sh", "-c", "head -c 20000000 /dev/zero | cat > /dev/null"],
+    "trace": ["trace", "--window-seconds", "1", "--", "/bin/sh", "-c",
+              "head -c 20000000 /dev/zero | cat > /dev/null; sleep 1.3"],
 }
 
 
