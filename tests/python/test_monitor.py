@@ -100,7 +100,7 @@ def test_prometheus_endpoint_answers_on_loopback(tmp_path):
     for name, kind in (("memcost_page_faults", "counter"), ("memcost_pages_allocated", "counter"),
                        ("memcost_cpu_seconds", "counter"), ("memcost_thp_events", "counter"),
                        ("memcost_zeroed_bytes", "counter"), ("memcost_hugetlb_pages", "gauge"),
-                       ("memcost_build", "info"), ("memcost_machine", "info")):
+                       ("memcost_build_info", "gauge"), ("memcost_machine_info", "gauge")):  # info, in the text format
         assert families[name].type == kind, name
     kinds = {sample.labels["kind"] for sample in families["memcost_cpu_seconds"].samples}
     assert {"system", "kswapd", "khugepaged", "kcompactd", "kworker"} <= kinds
