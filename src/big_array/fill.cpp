@@ -58,20 +58,27 @@ std::uint64_t steady_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
-// Fill [data, data + bytes) on `threads` threads split at `granule` borders; the slowest thread's
-// own time (thread start-up is not the method's).
-std::uint64_t timed_fill_ns(unsigned char* data, std::size_t bytes, std::size_t granule, const void* pattern,
-                            std::size_t pattern_bytes, fill_method method, unsigned threads) {
-  const std::size_t granules = bytes / granule;
+// Fill [data, data + warm + timed) on `threads` threads, each writing its share of the first
+// `warm` bytes untimed, then its share of the next `timed` bytes timed: the warm part brings the
+// caches to this method's steady state (stores leave dirty lines whose write-back would otherwise
+// fall after the timing), so the timed part runs as the rest of the fill will. Returns the
+// slowest thread's time for its timed share (thread start-up is not the method's).
+std::uint64_t timed_fill_ns(unsigned char* data, std::size_t warm, std::size_t timed, std::size_t granule,
+                            const void* pattern, std::size_t pattern_bytes, fill_method method, unsigned threads) {
+  const std::size_t granules = timed / granule, warm_granules = warm / granule;
   threads = static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(threads, granules)));
   std::vector<std::uint64_t> took(threads, 0);
   std::vector<std::thread> workers;
+  auto share = [threads, granule](std::size_t count, unsigned i) {
+    return std::pair<std::size_t, std::size_t>{count * i / threads * granule, count * (i + 1) / threads * granule};
+  };
   for (unsigned i = 0; i < threads; ++i) {
-    const std::size_t first = granules * i / threads * granule;
-    const std::size_t last = i + 1 == threads ? bytes : granules * (i + 1) / threads * granule;
-    workers.emplace_back([&, i, first, last] {
+    workers.emplace_back([&, i] {
+      const auto [warm_first, warm_last] = share(warm_granules, i);
+      fill_pattern(data + warm_first, warm_last - warm_first, pattern, pattern_bytes, method);
+      const auto [first, last] = share(granules, i);
       const std::uint64_t start = steady_ns();
-      fill_pattern(data + first, last - first, pattern, pattern_bytes, method);
+      fill_pattern(data + warm + first, last - first, pattern, pattern_bytes, method);
       took[i] = steady_ns() - start;
     });
   }
@@ -103,13 +110,23 @@ fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes,
   candidates.push_back(fill_method::stores);
   if (streams(pattern_bytes)) candidates.push_back(fill_method::nontemporal);
   if (candidates.size() == 1) return {rule, "the only method for a value of this size", 0, 0};
-  const std::size_t cache = last_level_cache();
-  if (bytes < std::max(measured_from_bytes, cache)) {
-    return {rule, "the default rule: an array under " + mib(std::max(measured_from_bytes, cache)) +
-                      " is not worth measuring for", 0, 0};
-  }
   if (page_bytes >= (std::size_t{1} << 30)) {
     return {rule, "the default rule: on 1 GB pages a slice of the array cannot be fresh on its own", 0, 0};
+  }
+  // Each candidate, twice, in the order A B C C B A (drift in the machine's bandwidth falls on all
+  // alike): a warm-up the size of the last-level cache, then a timed slice (1/256 of the array,
+  // 16 to 64 MiB), both of the array itself, written with the value as the fill would: what the
+  // measuring costs is only the slower methods' extra time on them. Its faster slice counts.
+  const std::size_t cache = last_level_cache();
+  const std::size_t granule = std::lcm(std::max<std::size_t>(page_bytes, 4096), pattern_bytes);
+  const auto whole = [granule](std::size_t bytes_wanted) { return std::max(granule, bytes_wanted / granule * granule); };
+  const std::size_t warm = whole(std::max(cache, std::size_t{4} << 20));
+  const std::size_t timed = whole(std::clamp(bytes / 256, std::size_t{16} << 20, std::size_t{64} << 20));
+  const std::size_t measured_bytes = 2 * candidates.size() * (warm + timed);
+  if (cache == 0 || bytes < std::max(measured_from_bytes, 4 * measured_bytes)) {
+    const std::size_t needed = std::max(measured_from_bytes, 4 * measured_bytes);
+    return {rule, "the default rule: an array under " + mib(needed) + " is not worth measuring for" +
+                      (cache ? "" : " (and the last-level cache's size is unknown)"), 0, 0};
   }
   const auto key = std::make_tuple(fresh, repeated, streams(pattern_bytes), page_bytes);
   {
@@ -118,12 +135,6 @@ fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes,
       return {found->second.method, "measured earlier in this process: " + found->second.measured, 0, 0};
     }
   }
-  // Slices of the array itself, written with the value as the fill would: what the measuring
-  // costs is only the slower methods' extra time on them. Each candidate fills two, in the order
-  // A B C C B A (drift in the machine's bandwidth falls on all alike); its faster one counts.
-  const std::size_t granule = std::lcm(std::max<std::size_t>(page_bytes, 4096), pattern_bytes);
-  const std::size_t slice = std::max(granule, std::clamp(bytes / 512, std::size_t{4} << 20, std::size_t{16} << 20) /
-                                                  granule * granule);
   std::vector<std::uint64_t> best(candidates.size(), UINT64_MAX);
   auto* out = static_cast<unsigned char*>(data);
   std::size_t filled = 0;
@@ -131,20 +142,20 @@ fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes,
   for (int round = 0; round < 2; ++round) {
     for (std::size_t k = 0; k < candidates.size(); ++k) {
       const std::size_t which = round == 0 ? k : candidates.size() - 1 - k;
-      best[which] = std::min(best[which], timed_fill_ns(out + filled, slice, granule, pattern, pattern_bytes,
+      best[which] = std::min(best[which], timed_fill_ns(out + filled, warm, timed, granule, pattern, pattern_bytes,
                                                         candidates[which], threads));
-      filled += slice;
+      filled += warm + timed;
     }
   }
   const std::uint64_t took = steady_ns() - started;
   const std::size_t winner = static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin());
-  const double winner_ns_per_byte = static_cast<double>(best[winner]) / static_cast<double>(slice);
+  const double winner_ns_per_byte = static_cast<double>(best[winner]) / static_cast<double>(timed);
   const double as_winner_ns = winner_ns_per_byte * static_cast<double>(filled);
   std::ostringstream measured;
   measured.precision(3);
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     measured << (k ? ", " : "") << fill_method_name(candidates[k]) << " "
-             << static_cast<double>(slice) / static_cast<double>(best[k]) << " GB/s";
+             << static_cast<double>(timed) / static_cast<double>(best[k]) << " GB/s";
   }
   measured << " (" << (fresh ? "fresh" : "faulted-in") << " memory, " << mib(filled) << " of an array, " << threads
            << (threads == 1 ? " thread)" : " threads)");

@@ -455,14 +455,24 @@ TEST(FillPattern, TheAutomaticRuleFollowsTheMeasuredOne) {
 #endif
 }
 
+// An array big enough for the automatic fill to measure here: four times what it measures, for
+// two candidates (the last-level cache as warm-up and 16 MiB timed, twice each); 0 when that
+// would be more than a test should map.
+std::size_t measurable_bytes() {
+  const std::size_t cache = os::last_level_cache_bytes().value_or(0);
+  const std::size_t needed = 4 * 2 * 2 * (std::max(cache, 4 * MiB) + 16 * MiB) + 64 * MiB;
+  return cache && needed <= 2048 * MiB ? std::max(needed, 512 * MiB) : 0;
+}
+
 TEST(FillChoice, AutomaticMeasuresOnSlicesOfTheArrayOnceAProcessAndTheArrayIsRightAfter) {
-  // Above 256 MiB the first automatic fill of its kind measures the candidates on slices of the
+  // A big enough array's first automatic fill of its kind measures the candidates on slices of the
   // array itself; the next array of the kind reuses the answer; every element is the value.
   detail::forget_fill_measurements();
   struct Item {
     std::uint64_t a, b;
   };
-  const std::size_t n = 512 * MiB / sizeof(Item) - 5;
+  if (measurable_bytes() == 0) GTEST_SKIP() << "the last-level cache is unknown or too large for a test-sized array";
+  const std::size_t n = measurable_bytes() / sizeof(Item) - 5;
   auto first = make_big_array<Item>(n, fill(Item{3, 4}));
   const allocation_report& report = first.report();
   EXPECT_EQ(report.fill_method_reason.rfind("measured now: ", 0), 0U) << report.fill_method_reason;
@@ -487,13 +497,14 @@ TEST(FillChoice, AutomaticMeasuresOnSlicesOfTheArrayOnceAProcessAndTheArrayIsRig
 
 TEST(FillChoice, MeasuringWritesTheValueOverExactlyThePrefixItReports) {
   detail::forget_fill_measurements();
-  const std::size_t bytes = 300 * MiB;
+  if (measurable_bytes() == 0) GTEST_SKIP() << "the last-level cache is unknown or too large for a test-sized array";
+  const std::size_t bytes = measurable_bytes();
   auto memory = make_big_array<unsigned char>(bytes, uninitialized, {.prefault = prefault::none});
   const unsigned char pattern[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   const detail::fill_choice choice = detail::choose_fill_method(fill_method::automatic, memory.data(), bytes, pattern, 8,
                                                                 true, memory.page_bytes(), 2);
   ASSERT_GT(choice.filled_bytes, 0U);
-  EXPECT_LE(choice.filled_bytes, bytes / 8);
+  EXPECT_LE(choice.filled_bytes, bytes / 4);  // measuring stays within a quarter of the array
   EXPECT_EQ(choice.filled_bytes % memory.page_bytes(), 0U);
   for (std::size_t i = 0; i < choice.filled_bytes; ++i) ASSERT_EQ(memory[i], pattern[i % 8]) << i;
   EXPECT_EQ(memory[choice.filled_bytes], 0) << "past the prefix: untouched";
