@@ -59,15 +59,19 @@ def find_outliers(samples: list) -> list[dict]:
     """Repetitions (ranked tables) and iterations (repeat scenario) that took more than 3× the
     median of their group, with what the machine did meanwhile (compaction stalls, reclaim, steal)."""
     timed: dict[str, list[tuple[float, dict, bool]]] = defaultdict(list)  # group -> (seconds, events, first)
+    faults: dict[str, list] = defaultdict(list)  # group -> each one's minor faults (None: not counted)
     for sample in samples:
         case, metrics = sample["case"], sample["metrics"]
         if case["part"] == "strategy":
-            timed[f"{row_name(case)} ({case['init']}), repetition"].append(
-                (metrics["elapsed_s"], metrics.get("events") or {}, case["rep"] == 0))
+            group = f"{row_name(case)} ({case['init']}), repetition"
+            timed[group].append((metrics["elapsed_s"], metrics.get("events") or {}, case["rep"] == 0))
+            faults[group].append(metrics.get("minor_faults"))
         elif case["part"] == "repeat":
             events = metrics.get("iteration_events") or [{}] * len(metrics["iteration_ns"])
+            group = f"repeat: {case['variant']}, iteration"
             for i, (ns, event) in enumerate(zip(metrics["iteration_ns"], events)):
-                timed[f"repeat: {case['variant']}, iteration"].append((ns / 1e9, event, i == 0))
+                timed[group].append((ns / 1e9, event, i == 0))
+            faults[group] += metrics["iteration_faults"]
     found = []
     for group, entries in timed.items():
         if len(entries) < 3:
@@ -76,7 +80,8 @@ def find_outliers(samples: list) -> list[dict]:
         for number, (seconds, events, first) in enumerate(entries, start=1):
             if median > 0 and seconds > OUTLIER_TIMES * median:
                 found.append({"where": f"{group} {number}", "seconds": seconds, "median_s": median,
-                              "times_median": seconds / median, "first": first, "events": events})
+                              "times_median": seconds / median, "first": first, "events": events,
+                              "faults": faults[group][number - 1], "median_faults": _median_count(faults[group])})
     return found
 
 
@@ -84,6 +89,10 @@ def outlier_causes(outlier: dict, facts: dict) -> list[str]:
     """The known causes that fit one outlier, from what the machine did during it and what the
     context and this machine's `costs` result say (facts: free_page_reporting, idle_ratio)."""
     events, causes = outlier["events"], []
+    taken, usual = outlier.get("faults"), outlier.get("median_faults")
+    if taken is not None and usual is not None and taken > 4 * usual + 1000:
+        causes.append(f"page faults: {taken:,} against a median of {usual:,.0f} — memory the others reused was "
+                      "given back to the kernel and faulted in again")
     excess_s = outlier["seconds"] - outlier["median_s"]
     if events.get("compaction_stalls"):
         causes.append(f"THP compaction: {events['compaction_stalls']:,} direct compaction stalls in vmstat during it")
@@ -211,19 +220,25 @@ def auto_choice(samples: list, rows: list[dict]) -> Optional[dict]:
         return None
     result = {"page_kind": chosen.get("auto_choice"), "fallbacks": chosen.get("auto_fallbacks", [])}
     for init in ("zero", "value"):
-        ranked = [r for r in rows if r["init"] == init]
+        ranked = [r for r in rows if r["init"] == init and not reused(r)]  # fresh allocations only
         auto = next((r for r in ranked if r["strategy"] == AUTO), None)
         if auto and ranked:
             fastest = ranked[0]
-            result[init] = {"rank": auto["rank"], "of": len(ranked), "fastest": fastest["strategy"],
+            result[init] = {"rank": ranked.index(auto) + 1, "of": len(ranked), "fastest": fastest["strategy"],
                             "slower_than_fastest_percent": 100.0 * (auto["median_s"] / fastest["median_s"] - 1.0)}
     why = "; ".join(result["fallbacks"]) if result["fallbacks"] else "the first rung of the ladder was available"
     result["why"] = f"chose {result['page_kind']}: {why}"
     return result
 
 
+def reused(row: dict) -> bool:
+    """A row that took fewer faults than even huge pages would need: its memory was not fresh but
+    kept by its allocator from an earlier row (tcmalloc keeps freed blocks and hands them out again)."""
+    return row["faults"] is not None and row["faults"] < row["size_bytes"] / (2 << 20) / 2
+
+
 def headline(rows: list[dict]) -> Optional[str]:
-    zero = [r for r in rows if r["init"] == "zero"]
+    zero = [r for r in rows if r["init"] == "zero" and not reused(r)]
     if not zero:
         return None
     fastest = zero[0]

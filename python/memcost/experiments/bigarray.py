@@ -145,8 +145,13 @@ def _picks(fill: dict) -> str:
 
 
 def notes(summary: dict) -> list[str]:
-    from ..analysis.bigarray import outlier_lines
+    from ..analysis.bigarray import outlier_lines, reused
     lines = outlier_lines(summary)
+    kept = sorted({r["strategy"] for r in summary["rows"] if reused(r)})
+    if kept:
+        lines.append(f"{', '.join(kept)}: far fewer faults than the array has pages — the allocator kept the memory an "
+                     "earlier row freed and handed it out again; these rows measure reuse, not a fresh allocation, and "
+                     "the headline leaves them out")
     for fill in summary.get("fills") or []:
         behind = fill["picked_behind_fastest_percent"]
         # A pick within 5 % of the fastest is inside this machine's run-to-run noise.
