@@ -91,8 +91,9 @@ def outlier_causes(outlier: dict, facts: dict) -> list[str]:
     events, causes = outlier["events"], []
     taken, usual = outlier.get("faults"), outlier.get("median_faults")
     if taken is not None and usual is not None and taken > 4 * usual + 1000:
-        causes.append(f"page faults: {taken:,} against a median of {usual:,.0f} — memory the others reused was "
-                      "given back to the kernel and faulted in again")
+        causes.append(f"page faults: {taken:,} against a median of {usual:,.0f} — it faulted its memory in, where "
+                      "the others reused memory already faulted (a pool's or an allocator's first fill, or memory "
+                      "the allocator had given back)")
     excess_s = outlier["seconds"] - outlier["median_s"]
     if events.get("compaction_stalls"):
         causes.append(f"THP compaction: {events['compaction_stalls']:,} direct compaction stalls in vmstat during it")
