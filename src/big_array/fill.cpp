@@ -114,14 +114,14 @@ fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes,
     return {rule, "the default rule: on 1 GB pages a slice of the array cannot be fresh on its own", 0, 0};
   }
   // Each candidate, twice, in the order A B C C B A (drift in the machine's bandwidth falls on all
-  // alike): a warm-up the size of the last-level cache, then a timed slice (1/256 of the array,
-  // 16 to 64 MiB), both of the array itself, written with the value as the fill would: what the
+  // alike): a warm-up of twice the last-level cache (a victim cache fills from the levels above
+  // it: once its size was not enough), then a timed slice (1/128 of the array, 32 to 64 MiB), both of the array itself, written with the value as the fill would: what the
   // measuring costs is only the slower methods' extra time on them. Its faster slice counts.
   const std::size_t cache = last_level_cache();
   const std::size_t granule = std::lcm(std::max<std::size_t>(page_bytes, 4096), pattern_bytes);
   const auto whole = [granule](std::size_t bytes_wanted) { return std::max(granule, bytes_wanted / granule * granule); };
-  const std::size_t warm = whole(std::max(cache, std::size_t{4} << 20));
-  const std::size_t timed = whole(std::clamp(bytes / 256, std::size_t{16} << 20, std::size_t{64} << 20));
+  const std::size_t warm = whole(2 * std::max(cache, std::size_t{4} << 20));
+  const std::size_t timed = whole(std::clamp(bytes / 128, std::size_t{32} << 20, std::size_t{64} << 20));
   const std::size_t measured_bytes = 2 * candidates.size() * (warm + timed);
   if (cache == 0 || bytes < std::max(measured_from_bytes, 4 * measured_bytes)) {
     const std::size_t needed = std::max(measured_from_bytes, 4 * measured_bytes);

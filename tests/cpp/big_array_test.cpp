@@ -456,11 +456,11 @@ TEST(FillPattern, TheAutomaticRuleFollowsTheMeasuredOne) {
 }
 
 // An array big enough for the automatic fill to measure here: four times what it measures, for
-// two candidates (the last-level cache as warm-up and 16 MiB timed, twice each); 0 when that
-// would be more than a test should map.
+// two candidates (twice the last-level cache as warm-up and 32 MiB timed, twice each); 0 when
+// that would be more than a test should map.
 std::size_t measurable_bytes() {
   const std::size_t cache = os::last_level_cache_bytes().value_or(0);
-  const std::size_t needed = 4 * 2 * 2 * (std::max(cache, 4 * MiB) + 16 * MiB) + 64 * MiB;
+  const std::size_t needed = 4 * 2 * 2 * (2 * std::max(cache, 4 * MiB) + 32 * MiB) + 64 * MiB;
   return cache && needed <= 2048 * MiB ? std::max(needed, 512 * MiB) : 0;
 }
 
