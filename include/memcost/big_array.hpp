@@ -331,6 +331,12 @@ struct fill_choice {
 [[nodiscard]] fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes, const void* pattern,
                                              std::size_t pattern_bytes, bool fresh, std::size_t page_bytes,
                                              unsigned threads);
+// The choice into the report: the method, why, and what measuring added.
+inline void note_fill(allocation_report& report, const fill_choice& choice) {
+  report.fill_method = fill_method_name(choice.method);
+  report.fill_method_reason = choice.reason;
+  report.fill_calibration_ns = choice.calibration_ns;
+}
 // Drop what this process measured (the next automatic fill measures again): for tests and benchmarks.
 void forget_fill_measurements();
 // Write `pattern` (pattern_bytes long) again and again over [destination, destination + bytes);
@@ -388,12 +394,6 @@ class big_array {
  private:
   template <class U, class Init>
   friend big_array<U> make_big_array(std::size_t count, Init init, big_array_options options);
-
-  void note_fill(const detail::fill_choice& choice) {
-    report_.fill_method = detail::fill_method_name(choice.method);
-    report_.fill_method_reason = choice.reason;
-    report_.fill_calibration_ns = choice.calibration_ns;
-  }
 
   void swap(big_array& other) noexcept {
     std::swap(mapping_, other.mapping_);
@@ -460,7 +460,7 @@ template <class T, class Init = construct_t>
     const detail::fill_choice choice = detail::choose_fill_method(options.fill_method, base, bytes, &zero_byte, 1, false,
                                                                   array.mapping_.page_bytes(),
                                                                   detail::default_threads(options.threads));
-    array.note_fill(choice);
+    detail::note_fill(array.report_, choice);
     work = [base, method = choice.method, zero_byte, done = choice.filled_bytes / sizeof(T)](std::size_t first,
                                                                                             std::size_t last) {
       first = std::max(first, done);  // measuring wrote these already
@@ -484,7 +484,7 @@ template <class T, class Init = construct_t>
         const detail::fill_choice choice = detail::choose_fill_method(
             options.fill_method, base, bytes, pattern.data(), sizeof(T), !from_pool, array.mapping_.page_bytes(),
             detail::default_threads(options.threads));
-        array.note_fill(choice);
+        detail::note_fill(array.report_, choice);
         const fill_method method = choice.method;
         const std::size_t done = choice.filled_bytes / sizeof(T);  // measuring wrote these already
         if constexpr (std::is_trivially_copyable_v<T>) {

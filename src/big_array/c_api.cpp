@@ -110,9 +110,7 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
       const memcost::detail::fill_choice choice = memcost::detail::choose_fill_method(
           memcost::fill_method::automatic, base, bytes, pattern.data(), pattern.size(), !from_pool,
           result->memory.page_bytes(), memcost::detail::default_threads(settings.threads));
-      result->report.fill_method = memcost::detail::fill_method_name(choice.method);
-      result->report.fill_method_reason = choice.reason;
-      result->report.fill_calibration_ns = choice.calibration_ns;
+      memcost::detail::note_fill(result->report, choice);
       work = [base, element_size, pattern, method = choice.method,
               done = choice.filled_bytes / element_size](std::size_t first, std::size_t last) {
         first = std::max(first, done);  // measuring wrote these already

@@ -50,9 +50,6 @@ std::size_t last_level_cache() {
   return bytes;
 }
 
-// Below this an automatic fill keeps the rule: slices big enough to time would be a large share of it.
-constexpr std::size_t measured_from_bytes = std::size_t{256} << 20;
-
 std::uint64_t steady_ns() {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -115,17 +112,18 @@ fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes,
   }
   // Each candidate, twice, in the order A B C C B A (drift in the machine's bandwidth falls on all
   // alike): a warm-up of twice the last-level cache (a victim cache fills from the levels above
-  // it: once its size was not enough), then a timed slice (1/128 of the array, 32 to 64 MiB), both of the array itself, written with the value as the fill would: what the
-  // measuring costs is only the slower methods' extra time on them. Its faster slice counts.
+  // it: once its size was not enough), then a timed slice (1/128 of the array, 32 to 64 MiB),
+  // both of the array itself, written with the value as the fill would: what the measuring costs
+  // is only the slower methods' extra time on them. Its faster slice counts. An array under four
+  // times what is measured keeps the rule (at least 640 MiB: 2 × 2 × (8 + 32) MiB, × 4).
   const std::size_t cache = last_level_cache();
   const std::size_t granule = std::lcm(std::max<std::size_t>(page_bytes, 4096), pattern_bytes);
   const auto whole = [granule](std::size_t bytes_wanted) { return std::max(granule, bytes_wanted / granule * granule); };
   const std::size_t warm = whole(2 * std::max(cache, std::size_t{4} << 20));
   const std::size_t timed = whole(std::clamp(bytes / 128, std::size_t{32} << 20, std::size_t{64} << 20));
   const std::size_t measured_bytes = 2 * candidates.size() * (warm + timed);
-  if (cache == 0 || bytes < std::max(measured_from_bytes, 4 * measured_bytes)) {
-    const std::size_t needed = std::max(measured_from_bytes, 4 * measured_bytes);
-    return {rule, "the default rule: an array under " + mib(needed) + " is not worth measuring for" +
+  if (cache == 0 || bytes < 4 * measured_bytes) {
+    return {rule, "the default rule: an array under " + mib(4 * measured_bytes) + " is not worth measuring for" +
                       (cache ? "" : " (and the last-level cache's size is unknown)"), 0, 0};
   }
   const auto key = std::make_tuple(fresh, repeated, streams(pattern_bytes), page_bytes);

@@ -238,7 +238,6 @@ void parallel_memset(void* data, std::size_t bytes, unsigned threads, int byte) 
   });
 }
 
-// The machine's limit: GB/s of a parallel memset over memory already faulted in.
 // What the machine did while one repetition ran, for explaining one that took far longer than
 // the others: compaction stalls, THP fallbacks, pages reclaimed (vmstat) and steal time.
 struct MachineEvents {
@@ -271,6 +270,7 @@ json events_between(const MachineEvents& before, const MachineEvents& after) {
                                                            : json(nullptr)}};
 }
 
+// The machine's limit: GB/s of a parallel memset over memory already faulted in.
 double limit_gb_per_s(std::size_t bytes, unsigned threads) {
   auto buffer = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
   auto start = measure::now_ns();

@@ -79,8 +79,6 @@ json size_summary(const trace::SizeSummary& size) {
           {"free_ns", size.free_ns}, {"map_ns", size.map_ns}};
 }
 
-// Counters keyed by fault key as parallel arrays, kFaultLine keys a record, largest first: the
-// key's columns, then each of `values` (a name and what it takes from a counter).
 std::uint64_t unix_time_ns() {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
@@ -92,6 +90,8 @@ json case_of(const char* record, const json& window) {
   return tags;
 }
 
+// Counters keyed by fault key as parallel arrays, kFaultLine keys a record, largest first: the
+// key's columns, then each of `values` (a name and what it takes from a counter).
 template <typename Counter>
 void emit_by_fault_key(Emitter& emitter, const char* record, const json& window,
                        std::vector<std::pair<trace::FaultKey, Counter>> rows, bool with_huge,
