@@ -59,6 +59,10 @@ class Trace:
         return self.run.get("sample_period", 1)
 
 
+# The columns that key a fault count in the probe's `faults` records (`fault_time` has all but `huge`).
+FAULT_KEY = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "huge")
+
+
 def read(samples: list) -> Trace:
     stacks, faults, origins, processes, fault_time = {}, [], [], [], []
     run: dict = {}
@@ -67,10 +71,10 @@ def read(samples: list) -> Trace:
         if record == "stack":
             stacks[metrics["stack"]] = metrics["frames"]
         elif record == "faults":
-            columns = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "huge", "faults")
+            columns = (*FAULT_KEY, "faults")
             faults.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
         elif record == "fault_time":
-            columns = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "samples", "zeroing_samples")
+            columns = (*FAULT_KEY[:-1], "samples", "zeroing_samples")
             fault_time.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
         elif record == "allocations":
             origins.append({"call": sample["case"]["call"], **metrics})

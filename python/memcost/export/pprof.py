@@ -174,9 +174,6 @@ def write(document: dict, path: Path) -> None:
     write_atomically(Path(path), gzip.compress(build(document)))
 
 
-FAULT_COLUMNS = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "huge")
-
-
 class Windows:
     """A long trace cut into windows, one pprof file each (`memcost trace --every`).
 
@@ -225,10 +222,10 @@ class Windows:
         counts = analysis.read(records)
         faults: dict[tuple, int] = {}
         for row in counts.faults:
-            key = tuple(row[column] for column in FAULT_COLUMNS)
+            key = tuple(row[column] for column in analysis.FAULT_KEY)
             faults[key] = faults.get(key, 0) + row["faults"]
         freed = {(origin["stack"], origin["call"]): origin["freed_bytes"] for origin in counts.origins}
-        rows = [{**dict(zip(FAULT_COLUMNS, key)), "faults": count - self.previous_faults.get(key, 0)}
+        rows = [{**dict(zip(analysis.FAULT_KEY, key)), "faults": count - self.previous_faults.get(key, 0)}
                 for key, count in faults.items() if count > self.previous_faults.get(key, 0)]
         origins = [{"stack": key[0], "call": key[1], "freed_bytes": bytes_ - self.previous_freed.get(key, 0)}
                    for key, bytes_ in freed.items() if bytes_ > self.previous_freed.get(key, 0)]

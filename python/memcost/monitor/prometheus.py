@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from .. import __version__
 from .sampler import KERNEL_THREADS, MACHINE_RATES, _delta
-from .stream import ProcessStat, Reading
+from .stream import ProcessStat, Reading, same_process_before
 
 # Kernel counters exposed as they are: metric, help, label values -> the vmstat fields summed.
 VMSTAT_COUNTERS = {
@@ -79,12 +79,10 @@ class TopProcesses:
         for totals in self.shown.values():
             totals.recent_faults *= self.DECAY
         for pid, stat in after.processes.items():
-            old = before.processes.get(pid)
-            if old is None or old.comm != stat.comm:
-                # Born during the interval (or a pid reused by another program): all of its figures
-                # are the interval's. A process that lived less than an interval is in neither reading,
-                # and is in the machine's counters only.
-                old = ProcessStat(pid, stat.comm, 0, 0, 0, 0, 0)
+            # Born during the interval (or a pid reused by another program): all of its figures are
+            # the interval's. A process that lived less than an interval is in neither reading, and
+            # is in the machine's counters only.
+            old = same_process_before(before, stat) or ProcessStat(pid, stat.comm, 0, 0, 0, 0, 0)
             minor, major = max(stat.minor_faults - old.minor_faults, 0), max(stat.major_faults - old.major_faults, 0)
             user_s, system_s = max(stat.user_ns - old.user_ns, 0) / 1e9, max(stat.system_ns - old.system_ns, 0) / 1e9
             if not (minor or major or user_s or system_s):

@@ -9,7 +9,7 @@ from typing import Optional
 
 from ..analysis.cost_model import CostModel
 from ..analysis.derived import MB
-from .stream import Reading
+from .stream import Reading, same_process_before
 
 KERNEL_THREADS = ("kswapd", "khugepaged", "kcompactd", "kworker")
 MACHINE_RATES = {
@@ -77,9 +77,9 @@ class Sampler:
 
         processes = []
         for pid, stat in after.processes.items():
-            old = before.processes.get(pid)
-            if old is None or old.comm != stat.comm:
-                continue  # appeared during the interval, or a reused pid
+            old = same_process_before(before, stat)
+            if old is None:
+                continue  # a rate needs two readings
             processes.append({"pid": pid, "comm": stat.comm,
                               "minor_faults_per_s": rate(max(stat.minor_faults - old.minor_faults, 0)),
                               "major_faults_per_s": rate(max(stat.major_faults - old.major_faults, 0)),

@@ -62,6 +62,13 @@ class Reading:
                    metrics.get("hugetlb"), metrics.get("thp"))
 
 
+def same_process_before(before: Reading, stat: ProcessStat) -> Optional[ProcessStat]:
+    """The process in an earlier reading; None when it was born since, or its pid now runs
+    another program (a reused pid)."""
+    old = before.processes.get(stat.pid)
+    return old if old is not None and old.comm == stat.comm else None
+
+
 class MonitorStream:
     """A `memcost-probe monitor` beside the front end, sampling every `interval_s`."""
 
