@@ -217,6 +217,10 @@ struct SystemInfo {
 // hands free memory back to the host, which faults it in again on next use.
 // Absent when it cannot be told (no sysfs, Windows).
 [[nodiscard]] std::optional<bool> free_page_reporting();
+// Bytes of free memory the guest has reported to its host since boot (the host took their backing
+// and faults it in again on their next use). Only some kernels count it (a `reported_kib`
+// parameter of the page_reporting module); absent elsewhere.
+[[nodiscard]] std::optional<std::uint64_t> host_reported_bytes();
 
 // ---- accounting ----------------------------------------------------------
 

@@ -397,6 +397,16 @@ std::optional<bool> free_page_reporting() {
   return false;
 }
 
+std::optional<std::uint64_t> host_reported_bytes() {
+  auto kib = read_text("/sys/module/page_reporting/parameters/reported_kib");
+  if (!kib) return std::nullopt;
+  try {
+    return static_cast<std::uint64_t>(std::stoull(*kib)) * 1024;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 ProcessTimes process_times() {
   ProcessTimes times;
   rusage usage{};

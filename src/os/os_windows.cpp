@@ -361,6 +361,7 @@ std::optional<MachineTimes> machine_times() {
 
 std::optional<KernelThreadTimes> kernel_thread_times() { return std::nullopt; }
 std::optional<bool> free_page_reporting() { return std::nullopt; }
+std::optional<std::uint64_t> host_reported_bytes() { return std::nullopt; }
 bool top_down_on_request() { return true; }
 namespace {
 // One PDH query for the memory counters, opened once; raw values of these "/sec" counters are

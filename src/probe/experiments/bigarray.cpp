@@ -243,12 +243,14 @@ void parallel_memset(void* data, std::size_t bytes, unsigned threads, int byte) 
 struct MachineEvents {
   std::map<std::string, std::uint64_t> vmstat;
   std::optional<std::uint64_t> steal_ns;
+  std::optional<std::uint64_t> host_reported_bytes;
 };
 
 MachineEvents machine_events() {
   auto times = os::machine_times();
   return {os::vmstat().value_or(std::map<std::string, std::uint64_t>{}),
-          times && times->steal_available ? std::optional<std::uint64_t>(times->steal_ns) : std::nullopt};
+          times && times->steal_available ? std::optional<std::uint64_t>(times->steal_ns) : std::nullopt,
+          os::host_reported_bytes()};
 }
 
 json events_between(const MachineEvents& before, const MachineEvents& after) {
@@ -267,7 +269,10 @@ json events_between(const MachineEvents& before, const MachineEvents& after) {
           {"thp_fallbacks", grown({"thp_fault_fallback"})},
           {"reclaimed_pages", grown({"pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged"})},
           {"steal_ns", before.steal_ns && after.steal_ns ? json(*after.steal_ns - std::min(*before.steal_ns, *after.steal_ns))
-                                                           : json(nullptr)}};
+                                                           : json(nullptr)},
+          {"host_reported_bytes", before.host_reported_bytes && after.host_reported_bytes
+                                      ? json(*after.host_reported_bytes - std::min(*before.host_reported_bytes, *after.host_reported_bytes))
+                                      : json(nullptr)}};
 }
 
 // The machine's limit: GB/s of a parallel memset over memory already faulted in.
@@ -516,6 +521,7 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
         for (fill_method method : methods) {
           const bool last = rep + 1 == s.limit_reps && !fresh && method == methods.back();
           steps.push_back({"fill methods", [&emitter, buffer, bytes, threads, method, rep, fresh, last] {
+            const MachineEvents events_before = machine_events();
             // Fresh: mapped like make_big_array maps it, not touched; the fill takes the faults.
             if (fresh) *buffer = make_big_array<unsigned char>(bytes, uninitialized, {.prefault = prefault::none});
             else if (buffer->size() == 0) *buffer = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
@@ -531,6 +537,7 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
             }
             auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
             metrics["minor_faults"] = fault_count(interval.faults_counted, interval.minor_faults);
+            metrics["events"] = events_between(events_before, machine_events());
             emitter.sample({{"part", "fill"}, {"method", detail::fill_method_name(method)}, {"memory", fresh ? "fresh" : "faulted"},
                             {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
                            std::move(metrics));
