@@ -331,6 +331,11 @@ struct fill_choice {
 [[nodiscard]] fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes, const void* pattern,
                                              std::size_t pattern_bytes, bool fresh, std::size_t page_bytes,
                                              unsigned threads);
+// From each candidate's timings of the same slice size (two or more rounds): the rule's method
+// unless another beat it in every round, i.e. its slowest round was faster than the rule's fastest
+// (a lead inside the rounds' spread is this machine's noise, not a difference). The index chosen.
+[[nodiscard]] std::size_t pick_measured_fill(const std::vector<fill_method>& candidates,
+                                             const std::vector<std::vector<std::uint64_t>>& round_ns, fill_method rule);
 // The choice into the report: the method, why, and what measuring added.
 inline void note_fill(allocation_report& report, const fill_choice& choice) {
   report.fill_method = fill_method_name(choice.method);

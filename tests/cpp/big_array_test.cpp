@@ -508,6 +508,20 @@ TEST(FillChoice, AutomaticMeasuresOnSlicesOfTheArrayOnceAProcessAndTheArrayIsRig
   EXPECT_EQ(asked[n - 1].b, 8U);
 }
 
+TEST(FillChoice, AnotherMethodDisplacesTheRuleOnlyByWinningEveryRound) {
+  const std::vector<fill_method> candidates = {fill_method::memset, fill_method::stores, fill_method::nontemporal};
+  using Rounds = std::vector<std::vector<std::uint64_t>>;
+  // nontemporal's slower round beats stores' faster: it is faster here, not just luckier.
+  EXPECT_EQ(detail::pick_measured_fill(candidates, Rounds{{30, 31}, {12, 13}, {10, 11}}, fill_method::stores), 2U);
+  // Its best round is the best of all, but its worse round is behind stores' best: inside the noise.
+  EXPECT_EQ(detail::pick_measured_fill(candidates, Rounds{{30, 31}, {12, 13}, {10, 14}}, fill_method::stores), 1U);
+  // A tie is no win.
+  EXPECT_EQ(detail::pick_measured_fill(candidates, Rounds{{30, 31}, {12, 13}, {10, 12}}, fill_method::stores), 1U);
+  // The rule's method fastest: kept; memset clearly fastest: taken, whatever the rule was.
+  EXPECT_EQ(detail::pick_measured_fill(candidates, Rounds{{30, 31}, {9, 13}, {10, 11}}, fill_method::stores), 1U);
+  EXPECT_EQ(detail::pick_measured_fill(candidates, Rounds{{5, 6}, {12, 13}, {10, 11}}, fill_method::nontemporal), 0U);
+}
+
 TEST(FillChoice, MeasuringWritesTheValueOverExactlyThePrefixItReports) {
   detail::forget_fill_measurements();
   if (measurable_bytes() == 0) GTEST_SKIP() << "the last-level cache is unknown or too large for a test-sized array";

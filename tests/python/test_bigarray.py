@@ -197,3 +197,30 @@ def test_an_outlier_is_explained_by_a_cause_that_fits_or_said_to_have_none():
     lines = outlier_lines({"outliers": outliers, "machine_facts": {"free_page_reporting": True, "idle_ratio": 2.4}})
     assert all("memory returned to the host" in line and "2.4× costlier" in line for line in lines)
     assert find_outliers([_strategy_sample(rep, 0.5 + rep * 0.1, quiet) for rep in range(5)]) == []
+    # Where the kernel counts what it reported to the host, a repetition during which it reported
+    # hundreds of MiB says so with the figure, first use or not; a few MiB is no cause.
+    samples = [_strategy_sample(rep, 0.5, {**quiet, "host_reported_bytes": 2 << 20}) for rep in range(4)]
+    samples.append(_strategy_sample(4, 1.9, {**quiet, "host_reported_bytes": 768 << 20}))
+    lines = outlier_lines({"outliers": find_outliers(samples), "machine_facts": {"free_page_reporting": True}})
+    assert len(lines) == 1 and "repetition 5" in lines[0] and "reported 768 MiB of free memory" in lines[0], lines
+    samples[-1] = _strategy_sample(4, 1.9, {**quiet, "host_reported_bytes": 4 << 20})
+    lines = outlier_lines({"outliers": find_outliers(samples), "machine_facts": {"free_page_reporting": True}})
+    assert "no known cause fits" in lines[0], lines
+
+
+def test_a_fill_raced_by_the_host_taking_memory_back_is_taken_again_and_said():
+    from memcost.analysis.bigarray import summarize_fills
+    from memcost.experiments.bigarray import notes
+
+    def fill(method, rep, speed, raced=()):
+        return {"case": {"part": "fill", "method": method, "memory": "fresh", "size_bytes": 1 << 30, "rep": rep,
+                         "threads": 2},
+                "metrics": {"gb_per_s": speed, "minor_faults": 512, "raced_with_host_reporting": list(raced),
+                            **({"automatic_picks": "stores", "calibration_ns": 0} if method == "automatic" else {})}}
+    samples = [fill(method, rep, 12.0) for rep in range(3) for method in ("memset", "stores", "nontemporal", "automatic")]
+    samples[0] = fill("memset", 0, 10.0, [{"gb_per_s": 3.9, "host_reported_bytes": 768 << 20}])
+    fills = summarize_fills(samples, None)
+    assert fills[0]["gb_per_s"]["memset"] == 12.0  # the raced attempt is not in the median
+    lines = notes({"rows": [], "fills": fills})
+    assert any(line.startswith("1 fresh-memory fill taken again") and "memset, rep 1, 3.9 GB/s while 768 MiB went"
+               in line for line in lines), lines

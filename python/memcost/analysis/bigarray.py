@@ -85,6 +85,10 @@ def find_outliers(samples: list) -> list[dict]:
     return found
 
 
+# As the probe's bigarray experiment: less than this handed to the host during a fill shows no effect.
+HOST_REPORTING_RACE_BYTES = 64 << 20
+
+
 def outlier_causes(outlier: dict, facts: dict) -> list[str]:
     """The known causes that fit one outlier, from what the machine did during it and what the
     context and this machine's `costs` result say (facts: free_page_reporting, idle_ratio)."""
@@ -103,7 +107,14 @@ def outlier_causes(outlier: dict, facts: dict) -> list[str]:
     if excess_s > 0 and steal_s >= 0.25 * excess_s:
         causes.append(f"the hypervisor ran other work: {steal_s:.2f} s of steal time during it, against "
                       f"{excess_s:.2f} s more than the median")
-    if outlier["first"] and facts.get("free_page_reporting"):
+    reported = events.get("host_reported_bytes") or 0
+    if reported >= HOST_REPORTING_RACE_BYTES:
+        # Measured where the kernel counts what it reported.
+        causes.append(f"memory handed to the host: the VM reported {reported / 2**20:,.0f} MiB of free memory to "
+                      "its host during it (free page reporting's own count); the host's work and the memory it "
+                      "takes back slow the faults beside it")
+    elif outlier["first"] and facts.get("free_page_reporting"):
+        # Memory reported before a first use is faulted in by the host again: inferred, not counted.
         measured = (f"; `memcost costs` measured memory left free {facts['idle_ratio']:.1f}× costlier to fault in "
                     "here" if facts.get("idle_ratio") else "; run `memcost costs` to measure what it adds here")
         causes.append("memory returned to the host: the VM reports free pages to its host (free page reporting), so "
@@ -155,11 +166,14 @@ def summarize_fills(samples: list, limit: Optional[float]) -> list[dict]:
     calibration: dict[str, list[tuple[int, int]]] = {}
     reasons: dict[str, str] = {}
     faults: dict[str, list[float]] = {}
+    raced: dict[str, list[dict]] = {}
     for sample in samples:
         case, metrics = sample["case"], sample["metrics"]
         if case["part"] != "fill":
             continue
         memory = case["memory"]
+        raced.setdefault(memory, []).extend({"method": case["method"], "rep": case["rep"], **attempt}
+                                            for attempt in metrics.get("raced_with_host_reporting") or [])
         by_memory.setdefault(memory, {}).setdefault(case["method"], []).append(metrics["gb_per_s"])
         if case["method"] == "automatic":
             picks.setdefault(memory, []).append(metrics["automatic_picks"])
@@ -186,7 +200,8 @@ def summarize_fills(samples: list, limit: Optional[float]) -> list[dict]:
                        "calibration_ms": float(np.median([ns for ns, _ in calibration[memory]])) / 1e6
                        if calibration.get(memory) else None,
                        "calibration_share": float(np.median(costs)) if costs else None,
-                       "faults_per_fill": _median_count(faults.get(memory, []))})
+                       "faults_per_fill": _median_count(faults.get(memory, [])),
+                       "raced_with_host_reporting": raced.get(memory, [])})
     return result
 
 

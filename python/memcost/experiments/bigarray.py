@@ -153,6 +153,14 @@ def notes(summary: dict) -> list[str]:
                      "earlier row freed and handed it out again; these rows measure reuse, not a fresh allocation, and "
                      "the headline leaves them out")
     for fill in summary.get("fills") or []:
+        raced = fill.get("raced_with_host_reporting") or []
+        if raced:
+            worst = min(raced, key=lambda attempt: attempt["gb_per_s"])
+            lines.append(f"{len(raced)} {fill['memory']}-memory fill{'s' if len(raced) > 1 else ''} taken again: the VM "
+                         "handed free memory to its host during "
+                         f"{'them' if len(raced) > 1 else 'it'} (free page reporting's own count; the worst: "
+                         f"{worst['method']}, rep {worst['rep'] + 1}, {worst['gb_per_s']:.1f} GB/s while "
+                         f"{worst['host_reported_bytes'] / 2**20:,.0f} MiB went)")
         behind = fill["picked_behind_fastest_percent"]
         # A pick within 5 % of the fastest is inside this machine's run-to-run noise.
         if behind is not None and behind > 5:
