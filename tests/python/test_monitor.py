@@ -104,6 +104,12 @@ def test_prometheus_endpoint_answers_on_loopback(tmp_path):
         assert families[name].type == kind, name
     kinds = {sample.labels["kind"] for sample in families["memcost_cpu_seconds"].samples}
     assert {"system", "kswapd", "khugepaged", "kcompactd", "kworker"} <= kinds
+    # Where the kernel counts what it handed to the host, so does the exposition: the kernel's figure.
+    reported = Path("/sys/module/page_reporting/parameters/reported_kib")
+    if reported.exists():
+        assert families["memcost_host_reported_bytes"].type == "counter"
+        exposed = families["memcost_host_reported_bytes"].samples[0].value
+        assert int(reported.read_text()) * 1024 >= exposed >= 0 and exposed % 1024 == 0
     assert not any("per_second" in name or "percent" in name for name in families)  # rates are PromQL's job
     assert not any("pid" in sample.labels for family in families.values() for sample in family.samples)
     assert process.returncode == 0, stderr

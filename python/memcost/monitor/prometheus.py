@@ -189,6 +189,10 @@ class Collector:
         if reading.tlb_shootdowns is not None:
             yield CounterMetricFamily("memcost_tlb_shootdowns", "TLB-shootdown interrupts, all CPUs (/proc/interrupts)",
                                       value=reading.tlb_shootdowns)
+        if reading.host_reported_bytes is not None:
+            yield CounterMetricFamily("memcost_host_reported_bytes", "Free memory this VM handed back to its host "
+                                      "(virtio-balloon free page reporting; the kernel's count since boot), bytes",
+                                      value=reading.host_reported_bytes)
 
     def kept_counters(self):
         cpu = CounterMetricFamily("memcost_cpu_seconds", "CPU time by kind: the machine's system and steal time "

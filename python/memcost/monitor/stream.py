@@ -43,6 +43,7 @@ class Reading:
     tlb_shootdowns: Optional[int] = None        # all CPUs, since boot
     hugetlb: Optional[list] = None              # the pools now (levels)
     thp: Optional[dict] = None                  # the THP mode now: enabled, defrag
+    host_reported_bytes: Optional[int] = None   # free memory handed to the host since boot (where counted)
 
     @classmethod
     def from_probe(cls, metrics: dict, pids: Optional[list[int]]) -> "Reading":
@@ -59,7 +60,7 @@ class Reading:
         return cls(metrics["elapsed_ns"] / 1e9, metrics["vmstat"], {"system": cpu.get("system_ns"),
                                                                      "steal": cpu.get("steal_ns")},
                    processes, hidden, zeroed, metrics.get("kernel_threads_ns"), metrics.get("tlb_shootdowns"),
-                   metrics.get("hugetlb"), metrics.get("thp"))
+                   metrics.get("hugetlb"), metrics.get("thp"), metrics.get("host_reported_bytes"))
 
 
 def same_process_before(before: Reading, stat: ProcessStat) -> Optional[ProcessStat]:

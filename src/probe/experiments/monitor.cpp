@@ -93,6 +93,7 @@ Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
         for (std::uint64_t count : *tlb) total += count;
         metrics["tlb_shootdowns"] = total;
       }
+      if (auto reported = os::host_reported_bytes()) metrics["host_reported_bytes"] = *reported;
       if (auto zeroed = zeroing.read()) {
         metrics["zeroed_base_pages"] = zeroed->base_pages;
         metrics["zeroed_larger_blocks"] = zeroed->larger_blocks;
