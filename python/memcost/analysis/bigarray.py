@@ -43,10 +43,13 @@ def summarize(samples: list) -> dict:
             "system_s": float(np.median([m["system_s"] for m in metrics])),
             "verified": all(m["verified"] for m in metrics),
         })
-    rows.sort(key=lambda r: (r["init"] != "zero", r["median_s"]))
+    # Rows that reused memory an earlier row freed are not fresh allocations: listed, not ranked.
+    rows.sort(key=lambda r: (r["init"] != "zero", reused(r), r["median_s"]))
     for init in ("zero", "value"):
-        for rank, row in enumerate((r for r in rows if r["init"] == init), start=1):
+        for rank, row in enumerate((r for r in rows if r["init"] == init and not reused(r)), start=1):
             row["rank"] = rank
+    for row in rows:
+        row.setdefault("rank", None)
     return {"limit_gb_per_s": limit, "rows": rows, "auto_choice": auto_choice(samples, rows),
             "repeat": summarize_repeat(samples, limit), "fills": summarize_fills(samples, limit),
             "outliers": find_outliers(samples), "headline": headline(rows)}

@@ -104,7 +104,7 @@ def tables(summary: dict) -> list[Table]:
             caption = (f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked (limit {limit:.1f} GB/s)"
                        if limit else f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked")
             result.append((caption, ["#", "strategy", "seconds", "GB/s", "of limit", "faults", "huge", "first 1 %", "free s"],
-                           [[str(r["rank"]), r["strategy"], number(r["median_s"], 3), number(r["gb_per_s"], 1),
+                           [["reuse" if r["rank"] is None else str(r["rank"]), r["strategy"], number(r["median_s"], 3), number(r["gb_per_s"], 1),
                              "n/a" if r["ratio_to_limit"] is None else f"{r['ratio_to_limit']:.0%}", number(r["faults"]),
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
                              "" if r["first_percent_s"] is None else f"{r['first_percent_s']:.3f} s",
