@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
+
 from ..console import console
 
 
@@ -26,7 +28,7 @@ def print_closing(document: dict) -> None:
         for warning in document["warnings"]:
             console.print(f" • {warning['message']}", markup=False)
     if document["summary"].get("headline"):
-        console.print(f"\n[bold]In short:[/bold] {document['summary']['headline']}")
+        console.print(f"\n[bold]In short:[/bold] {escape(document['summary']['headline'])}")  # "[thp]" is no style
     console.print(f"Results: {document['path']}", markup=False)
 
 

@@ -114,11 +114,12 @@ def tables(summary: dict) -> list[Table]:
         methods = [m for m in fills[0]["gb_per_s"] if m != "automatic"]
         result.append(("Fill methods: GB/s writing a 16-byte value (memset: one byte), medians of "
                        f"{fills[0]['reps']}; fresh = the fill faults the memory in; automatic = fill_method::automatic "
-                       "as make_big_array runs it, measuring on slices of the memory first (included)",
+                       "as make_big_array runs it, measuring on slices of the memory first (included), against the "
+                       "fastest in the same repetition (median of the ratios)",
                        ["memory", *methods, "faults", "fastest (16-byte value)", "automatic picks", "automatic",
                         "measuring cost"],
                        [[f["memory"], *[number(f["gb_per_s"].get(m), 1) for m in methods], number(f["faults_per_fill"]),
-                         f["fastest"], _picks(f), number(f["gb_per_s"].get("automatic"), 1),
+                         f["fastest"], _picks(f), _automatic(f),
                          "n/a" if f.get("calibration_ms") is None else
                          f"{f['calibration_ms']:.1f} ms ({f['calibration_share']:.1%} of the fill)"] for f in fills]))
     repeat = summary.get("repeat") or []
@@ -132,6 +133,14 @@ def tables(summary: dict) -> list[Table]:
                          f"{r['times_floor']:.2f}", number(r["faults_per_iteration"]), number(r["first_s"], 4)]
                         for r in repeat]))
     return result
+
+
+def _automatic(fill: dict) -> str:
+    """Automatic's GB/s, and how far behind the fastest it was, paired repetition by repetition."""
+    speed, behind = fill["gb_per_s"].get("automatic"), fill.get("automatic_behind_fastest_percent")
+    if speed is None:
+        return "n/a"
+    return f"{speed:.1f}" if behind is None else f"{speed:.1f} ({-behind:+.1f} %)"
 
 
 def _picks(fill: dict) -> str:
@@ -167,6 +176,10 @@ def notes(summary: dict) -> list[str]:
             lines.append(f"fill_method::automatic picked {fill['automatic_picks']} on {fill['memory']} memory, which "
                          f"the full fills put {behind:.0f}% behind {fill['fastest']}: its measurement on slices of the "
                          f"memory disagreed with the full fills this time ({fill.get('automatic_reason')})")
+        elif (fill.get("automatic_behind_fastest_percent") or 0) > 5:
+            lines.append(f"fill_method::automatic ran {fill['automatic_behind_fastest_percent']:.0f}% behind "
+                         f"{fill['fastest']} on {fill['memory']} memory in the same repetitions, though it picked "
+                         f"{fill['automatic_picks']}: its own measuring, or the host, slowed it")
     choice = summary.get("auto_choice")
     if not choice:
         return lines
