@@ -398,13 +398,8 @@ std::optional<bool> free_page_reporting() {
 }
 
 std::optional<std::uint64_t> host_reported_bytes() {
-  auto kib = read_text("/sys/module/page_reporting/parameters/reported_kib");
-  if (!kib) return std::nullopt;
-  try {
-    return static_cast<std::uint64_t>(std::stoull(*kib)) * 1024;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  auto kib = read_number("/sys/module/page_reporting/parameters/reported_kib");
+  return kib ? std::optional<std::uint64_t>(*kib * 1024) : std::nullopt;
 }
 
 ProcessTimes process_times() {

@@ -39,23 +39,12 @@ TEST(BigArrayAllocator, WithAPoolTheSecondContainerTakesNoFaults) {
   // Base pages, so that a fresh block's faults (one per page) stand far above what a reused one takes.
   big_memory_resource resource({.pages = pages::base, .pool = &pool});
   const std::size_t n = 8 * MiB / sizeof(std::int32_t);
-  auto before_first = measure::take_snapshot({.machine = false});
-  { std::pmr::vector<std::int32_t> first(n, 7, &resource); }
-  auto fresh = measure::between(before_first, measure::take_snapshot({.machine = false}));
-  const auto fresh_faults = fresh.minor_faults;
-  const bool faults_counted = fresh.faults_counted;  // Wine counts none
-  if (faults_counted) {
-    EXPECT_GE(fresh_faults, 8 * MiB / 4096) << "a fresh 8 MiB block of base pages takes a fault per page";
-  }
+  const auto fresh = faults_during([&] { std::pmr::vector<std::int32_t> first(n, 7, &resource); });
   EXPECT_EQ(pool.stats().bytes_held, 8 * MiB);
-  auto before = measure::take_snapshot({.machine = false});
-  std::pmr::vector<std::int32_t> second(n, 5, &resource);
-  auto faults = measure::between(before, measure::take_snapshot({.machine = false})).minor_faults;
+  std::pmr::vector<std::int32_t> second(&resource);
+  const auto reused = faults_during([&] { second.assign(n, 5); });
   EXPECT_TRUE(resource.last_report().from_pool);
-  // A sixteenth, not zero: a sanitizer's own bookkeeping takes a few dozen faults.
-  if (faults_counted) {
-    EXPECT_LT(faults, fresh_faults / 16) << "the fresh block took " << fresh_faults;
-  }
+  expect_reuse_takes_far_fewer_faults(fresh, reused, 8 * MiB);
   EXPECT_TRUE(std::all_of(second.begin(), second.end(), [](std::int32_t x) { return x == 5; }));
 }
 

@@ -307,31 +307,17 @@ TEST_F(WithHugetlbPool, MoreThanThePoolHoldsFailsWhenStrictAndFallsBackOtherwise
 TEST(BigArrayPool, TheSecondArrayComesFromThePoolWithoutFaultsAndIsZeroed) {
   array_pool pool(64 * MiB);
   const std::size_t n = 8 * MiB / sizeof(std::uint64_t);
-  std::uint64_t fresh_faults = 0;
-  bool faults_counted = false;  // Wine counts none
-  {
-    auto before_first = measure::take_snapshot({.machine = false});
+  const auto fresh = faults_during([&] {
     auto first = make_big_array<std::uint64_t>(n, fill(std::uint64_t{7}), {.pages = pages::base, .pool = &pool});
-    auto fresh = measure::between(before_first, measure::take_snapshot({.machine = false}));
-    fresh_faults = fresh.minor_faults;
-    faults_counted = fresh.faults_counted;
     EXPECT_FALSE(first.report().from_pool);
-  }
-  if (faults_counted) {
-    EXPECT_GE(fresh_faults, 8 * MiB / 4096) << "a fresh 8 MiB array of base pages takes a fault per page";
-  }
+  });
   EXPECT_EQ(pool.stats().bytes_held, 8 * MiB);
   EXPECT_EQ(pool.stats().misses, 1U);
-  auto before = measure::take_snapshot({.machine = false});
-  auto second = make_big_array<std::uint64_t>(n, zero, {.pages = pages::base, .pool = &pool});
-  auto faults = measure::between(before, measure::take_snapshot({.machine = false})).minor_faults;
+  big_array<std::uint64_t> second;
+  const auto reused = faults_during([&] { second = make_big_array<std::uint64_t>(n, zero, {.pages = pages::base, .pool = &pool}); });
   EXPECT_TRUE(second.report().from_pool);
   EXPECT_EQ(second.report().initialization, "write");  // zeroed in user space: the old values are gone
-  // Not zero: AddressSanitizer's own bookkeeping for the fill's threads takes 50-75 faults here (none
-  // without it). A sixteenth of a fresh array's faults still tells a pooled array from a fresh one.
-  if (faults_counted) {
-    EXPECT_LT(faults, fresh_faults / 16) << "the fresh array took " << fresh_faults;
-  }
+  expect_reuse_takes_far_fewer_faults(fresh, reused, 8 * MiB);
   EXPECT_TRUE(std::all_of(second.begin(), second.end(), [](std::uint64_t v) { return v == 0; }));
   EXPECT_EQ(pool.stats().hits, 1U);
   EXPECT_EQ(pool.stats().bytes_held, 0U);

@@ -265,14 +265,15 @@ json events_between(const MachineEvents& before, const MachineEvents& after) {
     }
     return any ? json(total) : json(nullptr);
   };
+  // A counter of its own: null where either reading lacks it, 0 if it went backwards.
+  auto grown_counter = [](const std::optional<std::uint64_t>& a, const std::optional<std::uint64_t>& b) -> json {
+    return a && b ? json(*b - std::min(*a, *b)) : json(nullptr);
+  };
   return {{"compaction_stalls", grown({"compact_stall"})},
           {"thp_fallbacks", grown({"thp_fault_fallback"})},
           {"reclaimed_pages", grown({"pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged"})},
-          {"steal_ns", before.steal_ns && after.steal_ns ? json(*after.steal_ns - std::min(*before.steal_ns, *after.steal_ns))
-                                                           : json(nullptr)},
-          {"host_reported_bytes", before.host_reported_bytes && after.host_reported_bytes
-                                      ? json(*after.host_reported_bytes - std::min(*before.host_reported_bytes, *after.host_reported_bytes))
-                                      : json(nullptr)}};
+          {"steal_ns", grown_counter(before.steal_ns, after.steal_ns)},
+          {"host_reported_bytes", grown_counter(before.host_reported_bytes, after.host_reported_bytes)}};
 }
 
 // The machine's limit: GB/s of a parallel memset over memory already faulted in.
