@@ -64,7 +64,7 @@ cross-windows: | prerequisites
 # linked or run (libdw and zlib for arm64 are not installed). This proves only that the code builds.
 cross-arm64: | prerequisites
 	mkdir -p build/arm64-include
-	for header in nlohmann CLI elfutils zlib.h zconf.h; do ln -sfn /usr/include/$$header build/arm64-include/$$header; done
+	for header in nlohmann CLI elfutils libiberty gelf.h libelf.h nlist.h zlib.h zconf.h; do ln -sfn /usr/include/$$header build/arm64-include/$$header; done
 	cmake -S . -B build/arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
 	  -DMEMCOST_THIRD_PARTY_INCLUDE=$(CURDIR)/build/arm64-include -DMEMCOST_COMPILE_ONLY=ON
 	cmake --build build/arm64

@@ -91,6 +91,9 @@ struct Options {
   std::function<void()> period_ended;
   std::uint64_t preload_min_bytes = 64 * 1024;  // smaller allocations are not reported by it
   bool python_frames = true;  // the preload library's Python stacks (also loaded as root for them)
+  // JIT runtimes asked, through their environment, for a perf map and frames that unwind:
+  // NODE_OPTIONS and JAVA_TOOL_OPTIONS get kNodeOptions and kJavaOptions (tracer_linux.cpp).
+  bool runtime_flags = true;
   // CPU time sampled in the kernel with kernel call chains, to measure fault time (0: not sampled).
   // Needs kernel samples (root, or perf_event_paranoid <= 1) and kernel symbol addresses.
   std::uint64_t cpu_sample_period_ns = 0;
@@ -99,9 +102,10 @@ struct Options {
 // native: a machine-code function; inlined: a function the compiler inlined at that instruction
 // (the frame after it is its caller, at the call's line); python: a Python function's frame
 // (file, line and function from CPython; no address or module offset).
-enum class FrameKind { native = 0, inlined = 1, python = 2 };
+// jit: code a runtime compiled, named from its perf map (module: the map's path; no module offset).
+enum class FrameKind { native = 0, inlined = 1, python = 2, jit = 3 };
 [[nodiscard]] inline const char* frame_kind_name(FrameKind kind) {
-  static constexpr const char* names[] = {"native", "inlined", "python"};
+  static constexpr const char* names[] = {"native", "inlined", "python", "jit"};
   return names[static_cast<int>(kind)];
 }
 
@@ -201,6 +205,7 @@ struct Result {
   std::uint64_t pauses = 0;     // times the command was held (SIGSTOP) while the tracer caught up
   std::uint64_t paused_ns = 0;  // included in wall_ns
   std::uint64_t unwind_failures = 0;
+  std::uint64_t unnamed_code_stacks = 0;  // stacks with code in no module and no perf map entry (JIT code unnamed)
   bool interrupted = false;     // SIGINT or SIGTERM reached this process while tracing
   std::string call_source;      // how mapping calls were seen
   std::string fault_source;     // how faults were seen

@@ -43,6 +43,23 @@ int perf_paranoid() {
 
 }  // namespace
 
+namespace {
+
+// What JIT runtimes need for their compiled functions to be named (docs/trace.md, "JIT-compiled
+// code"): node writes /tmp/perf-PID.map as it compiles, and gives interpreted functions a copy of
+// the interpreter's entry each, so that they have an address of their own in the map; the JVM
+// writes its map at exit, and keeps frame pointers in compiled code so that its frames unwind.
+constexpr const char* kNodeOptions = "--perf-basic-prof --interpreted-frames-native-stack";
+constexpr const char* kJavaOptions = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:+PreserveFramePointer";
+
+// `words` added after what the variable holds (the user's own settings come first and stay).
+void append_to_environment(const char* name, const char* words) {
+  const char* existing = getenv(name);
+  setenv(name, existing && *existing ? (std::string(existing) + " " + words).c_str() : words, 1);
+}
+
+}  // namespace
+
 Failure supported() {
   // Above 2 (a Debian patch) users may not use perf events at all.
   if (geteuid() != 0 && perf_paranoid() > 2) {
@@ -300,6 +317,7 @@ class Tracing {
       if (const std::uint64_t now = monotonic_ns();
           options_.period_ns && options_.period_ended && now - period_started >= options_.period_ns) {
         period_started += (now - period_started) / options_.period_ns * options_.period_ns;  // on the grid, none doubled
+        session_.recorder().name_jit_frames();
         options_.period_ended();
       }
       if (attaching_ ? watch_ended() : command_ended()) break;
@@ -312,6 +330,8 @@ class Tracing {
     if (options_.window_closed) options_.window_closed();
     session_.drain(true);
     if (preloading_) preload_.drain();
+    session_.recorder().name_jit_frames();  // a map written at exit is there now
+    result_.unnamed_code_stacks = session_.recorder().unnamed_jit_stacks();
     sink_.settle(UINT64_MAX);
     return true;
   }
@@ -368,6 +388,10 @@ class Tracing {
       // its place (and a Python run under it goes without Python frames).
       setenv("LD_PRELOAD", ((others.empty() ? "" : others + ":") + options_.preload_library).c_str(), 1);
       unsetenv("MEMCOST_PRELOAD_FD");
+    }
+    if (options_.runtime_flags) {
+      append_to_environment("NODE_OPTIONS", kNodeOptions);
+      append_to_environment("JAVA_TOOL_OPTIONS", kJavaOptions);
     }
     setenv("MEMCOST_PRELOAD_MIN_BYTES", std::to_string(options_.preload_min_bytes).c_str(), 1);
     setenv("MEMCOST_PRELOAD_PYTHON", options_.python_frames ? "1" : "0", 1);

@@ -3,22 +3,29 @@
 // at it (libdw's scopes, as `eu-addr2line -i` does) and the Python frames the stack carries.
 #pragma once
 
-#include <cxxabi.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <string_view>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "trace/arch.hpp"
 #include "trace/common.hpp"
+#include "trace/perf_map.hpp"
 #include "trace/python_frames.hpp"
+#include "trace/symbol_names.hpp"
 
 namespace memcost::trace::detail {
 
@@ -43,9 +50,14 @@ inline bool get_thread(Dwfl*, pid_t, void* arg, void** thread_argp) {
 }
 
 inline bool memory_read(Dwfl*, Dwarf_Addr address, Dwarf_Word* result, void* arg) {
+  // Only the copied stack is read. The bounds are checked without adding to `address`: call-frame
+  // expressions on a corrupt or foreign stack compute addresses near 2^64, and `address + 8` wrapped
+  // past zero once let such a read through (a Rust binary crashed the probe).
   auto* input = static_cast<UnwindInput*>(arg);
-  if (address < input->sp || address + sizeof(Dwarf_Word) > input->sp + input->stack_bytes) return false;
-  std::memcpy(result, input->stack + (address - input->sp), sizeof(Dwarf_Word));
+  if (input->stack == nullptr || input->stack_bytes < sizeof(Dwarf_Word) || address < input->sp) return false;
+  const std::uint64_t offset = address - input->sp;
+  if (offset > input->stack_bytes - sizeof(Dwarf_Word)) return false;
+  std::memcpy(result, input->stack + offset, sizeof(Dwarf_Word));
   return true;
 }
 
@@ -73,13 +85,6 @@ inline int on_frame(Dwfl_Frame* frame, void* arg) {
   return input->pcs->size() >= input->max_frames ? DWARF_CB_ABORT : DWARF_CB_OK;
 }
 
-inline std::string demangle(const char* name) {
-  if (name == nullptr) return {};
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> readable(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
-  return status == 0 && readable ? std::string(readable.get()) : std::string(name);
-}
-
 struct Mapping {
   std::uint64_t start = 0, end = 0, offset = 0;
   std::string path;
@@ -92,7 +97,7 @@ struct Process {
   Dwfl* dwfl = nullptr;
   bool attached = false;
   std::vector<Mapping> pending;
-  std::set<std::pair<std::string, std::uint64_t>> reported;
+  std::set<std::string> reported;  // files given to libdwfl, each once, at its first load bias
   std::vector<Mapping> mappings;  // every executable file mapping seen
   std::vector<std::pair<std::uint64_t, std::uint64_t>> code;  // their ranges, sorted
   std::size_t code_known = static_cast<std::size_t>(-1);
@@ -157,7 +162,7 @@ class Recorder {
 
     if (before_slow_work) before_slow_work();  // the first unwind through a module loads its CFI
     std::vector<std::uint64_t> pcs;
-    if (prepare(process, ip)) {
+    if (prepare(process)) {
       process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames};
       dwfl_getthread_frames(process.dwfl, tid, on_frame, &process.input);
     }
@@ -172,6 +177,43 @@ class Recorder {
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
 
+  // Names the frames of JIT-compiled code from each process's perf map and sends those stacks
+  // again, named. A runtime writes its map as it compiles (node) or only at exit (the JVM's
+  // -XX:+DumpPerfMapAtExit), so unnamed addresses are kept until the command has ended, when this
+  // is called last; a window's end calls it too. Returns how many stacks gained a name.
+  std::size_t name_jit_frames() {
+    std::size_t named = 0;
+    for (auto it = unresolved_.begin(); it != unresolved_.end();) {
+      Unresolved& stack = it->second;
+      PerfMap& map = perf_maps_[stack.pid];
+      const std::string path = perf_map_path(stack.pid);
+      bool changed = false, left = false;
+      if (map.load(path)) {
+        for (Frame& frame : stack.frames) {
+          if (!frame.module.empty() || frame.kind != FrameKind::native) continue;
+          if (const std::string_view name = map.find(frame.address); !name.empty()) {
+            frame = jit_frame(frame.address, name, path);
+            changed = true;
+          } else {
+            left = true;
+          }
+        }
+      } else {
+        left = true;
+      }
+      if (changed) {
+        sink_.stack(it->first, stack.frames);
+        ++named;
+      }
+      it = left ? std::next(it) : unresolved_.erase(it);
+    }
+    return named;
+  }
+
+  // Runtimes seen that need a flag for their frames to be named, and that flag (node without
+  // --perf-basic-prof writes no map): what the output should tell the user.
+  [[nodiscard]] std::size_t unnamed_jit_stacks() const { return unresolved_.size(); }
+
   // Called before work that may take milliseconds (loading a module's debug information,
   // symbolizing a new stack), so that the caller can hold the command meanwhile.
   std::function<void()> before_slow_work;
@@ -181,7 +223,7 @@ class Recorder {
   std::uint32_t stack_of_returns(int pid, const std::vector<std::uint64_t>& returns, std::string_view python = {}) {
     Process& process = get(pid);
     if (returns.empty()) return 0;
-    prepare(process, returns.front());
+    prepare(process);
     std::vector<std::uint64_t> pcs;
     pcs.reserve(returns.size());
     for (std::uint64_t address : returns) pcs.push_back(address - 1);  // the call, not the return
@@ -209,14 +251,69 @@ class Recorder {
     process.code_known = process.mappings.size();
   }
 
+  // The load bias of the file one mapping shows (where the file's address 0 lies in the process),
+  // from the loadable segment that holds the mapping's file offset. `start - offset` is right only
+  // where a segment's address equals its offset, as GNU ld lays them out; lld (Rust's default
+  // linker) places each segment a page further on, and that guess put every Rust frame a page off.
+  std::optional<std::uint64_t> load_bias(const Mapping& mapping) {
+    auto [slot, fresh] = segments_.try_emplace(mapping.path);
+    if (fresh) slot->second = loadable_segments(mapping.path);
+    // The segment the mapping begins with; two segments can share a page of the file (lld's read-only
+    // data ends in the page where its code begins), so one that starts in the mapping's first page wins.
+    const Segment* found = nullptr;
+    for (const Segment& segment : slot->second) {
+      const std::uint64_t page_offset = segment.offset & ~(kPageAlignment - 1);
+      if (page_offset == mapping.offset) {
+        found = &segment;
+        break;
+      }
+      if (!found && mapping.offset > page_offset && mapping.offset < segment.offset + segment.file_bytes) found = &segment;
+    }
+    if (found == nullptr) return std::nullopt;
+    // File offset x lies at bias + address + (x - offset); the mapping's first byte is file offset O.
+    return mapping.start + found->offset - mapping.offset - found->address;
+  }
+
+  struct Segment {
+    std::uint64_t offset = 0, address = 0, file_bytes = 0;
+  };
+  static constexpr std::uint64_t kPageAlignment = 4096;
+
+  static std::vector<Segment> loadable_segments(const std::string& path) {
+    std::vector<Segment> segments;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return segments;
+    elf_version(EV_CURRENT);
+    if (Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
+      std::size_t count = 0;
+      if (elf_getphdrnum(elf, &count) == 0) {
+        for (std::size_t i = 0; i < count; ++i) {
+          GElf_Phdr header;
+          if (gelf_getphdr(elf, static_cast<int>(i), &header) != nullptr && header.p_type == PT_LOAD) {
+            segments.push_back({header.p_offset, header.p_vaddr, header.p_filesz});
+          }
+        }
+      }
+      elf_end(elf);
+    }
+    close(fd);
+    return segments;
+  }
+
   void report_pending(Process& process) {
     if (process.pending.empty() || process.dwfl == nullptr) return;
     if (before_slow_work) before_slow_work();
     dwfl_report_begin_add(process.dwfl);
     for (const Mapping& mapping : process.pending) {
-      auto base = mapping.start - mapping.offset;
-      if (!process.reported.insert({mapping.path, base}).second) continue;
-      dwfl_report_elf(process.dwfl, mapping.path.c_str(), mapping.path.c_str(), -1, base, false);
+      // Not an ELF file (a JIT's code, a deleted file): no module; --perf-map names such code.
+      const std::optional<std::uint64_t> bias = load_bias(mapping);
+      // A file mapped a second time at another bias is not a second load of it but a runtime copying
+      // part of it (V8 remaps its embedded builtins next to its JIT code): libdwfl refuses the
+      // overlapping module, and a refused report left the file's first module unusable. The perf
+      // map names such code.
+      if (!bias || !process.reported.insert(mapping.path).second) continue;
+      // add_p_vaddr: the segments lie at bias + their addresses (libdwfl ignores the bias for ET_EXEC).
+      dwfl_report_elf(process.dwfl, mapping.path.c_str(), mapping.path.c_str(), -1, *bias, true);
     }
     process.pending.clear();
     dwfl_report_end(process.dwfl, nullptr, nullptr);
@@ -225,10 +322,12 @@ class Recorder {
     }
   }
 
-  // Modules known, unwinder attached; the process's maps are read once if the events missed one.
-  bool prepare(Process& process, std::uint64_t ip) {
+  // Modules known, unwinder attached. The process's maps are read once, at its first stack: the
+  // mappings an exec makes come before the events are enabled on the new program, so its own
+  // binary is in no record (node's frames stayed unnamed until a fault happened to land in it).
+  bool prepare(Process& process) {
     report_pending(process);
-    if ((!process.attached || dwfl_addrmodule(process.dwfl, ip) == nullptr) && !process.read_proc_maps) {
+    if (!process.read_proc_maps) {
       process.read_proc_maps = true;
       std::istringstream maps(read_text("/proc/" + std::to_string(process.pid) + "/maps"));
       for (std::string line; std::getline(maps, line);) {
@@ -261,7 +360,12 @@ class Recorder {
         if (fresh) chain->second = symbolize(process, pc);
         frames.insert(frames.end(), chain->second.begin(), chain->second.end());
       }
-      sink_.stack(slot->second, merge_python(frames, python_frames(python)));
+      frames = merge_python(frames, python_frames(python));
+      // Code in no module is JIT-compiled (or a stack gone wrong): kept to be named by a perf map.
+      if (std::any_of(frames.begin(), frames.end(), [](const Frame& f) { return f.module.empty() && f.address != 0; })) {
+        unresolved_[slot->second] = {process.pid, frames};
+      }
+      sink_.stack(slot->second, frames);
     }
     return slot->second;
   }
@@ -346,6 +450,13 @@ class Recorder {
   std::unordered_map<std::string, std::uint32_t> by_sample_;
   std::unordered_map<std::string, std::uint32_t> stacks_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<Frame>> frames_;
+  std::unordered_map<std::string, std::vector<Segment>> segments_;  // per file, read once
+  struct Unresolved {
+    int pid = 0;
+    std::vector<Frame> frames;
+  };
+  std::map<std::uint32_t, Unresolved> unresolved_;  // stacks with frames in no module, by id
+  std::unordered_map<int, PerfMap> perf_maps_;
   std::uint32_t generations_ = 0;
   std::uint64_t unwind_failures_ = 0;
 };

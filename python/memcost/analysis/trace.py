@@ -24,9 +24,13 @@ from .cost_model import CostModel  # noqa: F401 - the cost model trace prices wi
 from .derived import MB
 # A site is the first frame of the program's own code: leading frames of these modules (the C
 # library, the loader, allocators, the C++ runtime) ...
-SYSTEM_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc", "libmimalloc",
-                  "libmemcost-preload",
-                  "libpthread")
+C_AND_ALLOCATOR_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc",
+                           "libmimalloc", "libmemcost-preload", "libpthread")
+# JIT runtimes' own code: HotSpot and its launcher; node's binary (V8 and node's C++) below.
+RUNTIME_MODULES = ("libjvm.so", "libjli.so", "libjava.so", "libnode.so")
+SYSTEM_MODULES = C_AND_ALLOCATOR_MODULES + RUNTIME_MODULES
+# Executables that are a runtime, not the program: their frames are skipped like a library's.
+RUNTIME_EXECUTABLES = ("node", "nodejs")
 # ... and of these functions, from language runtimes and standard libraries compiled into the
 # program: C++ standard-library templates, Go's runtime, Rust's alloc, core and std, CPython's
 # and numpy's allocators (docs/trace.md lists them; --skip-frames adds, --keep-frames exempts).
@@ -36,6 +40,13 @@ SYSTEM_FUNCTIONS = r"^(std::|__gnu_cxx::|__cxxabiv1::|operator new|operator dele
 # an installed package (numpy's own Python wrappers among them), frozen into the interpreter, or
 # numpy's generated dispatch code ("<__array_function__ internals>").
 PYTHON_SYSTEM_FILES = r"(/(site|dist)-packages/|/lib/python\d\.\d+/|^<frozen |^<__array_function__ )"
+# JIT-compiled code (a frame of kind "jit", named from the runtime's perf map) is the program's own
+# unless it is the runtime's: V8's builtins, stubs and bytecode handlers and node's own JavaScript
+# (`node:` files); HotSpot's interpreter, stubs and adapters (no method name) and the Java platform's
+# packages. docs/trace.md lists them.
+JIT_SYSTEM_FUNCTIONS = r"^(Builtin:|Builtins_|Stub:|BytecodeHandler:|RegExp:|Interpreter$|StubRoutines|" \
+                       r"(java|javax|jdk|sun|com\.sun)\.)"
+JIT_SYSTEM_FILES = r"^(node:|internal/)"
 # Advice is given only where it saves at least this much, and this share of the run.
 ADVICE_MIN_MS = 1.0
 ADVICE_MIN_SHARE = 0.01
@@ -135,7 +146,12 @@ class FrameFilter:
             return False
         if frame.get("kind") == "python":
             return not re.search(PYTHON_SYSTEM_FILES, frame.get("file") or "")
-        if module.startswith(SYSTEM_MODULES):
+        if frame.get("kind") == "jit":
+            # A compiled method or function has a name with a dot or a source file; a stub has neither.
+            named = "." in function or bool(frame.get("file"))
+            return named and not re.search(JIT_SYSTEM_FUNCTIONS, function) \
+                and not re.search(JIT_SYSTEM_FILES, frame.get("file") or "")
+        if module.startswith(SYSTEM_MODULES) or module in RUNTIME_EXECUTABLES:
             return False
         if by_module_only:
             return True
@@ -154,20 +170,40 @@ def user_frame(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[di
     the standard library and installed packages (or a native frame --keep-frames names), else the
     innermost Python frame. Where every frame is a runtime's (an interpreter's stack, or one cut
     short), the first frame past the C library and allocators: the most specific name it has."""
-    python = [frame for frame in frames if frame.get("kind") == "python"]
-    if python:
-        for frame in frames:
-            if frame.get("kind") == "python":
+    index = user_frame_index(frames, which)
+    return frames[index] if index is not None else None
+
+
+def _interpreted_kind(frames: list) -> Optional[str]:
+    """"python" or "jit" when the stack holds frames of an interpreted or JIT-compiled language,
+    whose program is in those frames."""
+    for kind in ("python", "jit"):
+        if any(frame.get("kind") == kind for frame in frames):
+            return kind
+    return None
+
+
+def user_frame_index(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[int]:
+    """The index of user_frame() in `frames`, or None for an empty stack."""
+    language = _interpreted_kind(frames)
+    if language == "python" or (language == "jit" and any(f.get("kind") == "jit" and which.is_users(f) for f in frames)):
+        for index, frame in enumerate(frames):
+            if frame.get("kind") == language:
                 if which.is_users(frame):
-                    return frame
+                    return index
             elif which.keep and re.search(which.keep, frame.get("function") or ""):
-                return frame
-        return python[0]
+                return index
+        return next(index for index, frame in enumerate(frames) if frame.get("kind") == language)
     for by_module_only in (False, True):
-        for frame in frames:
+        for index, frame in enumerate(frames):
             if which.is_users(frame, by_module_only):
-                return frame
-    return frames[0] if frames else None
+                return index
+    # Every frame is a library's or a runtime's: the first one past the C library and the allocators.
+    for index, frame in enumerate(frames):
+        module = os.path.basename(frame.get("module") or "")
+        if module and not module.startswith(C_AND_ALLOCATOR_MODULES):
+            return index
+    return 0 if frames else None
 
 
 def frame_name(frame: Optional[dict]) -> str:
@@ -181,16 +217,140 @@ def frame_name(frame: Optional[dict]) -> str:
 
 
 def site_of(stacks: dict, stack_id: int, which: FrameFilter = DEFAULT_FRAMES) -> str:
+    """The site's first frame alone (a one-stack site's name); SiteNames gives call paths."""
     return frame_name(user_frame(stacks.get(stack_id, []), which))
+
+
+CALLED_FROM = " ← "
+
+
+def readable(site: str) -> str:
+    """A site as tables show it, as perf shortens names: template arguments and parameter lists
+    cut to `<…>` and `(…)`, a leading return type dropped (`void std::vector<…>::push_back(…)`
+    becomes `std::vector<…>::push_back(…)`); the location in brackets, `(file:line)`, stays. The
+    full name stays in the results and the exports."""
+    parts = []
+    for part in site.split(CALLED_FROM):
+        part = re.sub(r"\.(constprop|isra|part|cold|lto_priv)\.\d+", "", _shorten_brackets(part))  # GCC's clones
+        head, _, rest = part.partition(" ")
+        if rest and re.fullmatch(r"[\w:]+", head) and head != "operator" and re.match(r"[\w:~]+[<(:]", rest):
+            part = rest  # a return type before a qualified name
+        parts.append(part)
+    return CALLED_FROM.join(parts)
+
+
+def _shorten_brackets(text: str) -> str:
+    out, index = [], 0
+    while index < len(text):
+        char = text[index]
+        location = char == "(" and (index == 0 or text[index - 1] == " ")  # "(file:line)"
+        operator = char == "<" and re.search(r"operator\s*<?$", text[:index]) is not None  # operator<, operator<<
+        anonymous = text.startswith("(anonymous namespace)", index)
+        if char in "<(" and not location and not operator and not anonymous:
+            close = _matching_bracket(text, index)
+            if close < 0:
+                out.append(text[index:])
+                break
+            out.append(char + ("…" if text[index + 1:close].strip() else "") + text[close])
+            index = close + 1
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _matching_bracket(text: str, start: int) -> int:
+    depth = 0
+    for index in range(start, len(text)):
+        if text[index] in "<(":
+            depth += 1
+        elif text[index] in ">)" and text[index - 1] != "-":
+            depth -= 1
+            if depth == 0:
+                return index
+    return -1
+
+
+def _callers(frames: list, index: int) -> list[dict]:
+    """The frames that called frames[index], innermost first: in a Python or JIT-compiled stack,
+    that language's frames only (the interpreter's own frames between them tell nothing apart)."""
+    language = frames[index].get("kind") if frames[index].get("kind") in ("python", "jit") else None
+    if language:
+        return [frame for frame in frames[index + 1:] if frame.get("kind") == language]
+    # The C library's and the loader's frames tell no paths of a program apart (a loader's own
+    # mappings are one site, not one per library it loaded).
+    return [frame for frame in frames[index + 1:]
+            if not os.path.basename(frame.get("module") or "").startswith(C_AND_ALLOCATOR_MODULES)]
+
+
+def _caller_key(frame: dict) -> tuple:
+    return (frame.get("function") or f"{frame.get('module_offset', frame.get('address', 0)):#x}",
+            os.path.basename(frame.get("file") or ""), frame.get("line") or 0)
+
+
+class SiteNames:
+    """Sites as call paths (docs/trace.md, "Sites"): a stack's site is its first frame of the
+    program's own code, followed out through its callers until the first caller that tells it
+    apart from every other stack whose site starts at the same frame. A function reached by one
+    path keeps its short name; a helper called from two places is two sites, `helper ← caller`
+    each (more callers where those are the same). Give it every stack of one role (the allocation
+    stacks, or the touching stacks) so that paths are told apart within that role."""
+
+    def __init__(self, stacks: dict, stack_ids, which: FrameFilter = DEFAULT_FRAMES):
+        self._names: dict[int, str] = {}
+        groups: dict[str, dict[int, list[tuple]]] = defaultdict(dict)
+        for stack_id in set(stack_ids):
+            frames = stacks.get(stack_id, [])
+            index = user_frame_index(frames, which)
+            if index is None:
+                self._names[stack_id] = frame_name(None)
+                continue
+            first = frame_name(frames[index])
+            groups[first][stack_id] = [_caller_key(frame) for frame in _callers(frames, index)]
+        for first, paths in groups.items():
+            for stack_id, path in paths.items():
+                self._names[stack_id] = first + "".join(CALLED_FROM + _caller_name(key, paths.values(), depth)
+                                                        for depth, key in enumerate(_distinguishing(path, paths.values())))
+
+    def __call__(self, stack_id: int) -> str:
+        return self._names.get(stack_id, frame_name(None))
+
+
+def _distinguishing(path: list, others) -> list:
+    """The shortest prefix of `path` that no other distinct path shares unless it is the same path
+    all the way (a stack cut short, a prefix of a longer one, does not count as different)."""
+    distinct = {tuple(other) for other in others}
+    depth = 0
+    while depth < len(path):
+        sharing = {other for other in distinct if other[:depth] == tuple(path[:depth])}
+        if all(tuple(path)[:len(other)] == other[:len(path)] for other in sharing):
+            break
+        depth += 1
+    return path[:depth]
+
+
+def _caller_name(key: tuple, others, depth: int) -> str:
+    """A caller by its function; with its line where another path has the same function there."""
+    function, file, line = key
+    same_function = {other[depth] for other in others if len(other) > depth and other[depth][0] == function}
+    return f"{function}:{line}" if len(same_function) > 1 and line else function
 
 
 BEFORE_TRACE = "(mapped before the trace)"
 
 
-def allocation_site(stacks: dict, stack_id: int, call: str, which: FrameFilter = DEFAULT_FRAMES) -> str:
+def allocation_site(names: SiteNames, stack_id: int, call: str) -> str:
     if not call:
         return OUTSIDE
-    return BEFORE_TRACE if call == "existing" else site_of(stacks, stack_id, which)
+    return BEFORE_TRACE if call == "existing" else names(stack_id)
+
+
+def allocation_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
+    return SiteNames(trace.stacks, [origin["stack"] for origin in trace.origins], which)
+
+
+def touching_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
+    return SiteNames(trace.stacks, [row["touch_stack"] for row in trace.faults], which)
 
 
 def _ms(ns: float) -> float:
@@ -253,8 +413,9 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
 
     sites: dict[str, Site] = {}
     by_origin: dict[tuple, Site] = {}
+    names = allocation_names(trace, which)
     for origin in trace.origins:
-        name = allocation_site(trace.stacks, origin["stack"], origin["call"], which)
+        name = allocation_site(names, origin["stack"], origin["call"])
         by_origin[(origin["stack"], origin["call"])] = sites.setdefault(name, Site(name, []))
         sites[name].origins.append(origin)
     for row in trace.faults:
@@ -335,11 +496,12 @@ def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[d
     counts: dict[str, Counter] = defaultdict(Counter)
     fault_ms: dict[str, float] = defaultdict(float)
     stack_of: dict[str, int] = {}
+    allocations, touching = allocation_names(trace, which), touching_names(trace, which)
     for row in trace.faults:
-        site = site_of(trace.stacks, row["touch_stack"], which)
+        site = touching(row["touch_stack"])
         stack_of.setdefault(site, row["touch_stack"])
         faults = row["faults"] * trace.period
-        counts[site][allocation_site(trace.stacks, row["allocation_stack"], row["allocation_call"], which)] += faults
+        counts[site][allocation_site(allocations, row["allocation_stack"], row["allocation_call"])] += faults
         fault_ms[site] += faults * cost.fault_us("thp" if row["huge"] else "base") / 1e3
     rows = [{"site": site, "stack": stack_of[site], "faults": sum(c.values()), "fault_ms": fault_ms[site],
              "allocation_site": c.most_common(1)[0][0]} for site, c in counts.items()]
@@ -424,7 +586,7 @@ def _size(size: int) -> str:
 
 
 def headline(rows: list[dict], totals: dict) -> str:
-    top = rows[0]["site"] if rows else "no site"
+    top = readable(rows[0]["site"]) if rows else "no site"
     if totals.get("fault_ms_measured") is not None:
         cost = totals["fault_ms_measured"] + totals["free_ms"] + totals["map_ms"]
         faults = (f"{totals['faults']:,} page faults took {totals['fault_ms_measured']:,.1f} ± "
@@ -445,8 +607,9 @@ def folded(trace_samples: list, which: FrameFilter = DEFAULT_FRAMES) -> list[str
 
     def names(stack_id: int) -> list[str]:
         return [frame_name(frame).replace(";", ",").replace(" ", "_") for frame in reversed(trace.stacks.get(stack_id, []))]
+    touching = touching_names(trace, which)
     for row in trace.faults:
         allocation = names(row["allocation_stack"]) if row["allocation_call"] else ["[outside_traced_mappings]"]
-        touch = frame_name(user_frame(trace.stacks.get(row["touch_stack"], []), which)).replace(";", ",").replace(" ", "_")
+        touch = touching(row["touch_stack"]).replace(";", ",").replace(" ", "_")
         counts[";".join(allocation + [f"[touched_by]_{touch}"])] += row["faults"] * trace.period
     return [f"{stack} {count}" for stack, count in counts.most_common()]

@@ -28,6 +28,8 @@ OPTIONS = [
     Option("cpu_sample_us", "measure fault time by sampling each thread's CPU time in the kernel every US µs (default "
            "100; 0: estimate only). Needs root or kernel.perf_event_paranoid <= 1; otherwise estimated, and said so",
            parse=arguments.non_negative_int, metavar="US"),
+    Option("no_runtime_flags", "do not ask node and the JVM for perf maps of their JIT-compiled code (through "
+           "NODE_OPTIONS and JAVA_TOOL_OPTIONS); their functions then go unnamed", flag_only=True),
     Option("no_python_frames", "do not load memcost's preload library into the command for Python stacks (as root it "
            "is loaded for them alone)", flag_only=True),
     Option("top", "sites shown (default 10)", default=10, parse=arguments.positive_int, metavar="N", to_probe=None),
@@ -198,12 +200,14 @@ def _measured_cells(row: dict) -> list[str]:
 
 
 def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
+    """Sites shown readable (analysis.trace.readable); the results keep their full names."""
+    from ..analysis.trace import readable
     sampled = summary["totals"].get("fault_ms_measured") is not None
-    sites = [[r["site"], r["call"], f"{r['mappings']:,}", f"{r['freed']:,}", format_bytes(r["bytes"]),
+    sites = [[readable(r["site"]), r["call"], f"{r['mappings']:,}", f"{r['freed']:,}", format_bytes(r["bytes"]),
               f"{r['faults_base']:,}", f"{r['faults_thp']:,}", *_measured_cells(r), number(r["fault_ms"], 1),
               number(r["free_ms"], 1), f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-",
               f"{r['wall_share']:.1%}", f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
-    touching = [[r["site"], f"{r['faults']:,}", number(r["fault_ms"], 1), r["allocation_site"]]
+    touching = [[readable(r["site"]), f"{r['faults']:,}", number(r["fault_ms"], 1), readable(r["allocation_site"])]
                 for r in summary["touching"][:top]]
     processes = summary.get("processes", [])
     shown = [[str(r["pid"]), r["name"], str(r["parent"] or "-"), f"{r['faults']:,}", f"{r['faults_attributed']:,}"]
@@ -220,7 +224,8 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
 
 
 def advice_lines(summary: dict) -> list[str]:
-    advice = [(row["site"], item) for row in summary["rows"] for item in row["advice"]]
+    from ..analysis.trace import readable
+    advice = [(readable(row["site"]), item) for row in summary["rows"] for item in row["advice"]]
     return [f"{site}: {item['text']}" for site, item in sorted(advice, key=lambda pair: pair[1]["saving_ms"], reverse=True)]
 
 

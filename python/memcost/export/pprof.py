@@ -106,9 +106,10 @@ def profile(trace: analysis.Trace, cost, which, *, time_nanos: int = 0, duration
     period = trace.period
     names = process_names(trace)
     values: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
+    touching = analysis.touching_names(trace, which)
     for row in trace.faults:
         allocation = row["allocation_stack"] if row["allocation_call"] else 0
-        entry = values[(allocation, analysis.site_of(trace.stacks, row["touch_stack"], which), row["pid"])]
+        entry = values[(allocation, touching(row["touch_stack"]), row["pid"])]
         entry[0] += row["faults"] * period
         entry[1] += int(row["faults"] * period * cost.fault_us("thp" if row["huge"] else "base") * 1e3)
     for origin in trace.origins:

@@ -13,11 +13,22 @@ TEXT_HEADINGS = {"page", "route", "size", "strategy", "block", "placement", "sha
                  "who wrote it", "memory allocated at", "churn", "variant"}
 
 
+# Columns that hold names of code (call paths): wide enough that a name wraps between its parts,
+# never one word a line; the figures beside them keep their digits whole.
+NAME_HEADINGS = {"site", "memory allocated at"}
+NAME_MIN_WIDTH = 32
+
+
 def print_table(table: Table) -> None:
     caption, headings, rows = table
     shown = RichTable(title=caption, title_justify="left")
-    for heading in headings:
-        shown.add_column(heading, justify="left" if heading in TEXT_HEADINGS else "right")
+    for column, heading in enumerate(headings):
+        if heading in NAME_HEADINGS:
+            longest = max((len(str(row[column])) for row in rows), default=0)
+            shown.add_column(heading, justify="left", min_width=min(NAME_MIN_WIDTH, max(longest, len(heading))),
+                             overflow="fold")
+        else:
+            shown.add_column(heading, justify="left" if heading in TEXT_HEADINGS else "right")
     for row in rows:
         shown.add_row(*[escape(str(cell)) for cell in row])
     console.print(shown)

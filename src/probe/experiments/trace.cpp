@@ -40,6 +40,7 @@ struct Settings {
   std::string replay;       // instead of tracing: re-aggregate this raw file
   std::string thp_mode;     // with --replay: the traced machine's THP mode (default: this one's)
   bool no_python_frames = false;
+  bool no_runtime_flags = false;
   std::uint32_t cpu_sample_us = 100;  // 0: no fault time sampling
   double window_seconds = 0;          // 0: one aggregate at the end only
 };
@@ -198,6 +199,9 @@ Experiment trace_experiment() {
                                "also emit the counters so far every this many seconds, tagged with the window's number "
                                "(a long trace's windows; 0: at the end only)")
                 ->check(CLI::Range(0.0, 1e7));
+            command.add_flag("--no-runtime-flags", settings->no_runtime_flags,
+                             "do not ask node and the JVM for perf maps through NODE_OPTIONS and JAVA_TOOL_OPTIONS (their "
+                             "JIT-compiled functions then go unnamed)");
             command.add_flag("--no-python-frames", settings->no_python_frames,
                              "do not load the preload library into a command for its Python stacks (as root) nor take them (without)");
             command.add_option("command", settings->command, "the command and its arguments, after --");
@@ -235,6 +239,7 @@ Experiment trace_experiment() {
               // The preload library lives beside the probe (the build folder, or memcost/_bin).
               options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
               options.python_frames = !settings->no_python_frames;
+              options.runtime_flags = !settings->no_runtime_flags;
               options.cpu_sample_period_ns = std::uint64_t{settings->cpu_sample_us} * 1000;
               JsonSink output(emitter);
               const std::string thp = thp_mode_name();
@@ -303,6 +308,7 @@ Experiment trace_experiment() {
                    {"sampled_faults", attribution.faults_seen()}, {"calls", attribution.calls_seen()},
                    {"most_records_pending", attribution.most_pending()}, {"most_mappings_live", attribution.most_live()}, {"sample_period", settings->sample_period},
                    {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
+                   {"unnamed_code_stacks", result.unnamed_code_stacks},
                    {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
                    {"stack_bytes", result.stack_bytes},
                    {"tracer_user_ns", interval.process_user_ns}, {"tracer_system_ns", interval.process_system_ns},

@@ -1,0 +1,46 @@
+// JIT-compiled code named by perf's map convention: a runtime writes `/tmp/perf-PID.map`, one line
+// per compiled function, "START SIZE NAME" in hexadecimal (node --perf-basic-prof, the JVM's
+// -XX:+DumpPerfMapAtExit or `jcmd PID Compiler.perfmap`, CPython 3.12+ -X perf).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trace/tracer.hpp"
+
+namespace memcost::trace {
+
+class PerfMap {
+ public:
+  // Reads the map at `path` again if it grew since the last read; false when there is no map.
+  bool load(const std::string& path);
+  // Parses map text (the same as load, from memory: what the tests use).
+  void parse(std::string_view text);
+
+  // The name of the code at `address`; where entries overlap (code moved, or a function compiled
+  // again) the one written last wins. Empty when no entry covers it.
+  [[nodiscard]] std::string_view find(std::uint64_t address) const;
+  [[nodiscard]] std::size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::uint64_t start = 0, end = 0;
+    std::size_t order = 0;  // line number: later lines win
+    std::string name;
+  };
+  std::vector<Entry> entries_;  // sorted by start
+  std::uintmax_t bytes_read_ = 0;
+};
+
+// The path perf's convention gives a process's map.
+[[nodiscard]] std::string perf_map_path(int pid);
+
+// A frame for JIT-compiled code named `name` by a runtime's map: the function, and the source file
+// and line where the runtime gives them. node: "JS:~f /a.js:4:24" (the marker says how it was
+// compiled) and "Builtin:X"; HotSpot: "long Arrays.f(int, int)" (its return type dropped);
+// CPython: "py::f:/a.py". Anything else is the name as it is.
+[[nodiscard]] Frame jit_frame(std::uint64_t address, std::string_view name, const std::string& map_path);
+
+}  // namespace memcost::trace
