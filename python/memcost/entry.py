@@ -5,15 +5,7 @@ import os
 import signal
 import sys
 
-# Set by Ctrl-C or SIGTERM. A library that catches the KeyboardInterrupt inside its own start-up
-# (numpy turns it into "ImportError: initialization failed") still ends as an interrupt.
-interrupted = False
-
-
-def _interrupt(signum, frame):
-    global interrupted
-    interrupted = True
-    raise KeyboardInterrupt
+from . import interrupts
 
 
 def _unraisable(report) -> None:
@@ -29,9 +21,9 @@ def _unraisable(report) -> None:
 
 def main() -> int:
     # SIGTERM takes the same clean path as Ctrl-C: pools and settings restored.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGALRM, _interrupt)
+    signal.signal(signal.SIGINT, interrupts.handle)
+    signal.signal(signal.SIGTERM, interrupts.handle)
+    signal.signal(signal.SIGALRM, interrupts.handle)
     sys.unraisablehook = _unraisable
     from . import early_signals
     if early_signals:  # it came while this module was loading
@@ -43,7 +35,7 @@ def main() -> int:
     except KeyboardInterrupt:
         sys.stderr.write("memcost: error: interrupted; finished results were kept\n")
         code = 130
-    if interrupted:
+    if interrupts.interrupted:
         # Python ends a process by the signal itself when a KeyboardInterrupt passed through C code
         # unhandled (a library's start-up): everything is cleaned up by now, so leave with 130.
         sys.stdout.flush()

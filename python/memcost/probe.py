@@ -127,6 +127,10 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
             signal.signal(signum, handler)
     drain.join(timeout=5)
 
+    if returncode in (-signal.SIGINT, -signal.SIGTERM) or (error and error.get("code") == "interrupted"):
+        # A terminal's Ctrl-C reaches every process of the group: the probe ended by it (or said it
+        # was interrupted before it recorded anything) is an interrupt, not a failure.
+        raise KeyboardInterrupt
     if returncode < 0:
         name = signal.Signals(-returncode).name
         oom = -returncode == signal.SIGKILL and oom_kills_before is not None and (_oom_kills() or 0) > oom_kills_before

@@ -18,6 +18,7 @@ enum ExitCode : int {
   exit_bad_arguments = 2,
   exit_not_enough_memory = 3,
   exit_unsupported = 4,
+  exit_interrupted = 130,  // SIGINT or SIGTERM before anything was recorded (trace), as a shell reports SIGINT
 };
 
 // A fault count as the protocol writes it: null where the OS counts no faults (Wine), never a 0 it did not measure.

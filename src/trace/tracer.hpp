@@ -61,6 +61,7 @@ enum class FailureKind {
   no_such_process,      // --attach: no such process, or it has no threads left
   not_supported,        // this system cannot trace (no perf events, tracepoints, tracefs; not Linux)
   system,               // a system call failed (the errno says which)
+  interrupted,          // SIGINT or SIGTERM came before the command started: nothing was recorded
 };
 
 struct Failure {

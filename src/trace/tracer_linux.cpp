@@ -365,6 +365,11 @@ class Tracing {
 
   [[nodiscard]] const Result& result() const { return result_; }
 
+  // Interrupted before the command went through the door: it goes, and nothing was recorded.
+  void abandon_before_start() {
+    abandon(Failure{0, "interrupted before the command started", FailureKind::interrupted});
+  }
+
  private:
   // In the forked child: set up, wait at the door, then exec the command (never returns).
   [[noreturn]] void become_the_command(pid_t tracer) {
@@ -528,9 +533,18 @@ class Interrupts {
 }  // namespace
 
 Result run(const Options& options, Sink& sink, Failure& status) {
-  Tracing tracing(options, sink, status);
-  if (!tracing.choose_call_source() || !tracing.start_command() || !tracing.open_events()) return tracing.result();
+  // Caught from the start: a terminal's Ctrl-C reaches the whole process group at any moment, and
+  // during set-up (tracefs, events, the command waiting at the door) it means "stop, nothing yet".
   Interrupts interrupts(options.attach_pid > 0);
+  Tracing tracing(options, sink, status);
+  const bool set_up = tracing.choose_call_source() && tracing.start_command() && tracing.open_events();
+  // A step that failed because of the interrupt (the command waiting at the door ended by the
+  // same Ctrl-C, so its events could not be opened) is the interrupt, not a failure.
+  if (g_interrupted || g_stop_requested) {
+    tracing.abandon_before_start();
+    return tracing.result();
+  }
+  if (!set_up) return tracing.result();
   if (!tracing.trace_until_done()) return tracing.result();
   return tracing.collect();
 }

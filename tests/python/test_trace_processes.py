@@ -240,3 +240,41 @@ def test_interrupting_a_fault_heavy_trace_at_random_moments(tree, golden_results
         shutil.rmtree(root)
     assert not list(tmp_path.glob("core*")), "a core file was written"
     assert not failures, "\n".join(failures)
+
+
+# Moments after `memcost` itself starts: its start-up, the calibration run (no `costs` result for
+# this host in the results folder), the tracer's set-up, the command waiting at the door, and the
+# trace itself. Calibration takes about 3 s here.
+EARLY_MOMENTS_MS = (0, 40, 120, 250, 400, 700, 1100, 1600, 2300, 3200, 4200, 5200)
+
+
+def test_ctrl_c_to_the_process_group_at_any_moment_from_the_start_gives_130(tree, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole process group) from memcost's first instant to the
+    end of the trace: every round exits 130, with no traceback, no 'killed' probe, no traced
+    command left running; a results document, where one was written, is whole and says it was
+    interrupted."""
+    program = tmp_path / "early_loop"
+    shutil.copy(tree, program)
+    failures = []
+    for number, delay_ms in enumerate(EARLY_MOMENTS_MS):
+        root = tmp_path / f"early-{number}"
+        process = start_memcost("--results-dir", str(root), "trace", "--", str(program), "loop", "32",
+                                str(tmp_path / f"running-early-{number}"), folder=tmp_path, cwd=tmp_path,
+                                start_new_session=True, preexec_fn=no_core_dumps)
+        time.sleep(delay_ms / 1000)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = finish(process, timeout=60)
+        document = root / "latest" / "trace.json"
+        # In the interpreter's own first milliseconds no memcost code runs yet, and Python ends by the
+        # signal itself (-2 here), which a shell reports as 130 as well.
+        expected = {exit_codes.INTERRUPTED, -signal.SIGINT} if delay_ms < 20 else {exit_codes.INTERRUPTED}
+        if process.returncode not in expected or "Traceback" in stderr or "killed" in stderr \
+                or _lingering(program):
+            failures.append(f"at {delay_ms} ms: exit {process.returncode}, left running {_lingering(program)}: "
+                            f"{stderr.strip()[-400:]}")
+            for pid in _lingering(program):
+                os.kill(pid, signal.SIGKILL)
+        elif document.exists() and not load_document(document)["summary"]["totals"]["interrupted"]:
+            failures.append(f"at {delay_ms} ms: the results do not say the trace was interrupted")
+    assert not list(tmp_path.glob("core*")), "a core file was written"
+    assert not failures, "\n".join(failures)

@@ -10,7 +10,7 @@ from .. import __version__, exit_codes
 from ..errors import MemcostError
 from ..results import DEFAULT_ROOT
 from ..console import fail
-from .. import entry, journal
+from .. import interrupts, journal
 from .. import arguments
 from .base import Command
 from .bigarray import BigarrayCommand
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"{where}{error.strerror or error}; check the path and its permissions")
         return exit_codes.FAILURE
     except Exception as error:  # a bug: still one line, and a way to report it
-        if entry.interrupted:
+        if interrupts.interrupted:
             fail("interrupted; finished results were kept")
             return exit_codes.INTERRUPTED
         fail(f"internal error ({type(error).__name__}: {error}); please report it with the command you ran")

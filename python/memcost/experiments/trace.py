@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .. import arguments, tracefs
+from .. import arguments, interrupts, tracefs
 from ..errors import MemcostError
 from ..units import format_bytes
 from .base import Comparison, Experiment, Option, Table, number
@@ -133,10 +133,11 @@ def measure(values: dict, directory) -> dict:
         directory.root.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     windows = None
+    # The cost model comes first (a calibration run, if this host has no `costs` result): windows are
+    # priced as they are written, and a Ctrl-C during calibration then ends before anything ran.
+    cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
     if values.get("windows_folder"):
-        # Each window is priced as it is written: the cost model is needed before the trace starts.
         from ..export.pprof import Windows
-        cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
         windows = Windows(values["windows_folder"], cost, frames_of(values), socket.gethostname(),
                           str(values["pid"]) if values.get("pid") else Path(values["command"][0]).name)
     try:
@@ -145,13 +146,20 @@ def measure(values: dict, directory) -> dict:
         if raw:
             raw.unlink(missing_ok=True)
         raise
+    # What was recorded is written whole: a Ctrl-C from here on is noted, and ends the command
+    # with 130 once the document is stored.
+    with interrupts.held():
+        return _store(values, directory, run, cost, raw, windows, notes)
+
+
+def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dict:
+    from .shared import finish
     if windows:
         windows.finish(run.samples)
-    else:
-        cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
     summary, warnings = analyze(run.samples, cost=cost, params=values)
     summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
-    if values.get("overhead") and values.get("command"):
+    summary["totals"]["interrupted"] = summary["totals"]["interrupted"] or interrupts.interrupted
+    if values.get("overhead") and values.get("command") and not summary["totals"]["interrupted"]:
         started = time.monotonic()
         subprocess.run(values["command"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         summary["totals"]["untraced_wall_ms"] = (time.monotonic() - started) * 1e3

@@ -281,6 +281,8 @@ Experiment trace_experiment() {
                     throw ProbeError(exit_failure, "command_not_started", failure.message() + "; check the command's name and PATH");
                   case trace::FailureKind::no_such_process:
                     throw ProbeError(exit_failure, "no_such_process", failure.message());
+                  case trace::FailureKind::interrupted:
+                    throw ProbeError(exit_interrupted, "interrupted", failure.message() + ": nothing was recorded");
                   default:
                     throw ProbeError(exit_unsupported, failure.denied() ? "not_permitted" : "not_supported_here",
                                      "cannot trace: " + failure.message() +
