@@ -302,15 +302,7 @@ void Attribution::apply(const trace::MappingCall& call) {
       break;
     }
     case CallKind::brk:
-      if (space.brk_end == 0) {
-        space.brk_end = result;
-      } else if (result > space.brk_end) {
-        make(call.pid, space.brk_end, result - space.brk_end, call, true);
-        space.brk_end = result;
-      } else if (result < space.brk_end) {
-        free_range(space, result, space.brk_end - result, call, true);
-        space.brk_end = result;
-      }
+      apply_brk(space, call);
       break;
     case CallKind::madvise:
       if (args[2] == kMadvDontneed || args[2] == kMadvFree || args[2] == kMadvRemove) {
@@ -322,6 +314,43 @@ void Attribution::apply(const trace::MappingCall& call) {
       }
       break;
   }
+}
+
+// brk(addr): the break moves to the result. The preload library's records give the break before
+// the call in args[1] (it sees no first brk(0) of glibc's); a brk(0) once the break is known asks
+// and changes nothing: from the preload library, it is a marker (see preload_linux.c).
+void Attribution::apply_brk(Space& space, const trace::MappingCall& call) {
+  const auto result = static_cast<std::uint64_t>(call.result);
+  if (space.brk_end == 0) space.brk_end = call.args[1] ? call.args[1] : result;
+  if (result > space.brk_end) {
+    space.unclaimed_heap.push_back(make(call.pid, space.brk_end, result - space.brk_end, call, true));
+    if (space.unclaimed_heap.size() > kUnclaimedHeapKept) space.unclaimed_heap.erase(space.unclaimed_heap.begin());
+  } else if (result < space.brk_end) {
+    free_range(space, result, space.brk_end - result, call, true);
+  } else if (call.args[0] == 0) {
+    claim_heap(space, call);
+  }
+  space.brk_end = result;
+}
+
+void Attribution::claim_heap(Space& space, const trace::MappingCall& marker) {
+  const OriginKey to{marker.stack, static_cast<int>(trace::CallKind::brk)};
+  for (std::uint64_t id : space.unclaimed_heap) {
+    auto found = live_.find(id);
+    if (found == live_.end() || found->second.origin == to) continue;
+    Mapping& mapping = found->second;
+    if (auto from = origins_.find(mapping.origin); from != origins_.end()) {
+      from->second.made -= std::min<std::uint64_t>(from->second.made, 1);
+      from->second.bytes -= std::min(from->second.bytes, mapping.length);
+    }
+    if (auto newest = newest_.find(mapping.origin); newest != newest_.end() && newest->second == id) newest_.erase(newest);
+    mapping.origin = to;
+    OriginSummary& into = origins_[to];
+    ++into.made;
+    into.bytes += mapping.length;
+    newest_[to] = id;
+  }
+  space.unclaimed_heap.clear();
 }
 
 void Attribution::release(std::uint64_t id, std::uint64_t bytes, bool freed) {

@@ -156,12 +156,19 @@ class Attribution : public trace::Sink {
   struct Space {
     std::map<std::uint64_t, Piece> pieces;  // by start; disjoint
     std::uint64_t brk_end = 0;              // 0: no brk seen yet
+    // The heap grown since the last marker of the preload library (a brk(0) carrying the Python
+    // stack of the call that grew it), newest last; a process without markers keeps the newest few.
+    std::vector<std::uint64_t> unclaimed_heap;
   };
+  static constexpr std::size_t kUnclaimedHeapKept = 64;
   struct Program {
     std::uint64_t from_ns;
   };
 
   void apply(const trace::MappingCall& call);
+  void apply_brk(Space& space, const trace::MappingCall& call);
+  // A marker: the heap grown since the last one was made by the marker's stack (its Python frames).
+  void claim_heap(Space& space, const trace::MappingCall& marker);
   void charge(const trace::Fault& fault);
   void charge(const trace::CpuSample& sample);
   std::uint64_t make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool anonymous);

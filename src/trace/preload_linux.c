@@ -288,6 +288,59 @@ int madvise(void *address, size_t length, int advice) {
   return (int)checked(result);
 }
 
+/* Heap growth by many small allocations (sqlite's page cache, a dict resized again and again):
+   no single call is big, but the calls that moved the break grew the heap. In a Python process
+   each small malloc-family call compares the break (sbrk(0): glibc keeps it, no system call)
+   before and after; a call that moved it is followed at once by a marker that carries the Python
+   stack, before the caller can touch the new memory: as root a brk(0) system call, whose
+   tracepoint sample copies this frame's block; when reporting, a brk record with the block. The
+   tracer charges the heap grown since the process's last marker to the marker's stack
+   (src/trace/attribution.cpp). A thread that grows the heap while it has released the GIL
+   (sqlite runs its queries without it) cannot read its frames; it uses its Python stack as last
+   read with the GIL held, refreshed at most every PYTHON_REFRESH_NS while it allocates. */
+enum { PYTHON_REFRESH_NS = 1000000, CHECK_CLOCK_EVERY = 64 };
+static __thread struct python_block last_python; /* magic 0: none yet */
+static __thread uint64_t last_python_ns;
+static __thread uint32_t small_calls;
+
+static void refresh_python(void) {
+  if (++small_calls % CHECK_CLOCK_EVERY != 0 || inside || !py.is_initialized() || !py.gil_held()) return;
+  uint64_t now = now_ns();
+  if (last_python.magic == PYTHON_MAGIC && now - last_python_ns < PYTHON_REFRESH_NS) return;
+  python_stack(&last_python);
+  last_python_ns = now;
+}
+
+static void heap_grew(void *before, void *after) {
+  struct python_block python;
+  python_stack(&python); /* exact where the GIL is held */
+  if (python.magic != PYTHON_MAGIC && last_python.magic == PYTHON_MAGIC) {
+    memcpy(&python, &last_python, offsetof(struct python_block, data) + last_python.bytes);
+  }
+  if (out_fd >= 0) {
+    uint64_t now = now_ns();
+    /* The growth itself (no interposer sees glibc's own brk): arg 1 is the break before it. */
+    emit(CALL_BRK, now, now, (uint64_t)(uintptr_t)after, (uint64_t)(uintptr_t)before, 0, 0,
+         (int64_t)(uintptr_t)after, NULL);
+    if (python.magic == PYTHON_MAGIC) emit(CALL_BRK, now, now, 0, 0, 0, 0, (int64_t)(uintptr_t)after, &python);
+  } else if (python.magic == PYTHON_MAGIC) {
+    (void)syscall(SYS_brk, 0);
+  }
+  python_stack_done(&python);
+}
+
+/* A small call: straight through, but a Python process watches the break (above). */
+#define SMALL_CALL(call)                                    \
+  do {                                                      \
+    if (!python_ready || inside) return (call);             \
+    refresh_python();                                       \
+    void *before = sbrk(0);                                 \
+    void *result = (call);                                  \
+    void *after = sbrk(0);                                  \
+    if (after != before) heap_grew(before, after);          \
+    return result;                                          \
+  } while (0)
+
 /* The malloc family: big calls carry the Python stack (in this frame, for as long as the call
    runs) and, when reporting, are reported; small ones go straight through. */
 #define BIG_CALL(call, report)    \
@@ -309,18 +362,18 @@ static void allocated(void *pointer, size_t size, uint64_t enter, const struct p
 }
 
 void *malloc(size_t size) {
-  if (size < min_bytes) return __libc_malloc(size);
+  if (size < min_bytes) SMALL_CALL(__libc_malloc(size));
   BIG_CALL(__libc_malloc(size), allocated(result, size, enter, &python));
 }
 
 void *calloc(size_t count, size_t size) {
   size_t bytes;
-  if (__builtin_mul_overflow(count, size, &bytes) || bytes < min_bytes) return __libc_calloc(count, size);
+  if (__builtin_mul_overflow(count, size, &bytes) || bytes < min_bytes) SMALL_CALL(__libc_calloc(count, size));
   BIG_CALL(__libc_calloc(count, size), allocated(result, bytes, enter, &python));
 }
 
 void *memalign(size_t alignment, size_t size) {
-  if (size < min_bytes) return __libc_memalign(alignment, size);
+  if (size < min_bytes) SMALL_CALL(__libc_memalign(alignment, size));
   BIG_CALL(__libc_memalign(alignment, size), allocated(result, size, enter, &python));
 }
 
@@ -353,6 +406,6 @@ static void reallocated(void *old, size_t size, int tracked, void *result, uint6
 
 void *realloc(void *pointer, size_t size) {
   int tracked = out_fd >= 0 && pointer && forget(pointer);
-  if (!tracked && size < min_bytes) return __libc_realloc(pointer, size);
+  if (!tracked && size < min_bytes) SMALL_CALL(__libc_realloc(pointer, size));
   BIG_CALL(__libc_realloc(pointer, size), reallocated(pointer, size, tracked, result, enter, &python));
 }

@@ -222,6 +222,7 @@ def site_of(stacks: dict, stack_id: int, which: FrameFilter = DEFAULT_FRAMES) ->
 
 
 CALLED_FROM = " ← "
+READABLE_CALLERS = 3  # callers a table shows; the results keep the whole path
 
 
 def readable(site: str) -> str:
@@ -236,6 +237,8 @@ def readable(site: str) -> str:
         if rest and re.fullmatch(r"[\w:]+", head) and head != "operator" and re.match(r"[\w:~]+[<(:]", rest):
             part = rest  # a return type before a qualified name
         parts.append(part)
+    if len(parts) > READABLE_CALLERS + 1:
+        parts = parts[:READABLE_CALLERS + 1] + ["…"]
     return CALLED_FROM.join(parts)
 
 
@@ -245,6 +248,9 @@ def _shorten_brackets(text: str) -> str:
         char = text[index]
         location = char == "(" and (index == 0 or text[index - 1] == " ")  # "(file:line)"
         operator = char == "<" and re.search(r"operator\s*<?$", text[:index]) is not None  # operator<, operator<<
+        # Template arguments follow a name; "<module>", "<genexpr>" and "(<string>:2)" are Python's names.
+        unnamed = char == "<" and (index == 0 or not (text[index - 1].isalnum() or text[index - 1] in "_:>"))
+        operator = operator or unnamed
         anonymous = text.startswith("(anonymous namespace)", index)
         if char in "<(" and not location and not operator and not anonymous:
             close = _matching_bracket(text, index)
