@@ -15,7 +15,7 @@ namespace memcost::trace {
 
 bool is_rust_symbol(std::string_view name) {
   if (name.starts_with("_R")) return true;
-  constexpr std::size_t kHashTail = 21;  // "17h" + 16 hex digits + "E"
+  constexpr std::size_t kHashTail = 20;  // "17h" + 16 hex digits + "E"
   if (!name.starts_with("_ZN") || name.size() <= kHashTail || !name.ends_with("E")) return false;
   const std::string_view tail = name.substr(name.size() - kHashTail);
   return tail.starts_with("17h") &&

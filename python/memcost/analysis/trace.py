@@ -206,14 +206,42 @@ def user_frame_index(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optio
     return 0 if frames else None
 
 
+def runtime_of(frame: Optional[dict]) -> Optional[str]:
+    """The language runtime whose code a site's frame is, where advice has that runtime's own
+    switches: "jvm" (HotSpot or a Java method), "node", "go"; None for native code and Python."""
+    if frame is None:
+        return None
+    module = os.path.basename(frame.get("module") or "")
+    function = frame.get("function") or ""
+    if module.startswith(("libjvm.so", "libjli.so", "libjava.so")):
+        return "jvm"
+    if frame.get("kind") == "jit":
+        return "node" if frame.get("file") else "jvm" if "." in function else None
+    if module in RUNTIME_EXECUTABLES:
+        return "node"
+    return "go" if function.startswith("runtime.") else None
+
+
 def frame_name(frame: Optional[dict]) -> str:
     if frame is None:
         return "(no stack)"
     function = frame.get("function") or (f"{os.path.basename(frame['module'])}+{frame.get('module_offset', 0):#x}"
                                          if frame.get("module") else f"{frame['address']:#x}")
-    if frame.get("file"):
+    if frame.get("file") and not _library_line(frame):
         return f"{function} ({os.path.basename(frame['file'])}:{frame['line']})"
     return function
+
+
+# Source files of languages' standard libraries, where the debug information has a program's
+# function's instruction come from inlined library code without saying where it was inlined
+# (rustc's `vec!` into the caller): a line there would name the library's file, not the caller's.
+LIBRARY_SOURCES = r"(/rustc/[0-9a-f]+/library/|/usr/include/c\+\+/|/go/src/runtime/)"
+
+
+def _library_line(frame: dict) -> bool:
+    return frame.get("kind") in ("native", None) and bool(re.search(LIBRARY_SOURCES, frame.get("file") or "")) \
+        and frame.get("function", "").split("::")[0] not in ("std", "core", "alloc") \
+        and not (frame.get("function") or "").startswith(("std::", "runtime."))
 
 
 def site_of(stacks: dict, stack_id: int, which: FrameFilter = DEFAULT_FRAMES) -> str:
@@ -232,7 +260,8 @@ def readable(site: str) -> str:
     full name stays in the results and the exports."""
     parts = []
     for part in site.split(CALLED_FROM):
-        part = re.sub(r"\.(constprop|isra|part|cold|lto_priv)\.\d+", "", _shorten_brackets(part))  # GCC's clones
+        part = re.sub(r"( \[clone [^\]]*\])|\.(constprop|isra|part|cold|lto_priv)\.\d+", "", part)  # GCC's clones
+        part = _shorten_brackets(part)
         head, _, rest = part.partition(" ")
         if rest and re.fullmatch(r"[\w:]+", head) and head != "operator" and re.match(r"[\w:~]+[<(:]", rest):
             part = rest  # a return type before a qualified name
@@ -246,7 +275,8 @@ def _shorten_brackets(text: str) -> str:
     out, index = [], 0
     while index < len(text):
         char = text[index]
-        location = char == "(" and (index == 0 or text[index - 1] == " ")  # "(file:line)"
+        # "(file:line)" after a space; Go's receivers, "runtime.(*mheap).grow", after a dot.
+        location = char == "(" and (index == 0 or text[index - 1] in " .")
         operator = char == "<" and re.search(r"operator\s*<?$", text[:index]) is not None  # operator<, operator<<
         # Template arguments follow a name; "<module>", "<genexpr>" and "(<string>:2)" are Python's names.
         unnamed = char == "<" and (index == 0 or not (text[index - 1].isalnum() or text[index - 1] in "_:>"))
@@ -277,16 +307,14 @@ def _matching_bracket(text: str, start: int) -> int:
     return -1
 
 
-def _callers(frames: list, index: int) -> list[dict]:
-    """The frames that called frames[index], innermost first: in a Python or JIT-compiled stack,
-    that language's frames only (the interpreter's own frames between them tell nothing apart)."""
+def _callers(frames: list, index: int, which: FrameFilter) -> list[dict]:
+    """The frames that called frames[index], innermost first, that are the program's own: in a
+    Python or JIT-compiled stack, that language's. A runtime's, a library's or the loader's frames
+    tell no paths of the program apart (the Go heap growing for two functions is one site, the
+    runtime's, each function a touching site of its own)."""
     language = frames[index].get("kind") if frames[index].get("kind") in ("python", "jit") else None
-    if language:
-        return [frame for frame in frames[index + 1:] if frame.get("kind") == language]
-    # The C library's and the loader's frames tell no paths of a program apart (a loader's own
-    # mappings are one site, not one per library it loaded).
     return [frame for frame in frames[index + 1:]
-            if not os.path.basename(frame.get("module") or "").startswith(C_AND_ALLOCATOR_MODULES)]
+            if (language is None or frame.get("kind") == language) and which.is_users(frame)]
 
 
 def _caller_key(frame: dict) -> tuple:
@@ -312,7 +340,7 @@ class SiteNames:
                 self._names[stack_id] = frame_name(None)
                 continue
             first = frame_name(frames[index])
-            groups[first][stack_id] = [_caller_key(frame) for frame in _callers(frames, index)]
+            groups[first][stack_id] = [_caller_key(frame) for frame in _callers(frames, index, which)]
         for first, paths in groups.items():
             for stack_id, path in paths.items():
                 self._names[stack_id] = first + "".join(CALLED_FROM + _caller_name(key, paths.values(), depth)
@@ -460,6 +488,7 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         if sample_period_ns:
             row.update(measured(site.cpu_samples, sample_period_ns))
             row["zeroing_share"] = site.zeroing_samples / site.cpu_samples if site.cpu_samples else None
+        row["runtime"] = runtime_of(user_frame(trace.stacks.get(row["stack"], []), which))
         row["kind"] = "-" if not faults else ("thp" if row["faults_thp"] * cost.huge_bytes > row["faults_base"] * cost.page_bytes
                                                else "base")
         row["advice"] = advise(row, site, cost, thp_available, wall_ms, period)
@@ -522,7 +551,7 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
     def worth(saving_ms: float) -> bool:
         return saving_ms >= max(ADVICE_MIN_MS, ADVICE_MIN_SHARE * wall_ms)
 
-    if row["churn"] >= 3:
+    if row["churn"] >= 3 and row.get("runtime") != "jvm":
         churning = site.freed_by_size()[row["churn_bytes"]]
         n = churning["freed"]
         base_faults = churning["faults_base"] * period
@@ -565,6 +594,8 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
         # Already advised huge: what is left on base pages are the ends of mappings not aligned to 2 MB.
         how = ("align these mappings to 2 MB (memcost::make_big_array does): their unaligned ends fault on base pages"
                if row["huge_advised"] else "ask for huge pages here (madvise MADV_HUGEPAGE, or memcost::make_big_array)")
+        if row.get("runtime") == "jvm":
+            how = "run the JVM with -XX:+UseTransparentHugePages (its heap madvised for huge pages)"
         if worth(saving):
             advice.append({"kind": "huge_pages", "saving_ms": saving,
                            "text": f"{how}: {base_faults:,} base-page faults become ≈ {huge_faults:,.0f}, "
@@ -575,11 +606,14 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
             and largest["largest_one_thread"] and largest_faults):
         spent = _fault_us(cost, largest["largest_faults_base"], largest["largest_faults_thp"]) * period / 1e3
         saving = spent * (1 - 1 / cost.threads_speedup)
+        how = (f"fault the {_size(largest['largest_bytes'])} block in with {cost.threads} threads (measured "
+               f"{cost.threads_speedup:.1f}× faster here, e.g. make_big_array's parallel prefault)")
+        if row.get("runtime") == "jvm":
+            how = ("run the JVM with -XX:+AlwaysPreTouch: it faults the heap in at start, on the GC's threads in "
+                   f"parallel (measured {cost.threads_speedup:.1f}× faster here with {cost.threads} threads), instead "
+                   "of in the middle of the run")
         if worth(saving):
-            advice.append({"kind": "parallel", "saving_ms": saving,
-                           "text": f"fault the {_size(largest['largest_bytes'])} block in with {cost.threads} threads "
-                                   f"(measured {cost.threads_speedup:.1f}× faster here, e.g. make_big_array's parallel "
-                                   f"prefault): saves ≈ {saving:,.1f} ms"})
+            advice.append({"kind": "parallel", "saving_ms": saving, "text": f"{how}: saves ≈ {saving:,.1f} ms"})
     return advice
 
 
@@ -603,6 +637,37 @@ def headline(rows: list[dict], totals: dict) -> str:
         faults = f"{totals['faults']:,} page faults ≈ {totals['fault_ms']:,.1f} ms (estimated)"
     return (f"{faults} and {totals['free_ms']:,.1f} ms of freeing (measured): {cost / totals['wall_ms']:.0%} of the "
             f"run's {totals['wall_ms']:,.0f} ms; most at {top}")
+
+
+# What each JIT runtime needs for its functions to be named, and the symptom that it had not:
+# a frame in its native code from which the unwinder reached code that no module and no perf map
+# names, or, for node, its interpreter's entry with no named JavaScript frame anywhere.
+RUNTIME_FLAGS = {
+    "node": "node's JavaScript functions went unnamed: run it with --perf-basic-prof "
+            "--interpreted-frames-native-stack (memcost trace sets them in NODE_OPTIONS unless --no-runtime-flags; "
+            "a process given by --pid must have been started with them)",
+    "jvm": "Java methods went unnamed: run the JVM with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit "
+           "-XX:+PreserveFramePointer (memcost trace sets them in JAVA_TOOL_OPTIONS unless --no-runtime-flags; for a "
+           "running JVM, `jcmd PID Compiler.perfmap` before the trace ends)",
+}
+
+
+def runtime_flags_missing(samples: list) -> list[str]:
+    """One sentence per JIT runtime seen whose compiled code went unnamed, with the flags it needs."""
+    trace = read(samples)
+    if any(frame.get("kind") == "jit" for frames in trace.stacks.values() for frame in frames):
+        return []  # a perf map was read: what it does not name is code it never listed (stubs, regexps)
+    missing = set()
+    for frames in trace.stacks.values():
+        runtimes = {runtime_of(frame) for frame in frames if frame.get("kind") != "jit"} & set(RUNTIME_FLAGS)
+        if not runtimes:
+            continue
+        unnamed = any(not frame.get("module") and frame.get("address") for frame in frames)
+        interpreted_only = "node" in runtimes and not any(frame.get("kind") == "jit" for frame in frames) and any(
+            (frame.get("function") or "").startswith("Builtins_InterpreterEntryTrampoline") for frame in frames)
+        if unnamed or interpreted_only:
+            missing |= runtimes
+    return [RUNTIME_FLAGS[runtime] for runtime in sorted(missing)]
 
 
 def folded(trace_samples: list, which: FrameFilter = DEFAULT_FRAMES) -> list[str]:

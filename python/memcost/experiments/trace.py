@@ -121,6 +121,7 @@ def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None, para
                          "message": f"{totals['faults']:,} faults were sampled but the kernel counted "
                                     f"{totals['kernel_faults']:,}: some were lost or happened in children that "
                                     "outlived the command; per-site counts are a lower bound"})
+    warnings += [{"code": "runtime_unnamed", "message": message} for message in analysis.runtime_flags_missing(samples)]
     return summary, warnings
 
 
