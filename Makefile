@@ -39,14 +39,15 @@ test-cpp: | prerequisites
 	cmake --build $(BUILD)
 	cd $(BUILD) && $(REQUIRE_TRACING) ctest --output-on-failure
 
-# big_array and its C API under AddressSanitizer (with LeakSanitizer) and UBSan; then the trace
-# tests, the interrupt stress included, with the probe built the same way.
+# big_array and its C API under AddressSanitizer (with LeakSanitizer) and UBSan, and the tracer's
+# unwinder fed random and truncated stacks; then the trace tests, the interrupt stress and the
+# programs of every runtime included, with the probe built the same way.
 test-asan: setup
 	cmake -S . -B build/asan -G Ninja -DMEMCOST_BUILD_TESTS=ON -DMEMCOST_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build build/asan --target memcost_tests memcost_c_api_test memcost-probe memcost-preload
-	cd build/asan && ctest --output-on-failure -R "BigArray|CApi|Attribution"
+	cmake --build build/asan --target memcost_tests memcost_trace_tests memcost_c_api_test memcost-probe memcost-preload
+	cd build/asan && ctest --output-on-failure -R "BigArray|CApi|Attribution|Unwind|SymbolNames|PerfMap"
 	MEMCOST_PROBE=$(CURDIR)/build/asan/memcost-probe $(REQUIRE_TRACING) $(VENV)/bin/pytest -q \
-	  tests/python/test_trace.py tests/python/test_trace_processes.py
+	  tests/python/test_trace.py tests/python/test_trace_processes.py tests/python/test_trace_runtimes.py
 
 # The Windows back end, cross-built with mingw-w64: library, probe and the C++ tests
 # (tests/python/test_windows.py runs them, and the probe, under Wine).

@@ -12,7 +12,7 @@
 
 namespace memcost::trace::detail {
 
-Failure failed(const std::string& call) { return Failure{errno, call}; }
+inline Failure failed(const std::string& call) { return Failure{errno, call}; }
 
 inline std::uint64_t monotonic_ns() {
   timespec now{};

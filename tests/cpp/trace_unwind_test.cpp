@@ -1,0 +1,149 @@
+// The tracer's unwinder and symbol names: it never crashes on a stack it is handed (random and
+// truncated stacks and registers, run under AddressSanitizer by `make test-asan`), it unwinds a real
+// one, and names read as people write them (C++, Rust legacy and v0, JIT code from perf maps).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "trace/perf_map.hpp"
+#include "trace/symbol_names.hpp"
+#include "trace/unwind.hpp"
+
+namespace memcost::trace {
+namespace {
+
+class CollectingSink : public Sink {
+ public:
+  void stack(std::uint32_t id, const std::vector<Frame>& frames) override { stacks[id] = frames; }
+  void call(const MappingCall&) override {}
+  void fault(const Fault&) override {}
+  void process(const ProcessEvent&) override {}
+  std::map<std::uint32_t, std::vector<Frame>> stacks;
+};
+
+// This process's executable file mappings, as the tracer learns them from the kernel's records.
+std::vector<detail::Mapping> code_mappings() {
+  std::vector<detail::Mapping> found;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    std::uint64_t start = 0, end = 0, offset = 0;
+    char perms[8] = {};
+    char path[4096] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %4095s", &start, &end, perms, &offset, path) == 5 &&
+        perms[2] == 'x' && path[0] == '/') {
+      found.push_back({start, end, offset, path});
+    }
+  }
+  return found;
+}
+
+TEST(SymbolNames, CxxAndRustReadAsWritten) {
+  EXPECT_EQ(demangle("_ZNSt6vectorIiSaIiEE9push_backERKi"), "std::vector<int, std::allocator<int> >::push_back(int const&)");
+  EXPECT_TRUE(is_rust_symbol("_ZN17growth_and_frames13render_frames17hf344594e6ef3e0d2E"));
+  EXPECT_FALSE(is_rust_symbol("_ZNSt6vectorIiSaIiEE9push_backERKi"));
+  EXPECT_EQ(demangle("_ZN17growth_and_frames13render_frames17hf344594e6ef3e0d2E"), "growth_and_frames::render_frames");
+  EXPECT_EQ(demangle("_RNvNtCslNYArtu3iFV_5alloc5alloc7realloc"), "alloc::alloc::realloc");
+  EXPECT_EQ(demangle("plain_c_function"), "plain_c_function");
+  EXPECT_EQ(demangle("_ZN3bad"), "_ZN3bad");  // not a whole name: left as it is
+  EXPECT_EQ(demangle(nullptr), "");
+}
+
+TEST(PerfMap, LaterEntriesWinAndRuntimesNamesAreParsed) {
+  PerfMap map;
+  map.parse("7f00 100 JS:~allocateFrames /srv/app/buffers.js:4:24\n"
+            "0x00007f0000001000 0x0000000000000080 long Arrays.allocateBlocks(int, int)\n"
+            "garbage line\n"
+            "7f40 10 JS:*hot /srv/app/buffers.js:9:1\n");
+  EXPECT_EQ(map.size(), 3U);
+  EXPECT_EQ(map.find(0x7f00), "JS:~allocateFrames /srv/app/buffers.js:4:24");
+  EXPECT_EQ(map.find(0x7f45), "JS:*hot /srv/app/buffers.js:9:1");  // written later, inside the first
+  EXPECT_EQ(map.find(0x7fff), "JS:~allocateFrames /srv/app/buffers.js:4:24");
+  EXPECT_EQ(map.find(0x8000), "");
+  EXPECT_EQ(map.find(0x7f0000001010), "long Arrays.allocateBlocks(int, int)");
+
+  Frame js = jit_frame(0x7f00, "JS:~allocateFrames /srv/app/buffers.js:4:24", "/tmp/perf-1.map");
+  EXPECT_EQ(js.kind, FrameKind::jit);
+  EXPECT_EQ(js.function, "allocateFrames");
+  EXPECT_EQ(js.file, "/srv/app/buffers.js");
+  EXPECT_EQ(js.line, 4);
+  EXPECT_EQ(jit_frame(0, "JS:^ /a.js:1:1", "m").function, "(anonymous)");
+  EXPECT_EQ(jit_frame(0, "long Arrays.allocateBlocks(int, int)", "m").function, "Arrays.allocateBlocks(int, int)");
+  EXPECT_EQ(jit_frame(0, "StubRoutines (1)", "m").function, "StubRoutines (1)");
+  EXPECT_EQ(jit_frame(0, "Interpreter", "m").function, "Interpreter");
+  Frame python = jit_frame(0, "py::insert_rows:/srv/rows.py", "m");
+  EXPECT_EQ(python.function, "insert_rows");
+  EXPECT_EQ(python.file, "/srv/rows.py");
+}
+
+#if defined(__x86_64__)
+// Registers and stack of this very frame, copied as the kernel copies a sample's.
+struct Captured {
+  std::uint64_t ip = 0, sp = 0, bp = 0;
+  std::vector<std::uint8_t> stack;
+};
+
+__attribute__((noinline)) Captured capture_here() {
+  Captured captured;
+  std::uint64_t sp = 0, bp = 0, ip = 0;
+  __asm__ volatile("mov %%rsp, %0\n\tmov %%rbp, %1\n\tlea 0(%%rip), %2" : "=r"(sp), "=r"(bp), "=r"(ip));
+  captured = {ip, sp, bp, std::vector<std::uint8_t>(4096)};
+  std::memcpy(captured.stack.data(), reinterpret_cast<const void*>(sp), captured.stack.size());
+  return captured;
+}
+
+TEST(Unwind, ARealStackUnwindsToItsCallers) {
+  Options options;
+  CollectingSink sink;
+  detail::Recorder recorder(options, sink);
+  for (const auto& mapping : code_mappings()) recorder.add_mapping(getpid(), mapping);
+  const Captured here = capture_here();
+  const std::uint32_t id = recorder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(), here.stack.size());
+  ASSERT_NE(id, 0U);
+  const auto& frames = sink.stacks.at(id);
+  ASSERT_GE(frames.size(), 2U);
+  EXPECT_NE(frames[0].function.find("capture_here"), std::string::npos) << frames[0].function;
+}
+#endif
+
+// Random registers and random, truncated stacks: every call returns, none reads outside the
+// copy it was given (AddressSanitizer would say), and what cannot be unwound ends the stack.
+TEST(Unwind, RandomAndTruncatedStacksNeverCrashTheUnwinder) {
+  Options options;
+  CollectingSink sink;
+  detail::Recorder recorder(options, sink);
+  const auto mappings = code_mappings();
+  for (const auto& mapping : mappings) recorder.add_mapping(getpid(), mapping);
+  std::mt19937_64 random(20261123);
+  auto code_address = [&] {
+    const auto& mapping = mappings[random() % mappings.size()];
+    return mapping.start + random() % (mapping.end - mapping.start);
+  };
+  const std::uint64_t extremes[] = {0, 1, 8, 4096, UINT64_MAX, UINT64_MAX - 7, UINT64_MAX - 4095, 1ULL << 63};
+  for (int round = 0; round < 3000; ++round) {
+    const std::size_t bytes = random() % 5 == 0 ? random() % 64 : random() % 4097;  // often cut short, often odd
+    std::vector<std::uint8_t> stack(bytes);
+    for (std::size_t at = 0; at + 8 <= bytes; at += 8) {
+      std::uint64_t word = 0;
+      switch (random() % 4) {
+        case 0: word = code_address(); break;  // looks like a return address
+        case 1: word = extremes[random() % std::size(extremes)]; break;
+        default: word = random(); break;
+      }
+      std::memcpy(stack.data() + at, &word, 8);
+    }
+    const std::uint64_t sp = random() % 3 == 0 ? extremes[random() % std::size(extremes)] : random();
+    const std::uint64_t bp = random() % 2 == 0 ? sp + random() % 8192 : random();
+    const std::uint64_t ip = random() % 4 == 0 ? random() : code_address();
+    (void)recorder.stack(getpid(), gettid(), bp, sp, ip, bytes ? stack.data() : nullptr, bytes);
+  }
+  EXPECT_GT(recorder.unwind_failures() + sink.stacks.size(), 0U);
+}
+
+}  // namespace
+}  // namespace memcost::trace
