@@ -167,3 +167,94 @@ def test_skip_frames_changes_the_named_site(tmp_path):
                stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 600)), origin(1, 1, 0, 8 * MIB, 600), run()]
     assert analysis.summarize(samples, COST)["rows"][0]["site"] == "grow_samples(bool)"
     assert analysis.summarize(samples, COST, analysis.FrameFilter(skip="^grow_"))["rows"][0]["site"] == "main"
+
+
+def _at(function, line, module="/usr/bin/app", kind="native", file="/src/app.c"):
+    return {**FRAME, "kind": kind, "address": 0x1000 + line, "function": function, "file": file, "line": line,
+            "module": module}
+
+
+def _stacks(*paths):
+    return {number: frames for number, frames in enumerate(paths, 1)}
+
+
+def test_a_helper_called_from_two_places_is_two_sites_named_by_their_callers():
+    stacks = _stacks([_at("helper", 3), _at("scratch", 20), _at("main", 40)],
+                     [_at("helper", 3), _at("table", 30), _at("main", 41)],
+                     [_at("alone", 9), _at("main", 42)])
+    names = analysis.SiteNames(stacks, stacks)
+    assert names(1) == "helper (app.c:3) ← scratch" and names(2) == "helper (app.c:3) ← table"
+    assert names(3) == "alone (app.c:9)"  # reached by one path: its short name
+
+
+def test_a_call_path_goes_out_to_the_first_caller_that_tells_paths_apart():
+    stacks = _stacks([_at("helper", 3), _at("middle", 12), _at("a", 20), _at("main", 40)],
+                     [_at("helper", 3), _at("middle", 12), _at("b", 30), _at("main", 40)],
+                     [_at("helper", 3), _at("middle", 12)],  # cut short: not a third path
+                     [_at("twice", 5), _at("caller", 50), _at("main", 40)],
+                     [_at("twice", 5), _at("caller", 51), _at("main", 40)])
+    names = analysis.SiteNames(stacks, stacks)
+    assert names(1) == "helper (app.c:3) ← middle ← a" and names(2) == "helper (app.c:3) ← middle ← b"
+    assert names(3) == "helper (app.c:3)"
+    assert names(4) == "twice (app.c:5) ← caller:50" and names(5) == "twice (app.c:5) ← caller:51"
+
+
+def test_runtime_and_library_frames_do_not_split_a_site():
+    libc = "/lib/x86_64-linux-gnu/libc.so.6"
+    stacks = _stacks([_at("runtime.sysMmap", 1, file=""), _at("runtime.mheap.grow", 2, file=""), _at("main.a", 3)],
+                     [_at("runtime.sysMmap", 1, file=""), _at("runtime.persistentalloc", 4, file="")],
+                     [_at("mine", 7), _at("__libc_start_call_main", 8, libc)],
+                     [_at("mine", 7), _at("start_thread", 9, libc)])
+    names = analysis.SiteNames(stacks, stacks)
+    assert names(1) == "main.a (app.c:3)"
+    assert names(3) == names(4) == "mine (app.c:7)"
+
+
+def test_summarized_rows_and_touching_sites_are_keyed_by_call_path():
+    samples = [{"case": {"record": "stack"}, "metrics": {"stack": 1, "frames": [_at("map_base", 9, kind="inlined"),
+                                                                                   _at("scratch", 20), _at("main", 40)]}},
+               {"case": {"record": "stack"}, "metrics": {"stack": 2, "frames": [_at("map_base", 9, kind="inlined"),
+                                                                                   _at("table", 30), _at("main", 41)]}},
+               stack(3, "writer"),
+               faults((1, "mmap", 3, 7, 0, False, 40 * 1024), (2, "mmap", 3, 7, 0, False, 49152)),
+               origin(1, 40, 40, 4 * MIB, 40 * 1024, free_ns=40 * 500_000), origin(2, 1, 0, 192 * MIB, 49152), run()]
+    summary = analysis.summarize(samples, COST)
+    by_site = {row["site"]: row for row in summary["rows"]}
+    assert set(by_site) == {"map_base (app.c:9) ← scratch", "map_base (app.c:9) ← table"}
+    assert "reuse" in [item["kind"] for item in by_site["map_base (app.c:9) ← scratch"]["advice"]]
+    assert "reuse" not in [item["kind"] for item in by_site["map_base (app.c:9) ← table"]["advice"]]
+
+
+def test_jit_compiled_frames_name_the_program_and_skip_the_runtimes():
+    node, jvm = "/usr/bin/node", "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so"
+    js = [_at("node::Buffer::Alloc", 1, node, file=""), _at("Builtins_InterpreterEntryTrampoline", 2, node, file=""),
+          _at("alloc", 391, "/tmp/perf-1.map", "jit", "node:buffer"),
+          _at("allocateFrames", 4, "/tmp/perf-1.map", "jit", "/srv/buffers.js"),
+          _at("(anonymous)", 1, "/tmp/perf-1.map", "jit", "/srv/buffers.js")]
+    assert analysis.user_frame(js)["function"] == "allocateFrames"
+    java = [_at("ObjArrayAllocator::initialize(HeapWordImpl**) const", 1, jvm, file=""),
+            _at("Interpreter", 0, "/tmp/perf-2.map", "jit", ""),
+            _at("java.util.Arrays.copyOf(long[], int)", 0, "/tmp/perf-2.map", "jit", ""),
+            _at("Arrays.allocateBlocks(int, int)", 0, "/tmp/perf-2.map", "jit", "")]
+    assert analysis.user_frame(java)["function"] == "Arrays.allocateBlocks(int, int)"
+    assert analysis.runtime_of(analysis.user_frame(java)) == "jvm"
+    heap = [_at("os::pd_commit_memory_or_exit(char*, unsigned long)", 1, jvm, file=""), _at("JavaMain", 2, "/x/libjli.so")]
+    assert analysis.user_frame(heap)["function"].startswith("os::pd_commit_memory")  # the JVM's own heap
+    assert analysis.runtime_of(analysis.user_frame(heap)) == "jvm"
+
+
+@pytest.mark.parametrize("full, shown", [
+    ("void std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>(int const&) (vector.tcc:123)",
+     "std::vector<…>::_M_realloc_insert<…>(…) (vector.tcc:123)"),
+    ("os::pd_commit_memory_or_exit(char*, unsigned long, unsigned long, bool, char const*)", "os::pd_commit_memory_or_exit(…)"),
+    ("map_base (inlined_mmap.c:9) ← scratch_per_frame.constprop.0", "map_base (inlined_mmap.c:9) ← scratch_per_frame"),
+    ("current_stack_region(unsigned char**) [clone .isra.0]", "current_stack_region(…)"),
+    ("<module> (<string>:2)", "<module> (<string>:2)"),
+    ("runtime.(*mheap).grow", "runtime.(*mheap).grow"),
+    ("operator new(unsigned long)", "operator new(…)"),
+    ("v8::internal::(anonymous namespace)::Invoke(v8::internal::Isolate*)", "v8::internal::(anonymous namespace)::Invoke(…)"),
+    ("a ← b ← c ← d ← e", "a ← b ← c ← d ← …"),
+    ("main", "main"),
+])
+def test_tables_show_names_as_perf_shortens_them(full, shown):
+    assert analysis.readable(full) == shown
