@@ -3,7 +3,8 @@ that created the memory) and per touching site (the stack that faulted it in), w
 
 The probe attributes as the records stream (src/trace/attribution.hpp) and reports fault counts
 per (allocation origin, touching stack, process, page kind) and each origin's lifetime summary;
-this module groups them by site (the first frame of the program's own code), prices them with
+this module groups them by site (a call path from the first frame of the program's own code; see
+SiteNames), prices them with
 this machine's measured costs and gives advice. Fault time is estimated from the measured cost per
 MB (a `memcost costs` result or a short calibration); where the kernel allowed it, it is also
 measured by sampling CPU time in the fault handler (each sample one period of a thread's CPU time,
@@ -22,7 +23,7 @@ from typing import Optional
 
 from .cost_model import CostModel  # noqa: F401 - the cost model trace prices with, for its users
 from .derived import MB
-# A site is the first frame of the program's own code: leading frames of these modules (the C
+# A site starts at the first frame of the program's own code: leading frames of these modules (the C
 # library, the loader, allocators, the C++ runtime) ...
 C_AND_ALLOCATOR_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc",
                            "libmimalloc", "libmemcost-preload", "libpthread")
@@ -313,8 +314,8 @@ def _callers(frames: list, index: int, which: FrameFilter) -> list[dict]:
     tell no paths of the program apart (the Go heap growing for two functions is one site, the
     runtime's, each function a touching site of its own)."""
     language = frames[index].get("kind") if frames[index].get("kind") in ("python", "jit") else None
-    return [frame for frame in frames[index + 1:]
-            if (language is None or frame.get("kind") == language) and which.is_users(frame)]
+    return [frame for frame in frames[index + 1:]  # a caller without a name (a stripped library's) tells a user nothing
+            if (language is None or frame.get("kind") == language) and which.is_users(frame) and frame.get("function")]
 
 
 def _caller_key(frame: dict) -> tuple:
@@ -323,7 +324,7 @@ def _caller_key(frame: dict) -> tuple:
 
 
 class SiteNames:
-    """Sites as call paths (docs/trace.md, "Sites"): a stack's site is its first frame of the
+    """Sites as call paths (docs/trace.md, "Sites are call paths"): a stack's site is its first frame of the
     program's own code, followed out through its callers until the first caller that tells it
     apart from every other stack whose site starts at the same frame. A function reached by one
     path keeps its short name; a helper called from two places is two sites, `helper ← caller`
@@ -474,7 +475,10 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         fault_ms = _fault_us(cost, site.faults_base, site.faults_thp) / 1e3
         free_ms, map_ms = _ms(site.total("free_ns")), _ms(site.total("map_ns"))
         sizes = {size: summary for size, summary in site.freed_by_size().items() if size}  # 0: sizes not kept apart
-        churn_size = max(sizes, key=lambda size: (sizes[size]["freed"], size)) if sizes else 0
+        # The churn that cost the most faults (node frees 30 big buffers among many small ones).
+        churn_size = max(sizes, key=lambda size: (sizes[size]["freed"] >= 3, sizes[size]["faults_base"]
+                                                  + sizes[size]["faults_thp"] * cost.huge_bytes // cost.page_bytes,
+                                                  sizes[size]["freed"], size)) if sizes else 0
         row = {
             "site": site.site, "stack": site.origins[0]["stack"], "call": site.origins[0]["call"],
             "mappings": site.total("made"), "freed": site.total("freed"), "bytes": site.total("bytes"),
