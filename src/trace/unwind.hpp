@@ -90,6 +90,22 @@ struct Mapping {
   std::string path;
 };
 
+// A process's executable mappings of files, from /proc/PID/maps (empty once it has gone).
+inline std::vector<Mapping> executable_file_mappings(int pid) {
+  std::vector<Mapping> found;
+  std::istringstream maps(read_text("/proc/" + std::to_string(pid) + "/maps"));
+  for (std::string line; std::getline(maps, line);) {
+    std::uint64_t start = 0, end = 0, offset = 0;
+    char perms[8] = {};
+    char path[4096] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %4095s", &start, &end, perms, &offset, path) == 5 &&
+        perms[2] == 'x' && path[0] == '/') {
+      found.push_back({start, end, offset, path});
+    }
+  }
+  return found;
+}
+
 // One traced process image (a pid between two execs): its modules and unwinder.
 struct Process {
   int pid = 0;
@@ -329,16 +345,9 @@ class Recorder {
     report_pending(process);
     if (!process.read_proc_maps) {
       process.read_proc_maps = true;
-      std::istringstream maps(read_text("/proc/" + std::to_string(process.pid) + "/maps"));
-      for (std::string line; std::getline(maps, line);) {
-        std::uint64_t start = 0, end = 0, offset = 0;
-        char perms[8] = {};
-        char path[4096] = {};
-        if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %4095s", &start, &end, perms, &offset, path) == 5 &&
-            perms[2] == 'x' && path[0] == '/') {
-          process.pending.push_back({start, end, offset, path});
-          process.mappings.push_back({start, end, offset, path});
-        }
+      for (const Mapping& mapping : executable_file_mappings(process.pid)) {
+        process.pending.push_back(mapping);
+        process.mappings.push_back(mapping);
       }
       report_pending(process);
     }

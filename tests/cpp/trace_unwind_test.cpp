@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -27,21 +26,7 @@ class CollectingSink : public Sink {
   std::map<std::uint32_t, std::vector<Frame>> stacks;
 };
 
-// This process's executable file mappings, as the tracer learns them from the kernel's records.
-std::vector<detail::Mapping> code_mappings() {
-  std::vector<detail::Mapping> found;
-  std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);) {
-    std::uint64_t start = 0, end = 0, offset = 0;
-    char perms[8] = {};
-    char path[4096] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %4095s", &start, &end, perms, &offset, path) == 5 &&
-        perms[2] == 'x' && path[0] == '/') {
-      found.push_back({start, end, offset, path});
-    }
-  }
-  return found;
-}
+std::vector<detail::Mapping> code_mappings() { return detail::executable_file_mappings(getpid()); }
 
 TEST(SymbolNames, CxxAndRustReadAsWritten) {
   EXPECT_EQ(demangle("_ZNSt6vectorIiSaIiEE9push_backERKi"), "std::vector<int, std::allocator<int> >::push_back(int const&)");
