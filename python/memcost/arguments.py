@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from .hugepool import PAGE_SIZES
 from .units import parse_size, parse_size_list
 
 
@@ -139,17 +138,6 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return _whole_number(text, 0, "0 or more")
-
-
-def add_budget(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--budget", type=size, metavar="SIZE", help="memory budget (default 80%% of available memory)")
-
-
-def add_hugepage_reservation(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--reserve-hugepages", type=size, metavar="SIZE",
-                        help="as root: grow the hugetlb pool by SIZE for this run, restored afterwards")
-    parser.add_argument("--hugepage-size", choices=sorted(PAGE_SIZES), default="2M",
-                        help="page size of the pool --reserve-hugepages grows (default 2M)")
 
 
 def choice_list(choices: list[str]) -> Callable[[str], list[str]]:

@@ -53,7 +53,6 @@ enum class PageKind {
   huge_1gb,  // hugetlb 1 GB pages (MAP_HUGETLB | MAP_HUGE_1GB)
 };
 [[nodiscard]] const char* page_kind_name(PageKind kind);  // "system", "base", "thp", "hugetlb-2M", "hugetlb-1G"
-[[nodiscard]] std::optional<PageKind> page_kind_from_name(const std::string& name);
 // The page size a mapping of this kind uses (base_page_size() for base and thp).
 [[nodiscard]] std::size_t page_kind_bytes(PageKind kind);
 
@@ -101,8 +100,6 @@ struct Mapping {
 // "MAP_POPULATE" and "MADV_POPULATE_WRITE" on Linux, "VirtualAlloc + VirtualLock" and "VirtualLock" on Windows.
 [[nodiscard]] const char* populate_at_map_call();
 [[nodiscard]] const char* populate_write_call();
-enum class PopulateMethod { populate_write, touch };
-[[nodiscard]] const char* populate_method_name(PopulateMethod method);
 // Fault the range in for writing without changing its contents.
 // Linux: MADV_POPULATE_WRITE; when the kernel lacks it (EINVAL) the call reports
 // that, and the caller may choose touch_pages(). Windows: VirtualLock then

@@ -21,23 +21,12 @@ const char* page_kind_name(PageKind kind) {
   return "?";
 }
 
-std::optional<PageKind> page_kind_from_name(const std::string& name) {
-  for (PageKind kind : {PageKind::system, PageKind::base, PageKind::thp, PageKind::huge_2mb, PageKind::huge_1gb}) {
-    if (name == page_kind_name(kind)) return kind;
-  }
-  return std::nullopt;
-}
-
 std::size_t page_kind_bytes(PageKind kind) {
   switch (kind) {
     case PageKind::huge_2mb: return std::size_t{2} << 20;
     case PageKind::huge_1gb: return std::size_t{1} << 30;
     default: return base_page_size();
   }
-}
-
-const char* populate_method_name(PopulateMethod method) {
-  return method == PopulateMethod::populate_write ? "MADV_POPULATE_WRITE" : "touch";
 }
 
 const char* perf_event_name(PerfEvent event) {

@@ -52,9 +52,12 @@ TEST(Measure, UnavailableCountersSayWhy) {
   counters.start();
   counters.stop();
   auto values = counters.read();
-  for (const auto& [name, reason] : counters.availability()) {
-    if (reason.empty()) continue;
-    EXPECT_FALSE(values.at(name).has_value()) << name << " is unavailable but has a value";
+  const auto availability = counters.availability();
+  ASSERT_FALSE(availability.empty());  // every counter is listed, available or not
+  for (const auto& [name, reason] : availability) {
+    ASSERT_TRUE(values.count(name)) << name << " is listed but not read";
+    // Available: a value. Unavailable: a reason and no value.
+    EXPECT_EQ(values.at(name).has_value(), reason.empty()) << name << ": " << reason;
   }
 }
 

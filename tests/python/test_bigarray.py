@@ -233,7 +233,7 @@ def test_a_fill_raced_by_the_host_taking_memory_back_is_taken_again_and_said():
 
 
 def test_a_headline_naming_a_page_kind_in_brackets_prints_it():
-    from memcost.cli.base import print_closing
+    from memcost.report.terminal import print_closing
     from memcost.console import console
     with console.capture() as captured:
         print_closing({"warnings": [], "path": "x.json",

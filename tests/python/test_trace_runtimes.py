@@ -73,9 +73,11 @@ def test_rust_functions_are_the_sites_with_their_advice(rust_trace):
     assert "::h" not in frames[0]["site"]  # the legacy mangling's hash is not part of the name
 
 
-def test_an_inlined_mmap_helper_is_one_site_per_caller(results_root, tmp_path):
+@pytest.mark.parametrize("compiler, frame_pointers", [("cc", "-fomit-frame-pointer"), ("cc", "-fno-omit-frame-pointer"),
+                                                     ("clang", "-fomit-frame-pointer")])
+def test_an_inlined_mmap_helper_is_one_site_per_caller(results_root, tmp_path, compiler, frame_pointers):
     binary = tmp_path / "inlined_mmap"
-    subprocess.run(["cc", "-O2", "-g", "-fomit-frame-pointer", "-o", str(binary), str(RUNTIMES / "inlined_mmap.c")],
+    subprocess.run([tool(compiler), "-O2", "-g", frame_pointers, "-o", str(binary), str(RUNTIMES / "inlined_mmap.c")],
                    check=True)
     document = trace(results_root, str(binary))
     scratch = rows_named(document, "← scratch_per_frame")

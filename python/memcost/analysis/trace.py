@@ -165,6 +165,11 @@ class FrameFilter:
 DEFAULT_FRAMES = FrameFilter()
 
 
+def frames_of(params: dict) -> FrameFilter:
+    """The frames that are the program's own, as a trace's parameters asked to name them."""
+    return FrameFilter(params.get("skip_frames"), params.get("keep_frames"))
+
+
 def user_frame(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[dict]:
     """The first frame of the program itself, past the allocator, runtimes and standard libraries.
     In a stack with Python frames the program is its Python code: the first Python frame outside

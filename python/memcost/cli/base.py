@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
-
-from ..console import console
-
-
 class Command:
     """A subcommand: its docstring is its help, prepare_parser() its flags, run() its work."""
 
@@ -19,17 +14,6 @@ class Command:
 
     def run(self, args: argparse.Namespace) -> int:
         raise NotImplementedError
-
-
-def print_closing(document: dict) -> None:
-    """What every experiment prints after its tables: the warnings, the headline, where the results are."""
-    if document["warnings"]:
-        console.print("[bold]Warnings[/bold]")
-        for warning in document["warnings"]:
-            console.print(f" • {warning['message']}", markup=False)
-    if document["summary"].get("headline"):
-        console.print(f"\n[bold]In short:[/bold] {escape(document['summary']['headline'])}")  # "[thp]" is no style
-    console.print(f"Results: {document['path']}", markup=False)
 
 
 class ExperimentCommand(Command):

@@ -11,7 +11,8 @@ from ..errors import MemcostError
 from ..experiments.trace import EXPERIMENT
 from ..report.terminal import print_table
 from ..results import RunDirectory
-from .base import Command, print_closing
+from ..report.terminal import print_closing
+from .base import Command
 
 # Signals that mean the program crashed, rather than was stopped.
 CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT, signal.SIGTRAP, signal.SIGSYS}

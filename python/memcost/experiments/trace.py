@@ -94,12 +94,6 @@ def record(values: dict, raw_path: Optional[Path] = None, on_sample=None):
         os.close(stdout_copy)
 
 
-def frames_of(params: dict):
-    """The frames that are the program's own, as the trace was asked to name them."""
-    from ..analysis.trace import FrameFilter
-    return FrameFilter(params.get("skip_frames"), params.get("keep_frames"))
-
-
 def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None, params: Optional[dict] = None) \
         -> tuple[dict, list]:
     """The summary of a trace, priced by the traced machine's costs (a `memcost costs` summary of
@@ -113,7 +107,7 @@ def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None, para
     if cost is None:
         raise MemcostError("a trace is priced by its machine's measured fault cost, and no `costs` result of that machine "
                            "has one: capture `memcost-probe costs` there too and import both")
-    summary = analysis.summarize(samples, cost, frames_of(params or {}))
+    summary = analysis.summarize(samples, cost, analysis.frames_of(params or {}))
     totals, warnings = summary["totals"], []
     if totals["sample_period"] == 1 and totals["kernel_faults"] and \
             abs(totals["faults"] - totals["kernel_faults"]) > 0.02 * totals["kernel_faults"] + 100:
@@ -139,6 +133,7 @@ def measure(values: dict, directory) -> dict:
     cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
     if values.get("windows_folder"):
         from ..export.pprof import Windows
+        from ..analysis.trace import frames_of
         windows = Windows(values["windows_folder"], cost, frames_of(values), socket.gethostname(),
                           str(values["pid"]) if values.get("pid") else Path(values["command"][0]).name)
     try:

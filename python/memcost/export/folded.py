@@ -8,5 +8,5 @@ from ..results import write_atomically
 
 
 def write(document: dict, path: Path) -> None:
-    from ..experiments.trace import frames_of
-    write_atomically(Path(path), "\n".join(analysis.folded(document["samples"], frames_of(document.get("params", {})))) + "\n")
+    write_atomically(Path(path), "\n".join(analysis.folded(document["samples"], analysis.frames_of(document.get("params", {}))))
+                     + "\n")

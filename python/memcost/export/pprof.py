@@ -83,11 +83,10 @@ class _Strings:
 
 def build(document: dict) -> bytes:
     """The serialized (not yet gzipped) profile of a trace results document."""
-    from ..experiments.trace import frames_of
     totals = document["summary"]["totals"]
     trace = analysis.read(document["samples"])
     cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
-    return profile(trace, cost, frames_of(document.get("params", {})), duration_nanos=int(trace.run.get("wall_ns", 0)))
+    return profile(trace, cost, analysis.frames_of(document.get("params", {})), duration_nanos=int(trace.run.get("wall_ns", 0)))
 
 
 def process_names(trace: analysis.Trace) -> dict[int, str]:

@@ -20,13 +20,3 @@ def save(figure, directory: Path, stem: str) -> list[Path]:
         paths.append(path)
     plt.close(figure)
     return paths
-
-
-def draw(document: dict, directory: Path) -> list[Path]:
-    """Every figure of a results document, drawn from its summary by its experiment."""
-    from ..experiments import REGISTRY
-    experiment = REGISTRY.get(document["experiment"])
-    if experiment is None:
-        return []
-    from ..results import machine_label
-    return experiment.figures(document["summary"], machine_label(document["context"]), directory)

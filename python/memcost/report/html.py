@@ -50,14 +50,22 @@ TEMPLATE = """<!DOCTYPE html>
 </html>
 """
 
+def draw(document: dict, directory: Path) -> list[Path]:
+    """Every figure of a results document, drawn from its summary by its experiment (matplotlib
+    loads only then, inside the experiment's figures())."""
+    experiment = REGISTRY.get(document["experiment"])
+    if experiment is None:
+        return []
+    return experiment.figures(document["summary"], machine_label(document["context"]), directory)
+
+
 def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
-    from .. import plots  # matplotlib loads only when a report is drawn
     result = []
     for name, document in documents.items():
         experiment = REGISTRY.get(name)
         # Results copied without their figures (another machine, a test) get them redrawn.
         if any(not (directory / figure).exists() for figure in document["summary"].get("figures", [])):
-            plots.draw(document, directory)
+            draw(document, directory)
         images = []
         for figure in document["summary"].get("figures", []):
             path = directory / figure

@@ -34,9 +34,19 @@ def print_table(table: Table) -> None:
     console.print(shown)
 
 
+def print_closing(document: dict) -> None:
+    """What every experiment prints after its tables: the warnings, the headline, where the results are."""
+    if document["warnings"]:
+        console.print("[bold]Warnings[/bold]")
+        for warning in document["warnings"]:
+            console.print(f" • {warning['message']}", markup=False)
+    if document["summary"].get("headline"):
+        console.print(f"\n[bold]In short:[/bold] {escape(document['summary']['headline'])}")  # "[thp]" is no style
+    console.print(f"Results: {document['path']}", markup=False)
+
+
 def render(experiment, document: dict) -> None:
     """Tables, the lines under them, then the warnings, the headline and where the results are."""
-    from ..cli.base import print_closing
     from ..results import wine_label
     summary = document["summary"]
     wine = wine_label(document["context"])
