@@ -296,6 +296,19 @@ struct ProcessScan {
 // Every process (`pids` empty) or those named. Absent where processes cannot be listed (Windows, for now).
 [[nodiscard]] std::optional<ProcessScan> scan_processes(const std::vector<int>& pids);
 
+// One process's status line as the kernel keeps it (Linux: /proc/PID/stat, the one reader of that
+// file): its name, state letter ('R', 'S', 'Z' …), parent, faults and CPU ticks (sysconf(_SC_CLK_TCK)
+// a second), resident pages. Absent when the process is gone, not readable, or on Windows.
+struct ProcessStatus {
+  std::string name;
+  char state = '?';
+  int parent = 0;
+  std::uint64_t minor_faults = 0, major_faults = 0;
+  std::uint64_t user_ticks = 0, system_ticks = 0;
+  std::uint64_t resident_pages = 0;
+};
+[[nodiscard]] std::optional<ProcessStatus> process_status(int pid);
+
 // The name the kernel gives a task ("kworker/1:2-mm_percpu_wq"); absent when it is gone.
 [[nodiscard]] std::optional<std::string> task_name(int tid);
 

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -443,13 +444,9 @@ std::optional<KernelThreadTimes> kernel_thread_times() {
   KernelThreadTimes times;
   while (dirent* entry = readdir(proc)) {
     if (!std::isdigit(static_cast<unsigned char>(entry->d_name[0]))) continue;
-    // /proc/<pid>/stat: "pid (comm) state ppid ..."; utime and stime are fields 14 and 15.
-    auto stat = read_text(std::string("/proc/") + entry->d_name + "/stat");
-    if (!stat) continue;  // the process ended between readdir and open
-    auto open = stat->find('(');
-    auto close = stat->rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::string comm = stat->substr(open + 1, close - open - 1);
+    auto status = process_status(std::atoi(entry->d_name));
+    if (!status) continue;  // the process ended between readdir and open
+    const std::string& comm = status->name;
     std::uint64_t* bucket = nullptr;
     if (comm.rfind("kswapd", 0) == 0) bucket = &times.kswapd_ns;
     else if (comm == "khugepaged") bucket = &times.khugepaged_ns;
@@ -461,17 +458,43 @@ std::optional<KernelThreadTimes> kernel_thread_times() {
       *bucket += *run_ns;
       continue;
     }
-    std::istringstream fields(stat->substr(close + 2));
-    std::string field;
-    std::uint64_t utime = 0, stime = 0;
-    for (int index = 3; index <= 15 && fields >> field; ++index) {
-      if (index == 14) utime = std::stoull(field);
-      if (index == 15) stime = std::stoull(field);
-    }
-    *bucket += ticks_to_ns(utime + stime);
+    *bucket += ticks_to_ns(status->user_ticks + status->system_ticks);
   }
   closedir(proc);
   return times;
+}
+
+std::optional<ProcessStatus> process_status(int pid) {
+  // A small read with no stream: the tracer looks at every process this way each time it holds
+  // the traced tree still.
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char text[1024];
+  const ssize_t got = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (got <= 0) return std::nullopt;
+  text[got] = 0;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split at the last ')'.
+  const char* open_paren = std::strchr(text, '(');
+  const char* close_paren = std::strrchr(text, ')');
+  if (open_paren == nullptr || close_paren == nullptr || close_paren < open_paren) return std::nullopt;
+  ProcessStatus status;
+  status.name.assign(open_paren + 1, close_paren);
+  // After the name: state(3) ppid(4) pgrp session tty tpgid flags minflt(10) cminflt majflt(12)
+  // cmajflt utime(14) stime(15) cutime cstime priority nice threads itrealvalue starttime vsize rss(24).
+  unsigned long long minor = 0, major = 0, user = 0, system = 0, resident = 0;
+  const int read_fields = std::sscanf(close_paren + 1,
+                                      " %c %d %*d %*d %*d %*d %*u %llu %*u %llu %*u %llu %llu %*d %*d %*d %*d %*d %*d %*u "
+                                      "%*u %llu",
+                                      &status.state, &status.parent, &minor, &major, &user, &system, &resident);
+  if (read_fields < 2) return std::nullopt;
+  status.minor_faults = minor;
+  status.major_faults = major;
+  status.user_ticks = user;
+  status.system_ticks = system;
+  status.resident_pages = resident;
+  return status;
 }
 
 std::optional<std::vector<TaskTime>> other_tasks_cpu() {
@@ -507,25 +530,16 @@ std::optional<std::map<std::string, std::uint64_t>> vmstat() {
 
 namespace {
 std::optional<ProcessSample> process_sample(int pid) {
-  auto stat = read_text("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return std::nullopt;
-  // "pid (comm) state ...": comm may hold spaces and parentheses, so split at the last ')'.
-  auto open = stat->find('(');
-  auto close = stat->rfind(')');
-  if (open == std::string::npos || close == std::string::npos) return std::nullopt;
+  auto status = process_status(pid);
+  if (!status) return std::nullopt;
   ProcessSample sample;
   sample.pid = pid;
-  sample.name = stat->substr(open + 1, close - open - 1);
-  std::istringstream fields(stat->substr(close + 2));
-  std::string field;
-  // Field 3 is the state; minflt 10, majflt 12, utime 14, stime 15, rss 24 (pages).
-  for (int index = 3; index <= 24 && fields >> field; ++index) {
-    if (index == 10) sample.minor_faults = std::stoull(field);
-    if (index == 12) sample.major_faults = std::stoull(field);
-    if (index == 14) sample.user_ns = ticks_to_ns(std::stoull(field));
-    if (index == 15) sample.system_ns = ticks_to_ns(std::stoull(field));
-    if (index == 24) sample.rss_bytes = std::stoull(field) * base_page_size();
-  }
+  sample.name = status->name;
+  sample.minor_faults = status->minor_faults;
+  sample.major_faults = status->major_faults;
+  sample.user_ns = ticks_to_ns(status->user_ticks);
+  sample.system_ns = ticks_to_ns(status->system_ticks);
+  sample.rss_bytes = status->resident_pages * base_page_size();
   return sample;
 }
 }  // namespace

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "os/os.hpp"
 #include "trace/common.hpp"
 
 namespace memcost::trace::detail {
@@ -24,18 +25,9 @@ inline std::vector<pid_t> process_tree(pid_t root) {
   if (DIR* proc = opendir("/proc")) {
     while (dirent* entry = readdir(proc)) {
       if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
-      const std::string path = std::string("/proc/") + entry->d_name + "/stat";
-      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) continue;
-      char text[512];
-      ssize_t got = read(fd, text, sizeof(text) - 1);
-      close(fd);
-      if (got <= 0) continue;
-      text[got] = 0;
-      const char* after_name = std::strrchr(text, ')');  // the name may hold spaces and parentheses
-      int parent = 0;
-      if (after_name && std::sscanf(after_name + 1, " %*c %d", &parent) == 1 && parent > 0) {
-        children[parent].push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+      const int pid = std::atoi(entry->d_name);
+      if (auto status = os::process_status(pid); status && status->parent > 0) {
+        children[status->parent].push_back(static_cast<pid_t>(pid));
       }
     }
     closedir(proc);
@@ -94,9 +86,8 @@ class Hold {
 
 // A process attached to may end as a zombie whose parent has not reaped it yet.
 inline bool is_zombie(pid_t pid) {
-  std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
-  auto close_paren = text.rfind(')');
-  return close_paren != std::string::npos && close_paren + 2 < text.size() && text[close_paren + 2] == 'Z';
+  auto status = os::process_status(pid);
+  return status && status->state == 'Z';
 }
 
 struct ProcessStat {
@@ -106,23 +97,13 @@ struct ProcessStat {
 
 inline ProcessStat read_process_stat(pid_t pid) {
   ProcessStat stat;
-  std::string text = read_text("/proc/" + std::to_string(pid) + "/stat");
-  auto close_paren = text.rfind(')');
-  if (close_paren == std::string::npos) return stat;
-  std::istringstream fields(text.substr(close_paren + 2));
-  std::vector<std::string> values;
-  for (std::string value; fields >> value;) values.push_back(value);
-  // After the command name: state(3) ... minflt(10) cminflt majflt(12) cmajflt utime(14) stime(15).
-  if (values.size() < 13) return stat;
-  stat.alive = true;
-  stat.minor_faults = std::stoull(values[7]);
-  stat.major_faults = std::stoull(values[9]);
-  stat.user_ticks = std::stoull(values[11]);
-  stat.system_ticks = std::stoull(values[12]);
+  if (auto status = os::process_status(pid)) {
+    stat = {true, status->minor_faults, status->major_faults, status->user_ticks, status->system_ticks};
+  }
   return stat;
 }
 
-std::uint64_t ticks_per_second() { return static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK)); }
+inline std::uint64_t ticks_per_second() { return static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK)); }
 
 // The anonymous and private writable mappings a process has when tracing attaches to it.
 inline void report_existing_mappings(pid_t pid, std::uint64_t now_ns, Sink& sink) {
