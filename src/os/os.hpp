@@ -111,6 +111,9 @@ struct Mapping {
 // so contents are unchanged). Always available.
 void touch_pages(void* address, std::size_t size_bytes, std::size_t stride_bytes);
 
+// A whole file as text (a /proc or /sys file, a perf map); absent when it cannot be opened.
+[[nodiscard]] std::optional<std::string> read_text(const std::string& path);
+
 // Windows: try to enable SeLockMemoryPrivilege. Linux: always ok.
 [[nodiscard]] Status enable_large_page_privilege();
 // Large pages taken from free memory when a mapping is made (Windows), rather than from a

@@ -3,12 +3,22 @@
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
 namespace memcost::os {
+
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 const char* page_kind_name(PageKind kind) {
   switch (kind) {

@@ -45,14 +45,6 @@ namespace {
 
 Status failed(const char* call) { return Status{errno, call}; }
 
-std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::optional<std::uint64_t> read_number(const std::string& path) {
   auto text = read_text(path);
   if (!text) return std::nullopt;

@@ -3,11 +3,12 @@
 
 #include <algorithm>
 
+#include "trace/linux_abi.hpp"
+
 namespace memcost::trace {
 namespace {
 
-constexpr std::uint64_t kMapAnonymous = 0x20;
-constexpr std::uint64_t kMadvDontneed = 4, kMadvFree = 8, kMadvRemove = 9, kMadvHugepage = 14, kMadvNohugepage = 15;
+using namespace linux_abi;
 
 bool failed(const trace::MappingCall& call) {
   const auto result = call.result;

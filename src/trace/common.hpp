@@ -8,23 +8,18 @@
 #include <sstream>
 #include <string>
 
+#include "memcost/measure.hpp"
+#include "os/os.hpp"
 #include "trace/tracer.hpp"
 
 namespace memcost::trace::detail {
 
 inline Failure failed(const std::string& call) { return Failure{errno, call}; }
 
-inline std::uint64_t monotonic_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(now.tv_nsec);
-}
+// The clock perf's records are stamped with (CLOCK_MONOTONIC: perf.hpp sets it), as measure's.
+inline std::uint64_t monotonic_ns() { return measure::now_ns(); }
 
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+// A /proc or tracefs file's text, "" when it cannot be read (the OS layer's reader).
+inline std::string read_text(const std::string& path) { return os::read_text(path).value_or(""); }
 
 }  // namespace memcost::trace::detail

@@ -15,6 +15,7 @@
 
 #include "os/os.hpp"
 #include "trace/common.hpp"
+#include "trace/linux_abi.hpp"
 
 namespace memcost::trace::detail {
 
@@ -121,7 +122,7 @@ inline void report_existing_mappings(pid_t pid, std::uint64_t now_ns, Sink& sink
     call.enter_ns = call.exit_ns = now_ns;
     call.args[0] = start;
     call.args[1] = end - start;
-    call.args[3] = 0x22;  // MAP_PRIVATE | MAP_ANONYMOUS
+    call.args[3] = linux_abi::kMapPrivate | linux_abi::kMapAnonymous;
     call.result = static_cast<std::int64_t>(start);
     sink.call(call);
   }

@@ -1,0 +1,22 @@
+// The Linux values the traced kernel's records carry (mmap's flags, madvise's advice), in one
+// place. They describe the kernel that was traced, not the machine the code is built for: the
+// attribution is also compiled into the Windows tests, where <sys/mman.h> does not exist. Where it
+// does, the values are checked against it.
+#pragma once
+
+#include <cstdint>
+
+namespace memcost::trace::linux_abi {
+
+inline constexpr std::uint64_t kMapPrivate = 0x02, kMapAnonymous = 0x20;
+inline constexpr std::uint64_t kMadvDontneed = 4, kMadvFree = 8, kMadvRemove = 9, kMadvHugepage = 14, kMadvNohugepage = 15;
+
+}  // namespace memcost::trace::linux_abi
+
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+static_assert(MAP_PRIVATE == memcost::trace::linux_abi::kMapPrivate && MAP_ANONYMOUS == memcost::trace::linux_abi::kMapAnonymous);
+static_assert(MADV_DONTNEED == memcost::trace::linux_abi::kMadvDontneed && MADV_FREE == memcost::trace::linux_abi::kMadvFree &&
+              MADV_REMOVE == memcost::trace::linux_abi::kMadvRemove && MADV_HUGEPAGE == memcost::trace::linux_abi::kMadvHugepage &&
+              MADV_NOHUGEPAGE == memcost::trace::linux_abi::kMadvNohugepage);
+#endif
