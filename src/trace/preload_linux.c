@@ -19,7 +19,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
-#include <execinfo.h>
+#include <sys/uio.h>
+#include <unwind.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -62,7 +63,7 @@ struct record {
 
 static int out_fd = -1;
 static size_t min_bytes = 64 * 1024;
-static __thread int inside; /* backtrace() may allocate the first time it runs */
+static __thread int inside; /* the unwinder may allocate the first time it runs */
 
 /* The big blocks handed out, so that free() knows which to report: open addressing. */
 static uintptr_t table[TABLE_SIZE];
@@ -213,16 +214,61 @@ static uint64_t now_ns(void) {
   return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
 }
 
+/* The caller's return addresses: by call-frame information (libgcc's unwinder, as backtrace()
+   does), and on through the frame-pointer chain where that ends at code without it, as perf does
+   for JIT-compiled code (node's JavaScript, the JVM's compiled methods keep frame pointers). The
+   chain is read with process_vm_readv, which fails instead of faulting on a bad pointer. */
+#if defined(__x86_64__)
+enum { FRAME_POINTER_REGISTER = 6 }; /* rbp */
+#elif defined(__aarch64__)
+enum { FRAME_POINTER_REGISTER = 29 }; /* x29 */
+#endif
+
+struct walk {
+  uint64_t *pcs;
+  uint32_t count, most, skip;
+  uintptr_t frame_pointer;
+};
+
+static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *argument) {
+  struct walk *walk = argument;
+  uintptr_t ip = _Unwind_GetIP(context);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (walk->skip > 0) {
+    --walk->skip;
+  } else if (walk->count < walk->most) {
+    walk->pcs[walk->count++] = ip;
+  } else {
+    return _URC_END_OF_STACK;
+  }
+  walk->frame_pointer = _Unwind_GetGR(context, FRAME_POINTER_REGISTER);
+  return _URC_NO_REASON;
+}
+
+/* Not inlined: its own frame is the first the unwinder reports, and is skipped with the others. */
+__attribute__((noinline)) static uint32_t return_addresses(uint64_t *pcs, uint32_t most, uint32_t skip) {
+  struct walk walk = {pcs, 0, most, skip, 0};
+  _Unwind_Backtrace(unwind_step, &walk);
+  uintptr_t frame = walk.frame_pointer;
+  const pid_t self = getpid();
+  while (walk.count > 0 && walk.count < most && frame != 0 && (frame & 7) == 0) {
+    uintptr_t pair[2]; /* the caller's frame pointer, then the return address */
+    struct iovec local = {pair, sizeof(pair)}, remote = {(void *)frame, sizeof(pair)};
+    if (process_vm_readv(self, &local, 1, &remote, 1, 0) != (ssize_t)sizeof(pair)) break;
+    if (pair[1] == 0 || pair[0] <= frame || pair[0] - frame > (64u << 20)) break; /* the stack grows down */
+    pcs[walk.count++] = pair[1];
+    frame = pair[0];
+  }
+  return walk.count;
+}
+
 static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0, uint64_t a1, uint64_t a2,
                  uint64_t a3, int64_t result, const struct python_block *python) {
   if (out_fd < 0 || inside) return;
   inside = 1;
   int saved_errno = errno;
   struct record r;
-  void *frames[MAX_FRAMES + SKIPPED_FRAMES];
-  int depth = backtrace(frames, MAX_FRAMES + SKIPPED_FRAMES);
-  r.frames = depth > SKIPPED_FRAMES ? (uint32_t)(depth - SKIPPED_FRAMES) : 0;
-  for (uint32_t i = 0; i < r.frames; ++i) r.pcs[i] = (uint64_t)(uintptr_t)frames[i + SKIPPED_FRAMES];
+  r.frames = return_addresses(r.pcs, MAX_FRAMES, SKIPPED_FRAMES + 1);
   r.kind = kind;
   r.pid = (uint32_t)getpid();
   r.tid = (uint32_t)syscall(SYS_gettid);

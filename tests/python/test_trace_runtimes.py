@@ -147,3 +147,50 @@ def test_python_names_the_function_whose_small_allocations_grew_the_heap(results
     heap_faults = sum(row["faults"] for row in document["summary"]["rows"] if row["call"] == "brk")
     assert sum(row["faults"] for row in rows) >= 0.8 * heap_faults
     assert document["summary"]["rows"][0]["site"].startswith("insert_rows")
+
+
+def _trace_as_nobody(tmp_path: Path, files: list[Path], command: list[str]) -> dict:
+    """The probe run as an ordinary user (the preload interposer reports the calls), its output
+    summarized as memcost does."""
+    import json
+    import tempfile
+    from memcost.analysis import trace as analysis
+    from memcost.probe import probe_path
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root to drop to an ordinary user")
+    folder = Path(tempfile.mkdtemp(prefix="memcost-runtimes-", dir="/tmp"))  # a user can reach /tmp/x, not pytest's
+    try:
+        for name in (probe_path(), probe_path().parent / "libmemcost-preload.so", *files):
+            shutil.copy(name, folder / Path(name).name)
+            (folder / Path(name).name).chmod(0o755)
+        folder.chmod(0o755)
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "HOME=/tmp",
+                                 str(folder / "memcost-probe"), "trace", "--", *command],
+                                capture_output=True, text=True, timeout=300, cwd=folder)
+    finally:
+        shutil.rmtree(folder)
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    samples = [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
+    run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
+    assert "LD_PRELOAD" in run["call_source"]
+    return analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
+
+
+def test_without_root_the_javascript_function_is_still_the_site(tmp_path):
+    """The interposer's stacks go on through JIT-compiled code by its frame pointers."""
+    node = tool("node", "/usr/bin/nodejs")
+    summary = _trace_as_nobody(tmp_path, [RUNTIMES / "buffers.js"], [node, "buffers.js"])
+    rows = [row for row in summary["rows"] if row["site"].startswith("allocateFrames (buffers.js:")]
+    assert rows, [row["site"] for row in summary["rows"]]
+    assert rows[0]["faults"] >= 0.8 * 30 * 64 * PAGES_PER_MIB
+
+
+def test_without_root_an_inlined_helper_is_still_one_site_per_caller(tmp_path):
+    binary = tmp_path / "inlined_mmap"
+    subprocess.run(["cc", "-O2", "-g", "-o", str(binary), str(RUNTIMES / "inlined_mmap.c")], check=True)
+    summary = _trace_as_nobody(tmp_path, [binary], ["./inlined_mmap"])
+    from memcost.analysis.trace import readable
+    sites = {readable(row["site"]).split(" ← ")[-1]: row for row in summary["rows"] if " ← " in row["site"]}
+    assert sites["scratch_per_frame"]["faults"] == pytest.approx(40 * 4 * PAGES_PER_MIB, rel=0.02)
+    assert sites["allocate_table"]["faults"] == pytest.approx(192 * PAGES_PER_MIB, rel=0.02)
