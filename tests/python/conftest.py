@@ -23,6 +23,17 @@ def kvm_context() -> dict:
     return record
 
 
+# The two groups of the Python suite (tests/README.md): unit tests read hand-made or recorded data
+# and need only the package; every other module runs the real probe or the `memcost` command.
+UNIT_MODULES = {"test_cli_properties", "test_costs_analysis", "test_import_cycles", "test_results",
+                "test_scaling_analysis", "test_stats", "test_trace_analysis", "test_units"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker("unit" if Path(str(item.fspath)).stem in UNIT_MODULES else "e2e")
+
+
 def run_memcost(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """The memcost command as a user runs it: a separate process, no terminal."""
     return subprocess.run([sys.executable, "-m", "memcost", *args], capture_output=True, text=True, cwd=cwd,

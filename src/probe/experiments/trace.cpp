@@ -326,8 +326,9 @@ Experiment trace_experiment() {
                    {"cpu_samples_tracing", attribution.cpu_samples_tracing()}});
               if (result.lost_records) {
                 emitter.warning("events_lost", std::to_string(result.lost_records) +
-                                                   " records were lost (ring buffer full): pass a larger --buffer-pages or a "
-                                                   "--sample-period above 1");
+                                                   " records were lost (ring buffer full; the counts are a lower bound): "
+                                                   "run as root (larger buffers), or pass --sample-period above 1 to "
+                                                   "record one fault in N");
               }
             };
           }};
