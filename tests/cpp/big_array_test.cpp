@@ -214,14 +214,21 @@ TEST(BigArray, AnInitializerThatThrowsLeavesNothingBehind) {
     throwing_round(prefault::now);
     throwing_round(prefault::async);
   }
-  Counted::live = 0;
-  auto before = os::mapping_count();
-  for (prefault mode : {prefault::now, prefault::async}) {
-    throwing_round(mode);
-    EXPECT_EQ(Counted::live.load(), 0) << "every constructed element is destroyed";
-    if (mappings_are_countable) {
-      EXPECT_EQ(os::mapping_count(), before);
+  // On a loaded machine a worker can still need a new arena or stack after the warm-up (the CI
+  // run saw 47 then 49 mappings, one arena's two lines). Those appear once; a leaked array would
+  // appear in every round, so the rounds are repeated until one leaves the count as it was.
+  std::optional<std::uint64_t> before, after;
+  for (int attempt = 0; attempt < 4 && (attempt == 0 || after != before); ++attempt) {
+    Counted::live = 0;
+    before = os::mapping_count();
+    for (prefault mode : {prefault::now, prefault::async}) {
+      throwing_round(mode);
+      EXPECT_EQ(Counted::live.load(), 0) << "every constructed element is destroyed";
     }
+    after = os::mapping_count();
+  }
+  if (mappings_are_countable) {
+    EXPECT_EQ(after, before);
   }
 }
 

@@ -476,8 +476,9 @@ void measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& 
 }
 
 // 2. Plan: the size the budget allows, the page kinds the machine offers, the strategies chosen; one step each.
-std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
-  const BudgetChoice budget = choose_budget(s.budget);
+// The array's size: the one asked for, or, when none was and the default is over the memory
+// budget, the budget rounded down to whole GiB (said in a warning).
+std::size_t size_within_budget(const Settings& s, bool size_given, const BudgetChoice& budget, Emitter& emitter) {
   std::size_t bytes = s.size;
   if (bytes > budget.budget_bytes) {
     if (size_given) require_within_budget(bytes, budget, "--size " + flag_size(bytes));
@@ -486,10 +487,12 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
                                             "; measuring " + human_size(capped) + " instead");
     bytes = capped;
   }
-  const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
-  const std::size_t count = bytes / sizeof(WorkItem);
-  if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
+  return bytes;
+}
 
+// The page kinds this machine can back `bytes` with; each one it cannot says why, and how to
+// get it where a pool could be grown.
+std::vector<os::PageKind> usable_page_kinds(std::size_t bytes, Emitter& emitter) {
   std::vector<os::PageKind> kinds = {os::PageKind::system};
   const os::Capabilities offered = os::capabilities();
   os::Verdict thp = os::page_kind_verdict(offered, os::PageKind::thp, bytes);
@@ -511,6 +514,11 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
                                                     (kind == os::PageKind::huge_2mb ? "2M" : "1G") + "` as root");
     }
   }
+  return kinds;
+}
+
+// The strategies --strategies and --libc-only leave, of those the page kinds allow.
+std::shared_ptr<std::vector<NamedStrategy>> chosen_strategies(const Settings& s, const std::vector<os::PageKind>& kinds) {
   auto chosen = std::make_shared<std::vector<NamedStrategy>>();
   std::vector<std::string> filters;
   for (std::string filter : s.strategies_filter) {
@@ -529,8 +537,14 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
   }
   if (chosen->empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", "--strategies matches no strategy");
 
-  std::vector<Step> steps;
-  if (!s.libc_only) {
+  return chosen;
+}
+
+// The machine's limit, and the fill methods side by side on fresh and faulted-in memory.
+void add_limit_and_fill_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter, std::size_t bytes,
+                              unsigned threads) {
+  if (s.libc_only) return;
+  {
     for (int rep = 0; rep < s.limit_reps; ++rep) {
       steps.push_back({"limit", [&emitter, bytes, rep, threads] {
         emitter.sample({{"part", "limit"}, {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
@@ -568,6 +582,11 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
       }
     }
   }
+}
+
+// The repeat scenario: each variant's iterations beside a floor taken just before them.
+void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter, std::size_t bytes,
+                      const BudgetChoice& budget, unsigned threads) {
   if (!s.libc_only && s.repeat > 0) {
     // Each variant runs its iterations back to back, as a program would, and the floor (one kept
     // array filled again) is measured three times just before it: on a virtual machine the
@@ -618,6 +637,11 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
       }
     }
   }
+}
+
+// Every chosen strategy, for each initialization asked for, --reps times.
+void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter,
+                        const std::shared_ptr<std::vector<NamedStrategy>>& chosen, std::size_t count, unsigned threads) {
   auto failed = std::make_shared<std::set<std::string>>();  // strategies already reported as failed
   for (const std::string& init : s.inits) {
     const bool zero_init = init == "zero";
@@ -630,6 +654,19 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
       }
     }
   }
+}
+
+std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
+  const BudgetChoice budget = choose_budget(s.budget);
+  const std::size_t bytes = size_within_budget(s, size_given, budget, emitter);
+  const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
+  const std::size_t count = bytes / sizeof(WorkItem);
+  if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
+  const auto chosen = chosen_strategies(s, usable_page_kinds(bytes, emitter));
+  std::vector<Step> steps;
+  add_limit_and_fill_steps(steps, s, emitter, bytes, threads);
+  add_repeat_steps(steps, s, emitter, bytes, budget, threads);
+  add_strategy_steps(steps, s, emitter, chosen, count, threads);
   return steps;
 }
 

@@ -160,6 +160,46 @@ struct Settings {
   bool sizes_given = false;
 };
 
+// The time charged elsewhere over a cycle's window, raw and less the idle baseline, with its parts.
+json elsewhere_metrics(const measure::Interval& window, const IdleRates& idle) {
+  json metrics;
+  auto elsewhere_raw = window.elsewhere_ns();
+  const auto wall = static_cast<double>(window.wall_ns);
+  if (!elsewhere_raw) {
+    metrics["elsewhere_ns"] = nullptr;
+    return metrics;
+  }
+  const double baseline = idle.elsewhere * wall;
+  const double net = static_cast<double>(*elsewhere_raw) - baseline;
+  metrics["elsewhere_raw_ns"] = *elsewhere_raw;
+  metrics["elsewhere_method"] = window.elsewhere_method();
+  metrics["elsewhere_baseline_ns"] = baseline;
+  // Tick-granular machine counters can undershoot the process's own CPU time.
+  metrics["elsewhere_ns"] = std::max(net, 0.0);
+  metrics["elsewhere_clamped"] = net < 0.0;
+  // The parts apart, raw and with their own idle baselines: schedstat is
+  // nanosecond-exact per window, steal comes in 10 ms ticks and is only
+  // meaningful summed over many windows.
+  if (window.other_tasks_ns) {
+    metrics["elsewhere_tasks_ns"] = *window.other_tasks_ns;
+    metrics["elsewhere_tasks_baseline_ns"] = idle.tasks * wall;
+    metrics["elsewhere_top_tasks"] = top_tasks(window);
+  }
+  if (window.machine) {
+    metrics["elsewhere_steal_ns"] = window.machine->steal_ns;
+    metrics["elsewhere_steal_baseline_ns"] = idle.steal * wall;
+  }
+  return metrics;
+}
+
+// What backed the buffer while it was written, read back from the kernel.
+json backing_metrics(const std::optional<measure::Backing>& backing) {
+  if (!backing) return {{"huge_fraction", nullptr}};
+  return {{"resident_bytes", backing->resident_bytes},     {"anon_huge_bytes", backing->anon_huge_bytes},
+          {"hugetlb_bytes", backing->hugetlb_bytes},       {"kernel_page_bytes", backing->kernel_page_bytes},
+          {"huge_fraction", backing->huge_fraction()}};
+}
+
 json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Settings& settings, const IdleRates& idle) {
   // 1. The untouched pair.
   auto t0 = measure::now_ns();
@@ -189,9 +229,6 @@ json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Setti
   sleep_ms(settings.settle_ms);
   auto window = measure::between(window_start, measure::take_snapshot({.machine = true, .kernel_threads = true, .other_tasks = true}));
 
-  auto elsewhere_raw = window.elsewhere_ns();
-  const auto wall = static_cast<double>(window.wall_ns);
-  double baseline = idle.elsewhere * wall;
   json metrics = {
       {"alloc_ns", t1 - t0},
       {"free_ns", t2 - t1},
@@ -210,39 +247,9 @@ json cycle_metrics(Route route, os::PageKind kind, std::size_t size, const Setti
     metrics["machine_busy_ns"] = window.machine->busy_ns();
     metrics["machine_steal_ns"] = window.machine->steal_ns;
   }
-  if (elsewhere_raw) {
-    double net = static_cast<double>(*elsewhere_raw) - baseline;
-    metrics["elsewhere_raw_ns"] = *elsewhere_raw;
-    metrics["elsewhere_method"] = window.elsewhere_method();
-    metrics["elsewhere_baseline_ns"] = baseline;
-    // Tick-granular machine counters can undershoot the process's own CPU time.
-    metrics["elsewhere_ns"] = std::max(net, 0.0);
-    metrics["elsewhere_clamped"] = net < 0.0;
-    // The parts apart, raw and with their own idle baselines: schedstat is
-    // nanosecond-exact per window, steal comes in 10 ms ticks and is only
-    // meaningful summed over many windows.
-    if (window.other_tasks_ns) {
-      metrics["elsewhere_tasks_ns"] = *window.other_tasks_ns;
-      metrics["elsewhere_tasks_baseline_ns"] = idle.tasks * wall;
-      metrics["elsewhere_top_tasks"] = top_tasks(window);
-    }
-    if (window.machine) {
-      metrics["elsewhere_steal_ns"] = window.machine->steal_ns;
-      metrics["elsewhere_steal_baseline_ns"] = idle.steal * wall;
-    }
-  } else {
-    metrics["elsewhere_ns"] = nullptr;
-  }
+  metrics.update(elsewhere_metrics(window, idle));
   metrics["kernel_threads_ns"] = window.kernel_threads ? json(window.kernel_threads->total_ns()) : json(nullptr);
-  if (backing) {
-    metrics["resident_bytes"] = backing->resident_bytes;
-    metrics["anon_huge_bytes"] = backing->anon_huge_bytes;
-    metrics["hugetlb_bytes"] = backing->hugetlb_bytes;
-    metrics["kernel_page_bytes"] = backing->kernel_page_bytes;
-    metrics["huge_fraction"] = backing->huge_fraction();
-  } else {
-    metrics["huge_fraction"] = nullptr;
-  }
+  metrics.update(backing_metrics(backing));
   return metrics;
 }
 

@@ -60,6 +60,32 @@ os::Mapping allocate(const Case& c, void* hint) {
   return c.commit ? os::map(request) : os::reserve(request);
 }
 
+// The running total of `times` at each count the sweep checks, for the first `reached` calls.
+json running_totals(const std::vector<std::uint64_t>& times, std::size_t reached, const std::vector<std::size_t>& counts) {
+  json totals = json::array();
+  std::uint64_t running = 0;
+  std::size_t checkpoint = 0;
+  for (std::size_t i = 0; i < reached && checkpoint < counts.size(); ++i) {
+    running += times[i];
+    if (i + 1 == counts[checkpoint]) {
+      totals.push_back(running);
+      ++checkpoint;
+    }
+  }
+  return totals;
+}
+
+// The sums of `times` over consecutive bins of `bin` calls, whole bins only.
+json bin_sums(const std::vector<std::uint64_t>& times, std::size_t reached, std::size_t bin) {
+  json sums = json::array();
+  for (std::size_t start = 0; start + bin <= reached; start += bin) {
+    std::uint64_t sum = 0;
+    for (std::size_t i = start; i < start + bin; ++i) sum += times[i];
+    sums.push_back(sum);
+  }
+  return sums;
+}
+
 json sweep(const Case& c, const std::vector<std::size_t>& counts, bool read_mappings, Emitter& emitter) {
   const std::size_t max_count = counts.back();
   const std::size_t page = os::base_page_size();
@@ -123,34 +149,14 @@ json sweep(const Case& c, const std::vector<std::size_t>& counts, bool read_mapp
                                                  "): its blocks may have merged, so it measured the mergeable shape");
   }
 
-  json free_totals = json::array();
-  std::uint64_t free_running = 0;
-  std::size_t checkpoint = 0;
-  for (std::size_t i = 0; i < reached && checkpoint < counts.size(); ++i) {
-    free_running += free_ns[i];
-    if (i + 1 == counts[checkpoint]) {
-      free_totals.push_back(free_running);
-      ++checkpoint;
-    }
-  }
   const std::size_t bin = std::max<std::size_t>(1, max_count / bins_per_sweep);
-  json alloc_bins = json::array(), free_bins = json::array();
-  for (std::size_t start = 0; start + bin <= reached; start += bin) {
-    std::uint64_t alloc_sum = 0, free_sum = 0;
-    for (std::size_t i = start; i < start + bin; ++i) {
-      alloc_sum += alloc_ns[i];
-      free_sum += free_ns[i];
-    }
-    alloc_bins.push_back(alloc_sum);
-    free_bins.push_back(free_sum);
-  }
   return {{"counts", json(std::vector<std::size_t>(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(alloc_totals.size())))},
           {"alloc_total_ns", alloc_totals},
-          {"free_total_ns", free_totals},
+          {"free_total_ns", running_totals(free_ns, reached, counts)},
           {"mappings", read_mappings ? mappings : json(nullptr)},
           {"bin_calls", bin},
-          {"alloc_bin_ns", alloc_bins},
-          {"free_bin_ns", free_bins},
+          {"alloc_bin_ns", bin_sums(alloc_ns, reached, bin)},
+          {"free_bin_ns", bin_sums(free_ns, reached, bin)},
           {"touch_ns", touch_ns},
           {"hint_misses", hint_misses},
           {"reached", reached}};

@@ -166,81 +166,151 @@ trace::ThpMode thp_mode(const std::string& name) {
   return name == "never" ? trace::ThpMode::never : trace::ThpMode::absent;
 }
 
+void add_trace_options(CLI::App& command, Settings& settings) {
+  command.add_option("--sample-period", settings.sample_period, "one fault sample per N faults (default 1: every fault)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
+  command.add_option("--stack-bytes", settings.stack_bytes, "user stack copied per sample for unwinding (default 4096)")
+      ->check(CLI::Range(std::uint32_t{512}, std::uint32_t{65528}));
+  command.add_option("--buffer-pages", settings.buffer_pages, "ring buffer pages per CPU, a power of two (default: 128 MiB per CPU, 512 MiB in all at most)")
+      ->check(CLI::IsMember({8U, 16U, 32U, 64U, 128U, 256U, 512U, 1024U, 2048U, 4096U, 8192U, 16384U, 32768U}));
+  command.add_option("--command-stdout-fd", settings.command_stdout_fd,
+                     "give the command this open descriptor as its stdout (default: the probe's own)")
+      ->check(CLI::Range(0, 1 << 20));
+  command.add_option("--attach", settings.attach_pid, "trace this running process instead of a command")
+      ->check(CLI::Range(1, 1 << 30));
+  command.add_option("--attach-seconds", settings.attach_seconds,
+                     "with --attach: stop after this many seconds (default: when it exits, or on Ctrl-C)")
+      ->check(CLI::Range(0.0, 1e7));
+  command.add_option("--raw-file", settings.raw_file, "also write every raw record to this file (gzip)");
+  command.add_option("--replay", settings.replay,
+                     "instead of tracing: re-aggregate a --raw-file (faults and allocations records only)");
+  command.add_option("--thp-mode", settings.thp_mode, "with --replay: the traced machine's THP mode")
+      ->check(CLI::IsMember({"always", "madvise", "never", "absent"}));
+  command.add_option("--cpu-sample-us", settings.cpu_sample_us,
+                     "sample CPU time in the kernel every this many µs of a thread's CPU time, to measure "
+                     "fault time (default 100; 0: off; needs root or perf_event_paranoid <= 1)")
+      ->check(CLI::Range(0U, 1000000U));
+  command.add_option("--window-seconds", settings.window_seconds,
+                     "also emit the counters so far every this many seconds, tagged with the window's number "
+                     "(a long trace's windows; 0: at the end only)")
+      ->check(CLI::Range(0.0, 1e7));
+  command.add_flag("--no-runtime-flags", settings.no_runtime_flags,
+                   "do not ask node and the JVM for perf maps through NODE_OPTIONS and JAVA_TOOL_OPTIONS (their "
+                   "JIT-compiled functions then go unnamed)");
+  command.add_flag("--no-python-frames", settings.no_python_frames,
+                   "do not load the preload library into a command for its Python stacks (as root) nor take them (without)");
+  command.add_option("command", settings.command, "the command and its arguments, after --");
+}
+
+// `--replay FILE`: a --raw-file attributed again, as when it was traced.
+void replay_raw_file(const Settings& settings, Emitter& emitter) {
+  trace::Attribution attribution(thp_mode(settings.thp_mode.empty() ? thp_mode_name() : settings.thp_mode),
+                                 huge_page_bytes());
+  std::string error;
+  if (!trace::replay(settings.replay, attribution, error)) throw ProbeError(exit_failure, "bad_raw_file", error);
+  attribution.finish();
+  emit_aggregate(emitter, attribution);
+}
+
+// The tracer's options from the flags, once they are checked.
+trace::Options tracer_options(const Settings& settings) {
+  if (auto why = trace::supported(); !why.ok()) throw ProbeError(exit_unsupported, "not_supported_here", why.message());
+  if (settings.command.empty() == (settings.attach_pid == 0)) {
+    throw ProbeError(exit_bad_arguments, "bad_arguments", "give either a command after -- or --attach PID");
+  }
+  if (settings.stack_bytes % 8 != 0) {
+    throw ProbeError(exit_bad_arguments, "bad_arguments", "--stack-bytes must be a multiple of 8");
+  }
+  trace::Options options;
+  options.command = settings.command;
+  options.attach_pid = settings.attach_pid;
+  options.attach_seconds = settings.attach_seconds;
+  options.sample_period = settings.sample_period;
+  options.stack_bytes = settings.stack_bytes;
+  // Every fault sample carries a copy of the user stack: at period 1 a program faulting as
+  // fast as it can fills 32 MiB in tens of milliseconds (measured: 128 MiB per CPU lost
+  // nothing where 32 MiB lost 11 %).
+  const std::uint64_t cpus = std::max<std::uint64_t>(1, os::logical_cpu_count());
+  std::uint32_t pages = 32768;
+  while (pages > 64 && std::uint64_t{pages} * os::base_page_size() * cpus > (512ULL << 20)) pages /= 2;
+  options.buffer_pages = settings.buffer_pages ? settings.buffer_pages : pages;
+  options.command_stdout_fd = settings.command_stdout_fd;
+  // The preload library lives beside the probe (the build folder, or memcost/_bin).
+  options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
+  options.python_frames = !settings.no_python_frames;
+  options.runtime_flags = !settings.no_runtime_flags;
+  options.cpu_sample_period_ns = std::uint64_t{settings.cpu_sample_us} * 1000;
+  return options;
+}
+
+// A tracer's failure, if it failed, as the probe's error, with what to do about it.
+void throw_if_failed(const trace::Failure& failure) {
+  if (!failure.ok()) {
+    switch (failure.kind) {
+      case trace::FailureKind::command_not_started:
+        throw ProbeError(exit_failure, "command_not_started", failure.message() + "; check the command's name and PATH");
+      case trace::FailureKind::no_such_process:
+        throw ProbeError(exit_failure, "no_such_process", failure.message());
+      case trace::FailureKind::interrupted:
+        throw ProbeError(exit_interrupted, "interrupted", failure.message() + ": nothing was recorded");
+      default:
+        throw ProbeError(exit_unsupported, failure.denied() ? "not_permitted" : "not_supported_here",
+                         "cannot trace: " + failure.message() +
+                             (failure.denied() ? "; memcost trace needs root, or `sysctl kernel.perf_event_paranoid=-1` "
+                                                 "and a mounted tracefs"
+                                               : ""));
+    }
+  }
+}
+
+// The run record: the command's accounting, the tracer's own and how each figure was obtained.
+void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& result, const trace::Attribution& attribution,
+              const measure::Snapshot& before, const measure::Snapshot& after, const std::string& thp) {
+  measure::Interval interval = measure::between(before, after);
+  std::optional<std::int64_t> elsewhere = interval.elsewhere_ns();
+  // A process attached to ran beside the probe all along: it is the subject, not "elsewhere".
+  if (elsewhere && settings.attach_pid) *elsewhere -= static_cast<std::int64_t>(result.user_ns + result.system_ns);
+  emitter.sample(
+      {{"record", "run"}},
+      {{"exit_code", result.exit_code}, {"signal", result.signal}, {"wall_ns", result.wall_ns},
+       {"user_ns", result.user_ns}, {"system_ns", result.system_ns},
+       {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
+       {"faults_before_exec", result.faults_before_exec},
+       {"sampled_faults", attribution.faults_seen()}, {"calls", attribution.calls_seen()},
+       {"most_records_pending", attribution.most_pending()}, {"most_mappings_live", attribution.most_live()}, {"sample_period", settings.sample_period},
+       {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
+       {"unnamed_code_stacks", result.unnamed_code_stacks},
+       {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
+       {"stack_bytes", result.stack_bytes},
+       {"tracer_user_ns", interval.process_user_ns}, {"tracer_system_ns", interval.process_system_ns},
+       {"elsewhere_ns", elsewhere ? json(*elsewhere) : json(nullptr)},
+       {"elsewhere_method", interval.elsewhere_method()},
+       {"fault_source", result.fault_source}, {"call_source", result.call_source},
+       {"attached_pid", settings.attach_pid},
+       {"interrupted", result.interrupted}, {"thp_mode", thp}, {"base_page_bytes", os::base_page_size()},
+       {"huge_page_bytes", huge_page_bytes()},
+       {"cpu_sample_period_ns", result.cpu_sample_period_ns}, {"cpu_sampling", result.cpu_sampling},
+       {"cpu_samples", attribution.cpu_samples()},
+       {"cpu_samples_unmatched", attribution.cpu_samples_unmatched()},
+       {"cpu_samples_tracing", attribution.cpu_samples_tracing()}});
+  if (result.lost_records) {
+    emitter.warning("events_lost", std::to_string(result.lost_records) +
+                                       " records were lost (ring buffer full; the counts are a lower bound): "
+                                       "run as root (larger buffers), or pass --sample-period above 1 to "
+                                       "record one fault in N");
+  }
+}
+
 }  // namespace
 
 Experiment trace_experiment() {
   return {"trace", "Run a command and record its mapping calls and page faults with call stacks (Linux, root)",
           [](CLI::App& command) -> Runner {
             auto settings = std::make_shared<Settings>();
-            command.add_option("--sample-period", settings->sample_period, "one fault sample per N faults (default 1: every fault)")
-                ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
-            command.add_option("--stack-bytes", settings->stack_bytes, "user stack copied per sample for unwinding (default 4096)")
-                ->check(CLI::Range(std::uint32_t{512}, std::uint32_t{65528}));
-            command.add_option("--buffer-pages", settings->buffer_pages, "ring buffer pages per CPU, a power of two (default: 128 MiB per CPU, 512 MiB in all at most)")
-                ->check(CLI::IsMember({8U, 16U, 32U, 64U, 128U, 256U, 512U, 1024U, 2048U, 4096U, 8192U, 16384U, 32768U}));
-            command.add_option("--command-stdout-fd", settings->command_stdout_fd,
-                               "give the command this open descriptor as its stdout (default: the probe's own)")
-                ->check(CLI::Range(0, 1 << 20));
-            command.add_option("--attach", settings->attach_pid, "trace this running process instead of a command")
-                ->check(CLI::Range(1, 1 << 30));
-            command.add_option("--attach-seconds", settings->attach_seconds,
-                               "with --attach: stop after this many seconds (default: when it exits, or on Ctrl-C)")
-                ->check(CLI::Range(0.0, 1e7));
-            command.add_option("--raw-file", settings->raw_file, "also write every raw record to this file (gzip)");
-            command.add_option("--replay", settings->replay,
-                               "instead of tracing: re-aggregate a --raw-file (faults and allocations records only)");
-            command.add_option("--thp-mode", settings->thp_mode, "with --replay: the traced machine's THP mode")
-                ->check(CLI::IsMember({"always", "madvise", "never", "absent"}));
-            command.add_option("--cpu-sample-us", settings->cpu_sample_us,
-                               "sample CPU time in the kernel every this many µs of a thread's CPU time, to measure "
-                               "fault time (default 100; 0: off; needs root or perf_event_paranoid <= 1)")
-                ->check(CLI::Range(0U, 1000000U));
-            command.add_option("--window-seconds", settings->window_seconds,
-                               "also emit the counters so far every this many seconds, tagged with the window's number "
-                               "(a long trace's windows; 0: at the end only)")
-                ->check(CLI::Range(0.0, 1e7));
-            command.add_flag("--no-runtime-flags", settings->no_runtime_flags,
-                             "do not ask node and the JVM for perf maps through NODE_OPTIONS and JAVA_TOOL_OPTIONS (their "
-                             "JIT-compiled functions then go unnamed)");
-            command.add_flag("--no-python-frames", settings->no_python_frames,
-                             "do not load the preload library into a command for its Python stacks (as root) nor take them (without)");
-            command.add_option("command", settings->command, "the command and its arguments, after --");
+            add_trace_options(command, *settings);
             return [settings](Emitter& emitter) {
-              if (!settings->replay.empty()) {
-                trace::Attribution attribution(thp_mode(settings->thp_mode.empty() ? thp_mode_name() : settings->thp_mode),
-                                               huge_page_bytes());
-                std::string error;
-                if (!trace::replay(settings->replay, attribution, error)) throw ProbeError(exit_failure, "bad_raw_file", error);
-                attribution.finish();
-                emit_aggregate(emitter, attribution);
-                return;
-              }
-              if (auto why = trace::supported(); !why.ok()) throw ProbeError(exit_unsupported, "not_supported_here", why.message());
-              if (settings->command.empty() == (settings->attach_pid == 0)) {
-                throw ProbeError(exit_bad_arguments, "bad_arguments", "give either a command after -- or --attach PID");
-              }
-              if (settings->stack_bytes % 8 != 0) {
-                throw ProbeError(exit_bad_arguments, "bad_arguments", "--stack-bytes must be a multiple of 8");
-              }
-              trace::Options options;
-              options.command = settings->command;
-              options.attach_pid = settings->attach_pid;
-              options.attach_seconds = settings->attach_seconds;
-              options.sample_period = settings->sample_period;
-              options.stack_bytes = settings->stack_bytes;
-              // Every fault sample carries a copy of the user stack: at period 1 a program faulting as
-              // fast as it can fills 32 MiB in tens of milliseconds (measured: 128 MiB per CPU lost
-              // nothing where 32 MiB lost 11 %).
-              const std::uint64_t cpus = std::max<std::uint64_t>(1, os::logical_cpu_count());
-              std::uint32_t pages = 32768;
-              while (pages > 64 && std::uint64_t{pages} * os::base_page_size() * cpus > (512ULL << 20)) pages /= 2;
-              options.buffer_pages = settings->buffer_pages ? settings->buffer_pages : pages;
-              options.command_stdout_fd = settings->command_stdout_fd;
-              // The preload library lives beside the probe (the build folder, or memcost/_bin).
-              options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
-              options.python_frames = !settings->no_python_frames;
-              options.runtime_flags = !settings->no_runtime_flags;
-              options.cpu_sample_period_ns = std::uint64_t{settings->cpu_sample_us} * 1000;
+              if (!settings->replay.empty()) return replay_raw_file(*settings, emitter);
+              trace::Options options = tracer_options(*settings);
               JsonSink output(emitter);
               const std::string thp = thp_mode_name();
               trace::Attribution attribution(thp_mode(thp), huge_page_bytes());
@@ -275,61 +345,14 @@ Experiment trace_experiment() {
                 window_start_unix_ns = end_unix_ns;
               };
               trace::Result result = trace::run(options, sink, failure);
-              if (!failure.ok()) {
-                switch (failure.kind) {
-                  case trace::FailureKind::command_not_started:
-                    throw ProbeError(exit_failure, "command_not_started", failure.message() + "; check the command's name and PATH");
-                  case trace::FailureKind::no_such_process:
-                    throw ProbeError(exit_failure, "no_such_process", failure.message());
-                  case trace::FailureKind::interrupted:
-                    throw ProbeError(exit_interrupted, "interrupted", failure.message() + ": nothing was recorded");
-                  default:
-                    throw ProbeError(exit_unsupported, failure.denied() ? "not_permitted" : "not_supported_here",
-                                     "cannot trace: " + failure.message() +
-                                         (failure.denied() ? "; memcost trace needs root, or `sysctl kernel.perf_event_paranoid=-1` "
-                                                             "and a mounted tracefs"
-                                                           : ""));
-                }
-              }
+              throw_if_failed(failure);
               attribution.finish();
               emit_aggregate(emitter, attribution);
               if (raw) {
                 raw->close();
                 if (!raw->error().empty()) emitter.warning("raw_file_incomplete", raw->error() + ": the raw records are incomplete");
               }
-              measure::Interval interval = measure::between(before, after);
-              std::optional<std::int64_t> elsewhere = interval.elsewhere_ns();
-              // A process attached to ran beside the probe all along: it is the subject, not "elsewhere".
-              if (elsewhere && settings->attach_pid) *elsewhere -= static_cast<std::int64_t>(result.user_ns + result.system_ns);
-              emitter.sample(
-                  {{"record", "run"}},
-                  {{"exit_code", result.exit_code}, {"signal", result.signal}, {"wall_ns", result.wall_ns},
-                   {"user_ns", result.user_ns}, {"system_ns", result.system_ns},
-                   {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
-                   {"faults_before_exec", result.faults_before_exec},
-                   {"sampled_faults", attribution.faults_seen()}, {"calls", attribution.calls_seen()},
-                   {"most_records_pending", attribution.most_pending()}, {"most_mappings_live", attribution.most_live()}, {"sample_period", settings->sample_period},
-                   {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
-                   {"unnamed_code_stacks", result.unnamed_code_stacks},
-                   {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
-                   {"stack_bytes", result.stack_bytes},
-                   {"tracer_user_ns", interval.process_user_ns}, {"tracer_system_ns", interval.process_system_ns},
-                   {"elsewhere_ns", elsewhere ? json(*elsewhere) : json(nullptr)},
-                   {"elsewhere_method", interval.elsewhere_method()},
-                   {"fault_source", result.fault_source}, {"call_source", result.call_source},
-                   {"attached_pid", settings->attach_pid},
-                   {"interrupted", result.interrupted}, {"thp_mode", thp}, {"base_page_bytes", os::base_page_size()},
-                   {"huge_page_bytes", huge_page_bytes()},
-                   {"cpu_sample_period_ns", result.cpu_sample_period_ns}, {"cpu_sampling", result.cpu_sampling},
-                   {"cpu_samples", attribution.cpu_samples()},
-                   {"cpu_samples_unmatched", attribution.cpu_samples_unmatched()},
-                   {"cpu_samples_tracing", attribution.cpu_samples_tracing()}});
-              if (result.lost_records) {
-                emitter.warning("events_lost", std::to_string(result.lost_records) +
-                                                   " records were lost (ring buffer full; the counts are a lower bound): "
-                                                   "run as root (larger buffers), or pass --sample-period above 1 to "
-                                                   "record one fault in N");
-              }
+              emit_run(emitter, *settings, result, attribution, before, after, thp);
             };
           }};
 }
