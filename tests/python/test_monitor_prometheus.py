@@ -117,11 +117,15 @@ def test_increase_over_the_window_covers_a_childs_faults(prometheus):
     window = f"{round((ended - started) * 1000)}ms"
     with_child = value(base, f"increase({machine}[{window}])", ended)
     before = value(base, f"increase({machine}[{window}])", started)  # the same length, just before: the rest
+    # And the window before that: how much the rest of the machine itself moves from one window to
+    # the next (a CI run once saw the rest take 5,400 faults more in the window before than during).
+    earlier = value(base, f"increase({machine}[{window}])", started - (ended - started))
     child_faults = value(base, f'sum(increase(memcost_process_page_faults_total{{comm="trace_tree",kind="minor"}}'
                                f'[{window}]))', ended)
     assert with_child is not None and before is not None and child_faults is not None
     assert with_child >= 0.95 * CHILD_FAULTS
-    assert with_child - before == pytest.approx(CHILD_FAULTS, rel=0.05)
+    rest_moves = abs(before - earlier) if earlier is not None else 0
+    assert abs(with_child - before - CHILD_FAULTS) <= 0.05 * CHILD_FAULTS + rest_moves, (with_child, before, earlier)
     assert child_faults == pytest.approx(CHILD_FAULTS, rel=0.05)
 
 
