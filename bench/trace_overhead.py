@@ -54,8 +54,22 @@ def variants(storm: list[str], memcost: str, folder: Path) -> dict[str, list[str
 
 def timed(command: list[str]) -> float:
     started = time.monotonic()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    result = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{command[0]} failed (exit {result.returncode}): {result.stderr.strip()[-300:]}")
     return time.monotonic() - started
+
+
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+def mount_tracefs() -> bool:
+    """bpftrace reads tracepoints' formats from tracefs, which is not mounted after a boot here:
+    mounted for the benchmark when missing (True), and unmounted after it."""
+    if (TRACEFS / "events").exists():
+        return False
+    subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True)
+    return True
 
 
 def main() -> int:
@@ -68,6 +82,15 @@ def main() -> int:
     if os.geteuid() != 0:
         print("trace_overhead: run as root (perf record, bpftrace and memcost trace need it)", file=sys.stderr)
         return 2
+    mounted = mount_tracefs()
+    try:
+        return measure(args)
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(TRACEFS)], check=False)
+
+
+def measure(args) -> int:
     with tempfile.TemporaryDirectory(prefix="memcost-bench-") as name:
         folder = Path(name)
         storm = [str(build_storm(folder)), "repeat", "256", str(args.storm_rounds)]
