@@ -174,8 +174,10 @@ def user_frame(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[di
     """The first frame of the program itself, past the allocator, runtimes and standard libraries.
     In a stack with Python frames the program is its Python code: the first Python frame outside
     the standard library and installed packages (or a native frame --keep-frames names), else the
-    innermost Python frame. Where every frame is a runtime's (an interpreter's stack, or one cut
-    short), the first frame past the C library and allocators: the most specific name it has."""
+    innermost Python frame; likewise in a stack with JIT-compiled frames of the program's own (a
+    JavaScript function, a Java method). Where every frame is a runtime's (an interpreter's stack,
+    the JVM's heap, one cut short), the first frame past the C library and allocators: the most
+    specific name it has."""
     index = user_frame_index(frames, which)
     return frames[index] if index is not None else None
 
