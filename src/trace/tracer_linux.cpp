@@ -49,7 +49,9 @@ namespace {
 // code"): node writes /tmp/perf-PID.map as it compiles, and gives interpreted functions a copy of
 // the interpreter's entry each, so that they have an address of their own in the map; the JVM
 // writes its map at exit, and keeps frame pointers in compiled code so that its frames unwind.
-constexpr const char* kNodeOptions = "--perf-basic-prof --interpreted-frames-native-stack";
+// --perf-basic-prof-only-functions, not --perf-basic-prof: the latter also has V8 write an
+// isolate-*-v8.log into the command's working folder, which no NODE_OPTIONS switch turns off.
+constexpr const char* kNodeOptions = "--perf-basic-prof-only-functions --interpreted-frames-native-stack";
 constexpr const char* kJavaOptions = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:+PreserveFramePointer";
 
 // `words` added after what the variable holds (the user's own settings come first and stay).

@@ -226,8 +226,7 @@ class Recorder {
     return named;
   }
 
-  // Runtimes seen that need a flag for their frames to be named, and that flag (node without
-  // --perf-basic-prof writes no map): what the output should tell the user.
+  // Stacks with code that no module and no perf map named (a runtime run without its map flag).
   [[nodiscard]] std::size_t unnamed_jit_stacks() const { return unresolved_.size(); }
 
   // Called before work that may take milliseconds (loading a module's debug information,

@@ -106,9 +106,10 @@ def test_go_names_the_function_that_touched_the_heap(results_root, tmp_path):
     assert touching["faults"] >= 32 * PAGES_PER_MIB  # at least one fresh 32 MiB buffer; the Go heap reuses the rest
 
 
-def test_node_names_the_javascript_function(results_root):
+def test_node_names_the_javascript_function(results_root, tmp_path):
     node = tool("node", "/usr/bin/nodejs")
-    document = trace(results_root, node, str(RUNTIMES / "buffers.js"))
+    document = trace(results_root, node, str(RUNTIMES / "buffers.js"), cwd=tmp_path)
+    assert not list(tmp_path.iterdir()), "the flags memcost adds leave nothing in the command's folder"
     rows = rows_named(document, "allocateFrames")
     assert len(rows) == 1, [row["site"] for row in document["summary"]["rows"]]
     assert rows[0]["site"].startswith("allocateFrames (buffers.js:")

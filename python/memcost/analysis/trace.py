@@ -654,8 +654,8 @@ def headline(rows: list[dict], totals: dict) -> str:
 # a frame in its native code from which the unwinder reached code that no module and no perf map
 # names, or, for node, its interpreter's entry with no named JavaScript frame anywhere.
 RUNTIME_FLAGS = {
-    "node": "node's JavaScript functions went unnamed: run it with --perf-basic-prof "
-            "--interpreted-frames-native-stack (memcost trace sets them in NODE_OPTIONS unless --no-runtime-flags; "
+    "node": "node's JavaScript functions went unnamed: run it with --perf-basic-prof-only-functions (or "
+            "--perf-basic-prof) and --interpreted-frames-native-stack (memcost trace sets them in NODE_OPTIONS unless --no-runtime-flags; "
             "a process given by --pid must have been started with them)",
     "jvm": "Java methods went unnamed: run the JVM with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit "
            "-XX:+PreserveFramePointer (memcost trace sets them in JAVA_TOOL_OPTIONS unless --no-runtime-flags; for a "
