@@ -2,6 +2,7 @@
 #include "trace/attribution.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "trace/linux_abi.hpp"
 
@@ -32,7 +33,7 @@ void Attribution::call(const trace::MappingCall& call) {
 }
 
 void Attribution::fault(const trace::Fault& fault) {
-  ++faults_seen_;
+  ++(fault.counted ? faults_seen_ : touch_samples_seen_);
   pending_faults_.push_back(fault);
   most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size());
 }
@@ -40,6 +41,12 @@ void Attribution::fault(const trace::Fault& fault) {
 void Attribution::cpu_sample(const trace::CpuSample& sample) {
   pending_samples_.push_back(sample);
   most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size() + pending_samples_.size());
+}
+
+void Attribution::region_faults(const trace::RegionFaults& counts) {
+  faults_seen_ += counts.faults;
+  pending_regions_.push_back(counts);
+  most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size() + pending_regions_.size());
 }
 
 void Attribution::process(const trace::ProcessEvent& event) {
@@ -69,14 +76,18 @@ void Attribution::settle(std::uint64_t until_ns) {
                    [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(pending_samples_.begin(), pending_samples_.end(),
                    [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
-  std::size_t calls = 0, faults = 0, forks = 0, samples = 0;
-  // Faults and CPU samples before `time_ns`, in time order between them.
+  std::stable_sort(pending_regions_.begin(), pending_regions_.end(),
+                   [](const auto& a, const auto& b) { return a.last_ns < b.last_ns; });
+  std::size_t calls = 0, faults = 0, forks = 0, samples = 0, regions = 0;
+  // Faults, regions' counts and CPU samples before `time_ns`, in time order between them.
   auto faults_before = [&](std::uint64_t time_ns) {
     while (true) {
       const std::uint64_t fault_at = faults < pending_faults_.size() ? pending_faults_[faults].time_ns : UINT64_MAX;
       const std::uint64_t sample_at = samples < pending_samples_.size() ? pending_samples_[samples].time_ns : UINT64_MAX;
-      if (std::min(fault_at, sample_at) >= time_ns) break;
-      if (fault_at <= sample_at) charge(pending_faults_[faults++]);
+      const std::uint64_t region_at = regions < pending_regions_.size() ? pending_regions_[regions].last_ns : UINT64_MAX;
+      if (std::min({fault_at, sample_at, region_at}) >= time_ns) break;
+      if (region_at <= std::min(fault_at, sample_at)) charge(pending_regions_[regions++]);
+      else if (fault_at <= sample_at) charge(pending_faults_[faults++]);
       else charge(pending_samples_[samples++]);
     }
   };
@@ -109,11 +120,13 @@ void Attribution::settle(std::uint64_t until_ns) {
   if (until_ns == UINT64_MAX) {
     for (; faults < pending_faults_.size(); ++faults) charge(pending_faults_[faults]);
     for (; samples < pending_samples_.size(); ++samples) charge(pending_samples_[samples]);
+    for (; regions < pending_regions_.size(); ++regions) charge(pending_regions_[regions]);
   }
   pending_calls_.erase(pending_calls_.begin(), pending_calls_.begin() + static_cast<std::ptrdiff_t>(calls));
   pending_faults_.erase(pending_faults_.begin(), pending_faults_.begin() + static_cast<std::ptrdiff_t>(faults));
   pending_forks_.erase(pending_forks_.begin(), pending_forks_.begin() + static_cast<std::ptrdiff_t>(forks));
   pending_samples_.erase(pending_samples_.begin(), pending_samples_.begin() + static_cast<std::ptrdiff_t>(samples));
+  pending_regions_.erase(pending_regions_.begin(), pending_regions_.begin() + static_cast<std::ptrdiff_t>(regions));
 }
 
 void Attribution::finish() {
@@ -126,39 +139,94 @@ void Attribution::finish() {
   spaces_.clear();
 }
 
+Attribution::Mapping* Attribution::mapping_at(int pid, std::uint64_t address) {
+  auto space = spaces_.find(pid);
+  if (space == spaces_.end()) return nullptr;
+  auto& pieces = space->second.pieces;
+  auto after = pieces.upper_bound(address);
+  if (after == pieces.begin()) return nullptr;
+  auto piece = std::prev(after);
+  return address < piece->second.end ? &live_[piece->second.mapping] : nullptr;
+}
+
+void Attribution::add_faults(Mapping& mapping, std::uint64_t region_number, const FaultKey& key, std::uint64_t count) {
+  Region& region = mapping.regions[region_number];
+  if (region.faults == 0 && count == 1) {
+    // Its kind is known only when the mapping ends: one fault in the region may be a huge page.
+    region = {1, key.touch_stack, key.pid, key.program};
+    return;
+  }
+  if (region.faults == 1 && !region.counted) {  // more faults: the first was a base page too
+    ++faults_[{key.allocation_stack, key.allocation_call, region.first_touch, region.pid, region.program, false}];
+    ++mapping.faults_base;
+    region.counted = true;
+  }
+  region.faults += static_cast<std::uint32_t>(count);
+  mapping.faults_base += count;
+  faults_[key] += count;
+}
+
 void Attribution::charge(const trace::Fault& fault) {
   const std::uint32_t program = program_of(fault.pid, fault.time_ns);
   FaultKey key{0, kOutside, fault.stack, fault.pid, program, false};
-  auto space = spaces_.find(fault.pid);
-  if (space != spaces_.end()) {
-    auto& pieces = space->second.pieces;
-    auto after = pieces.upper_bound(fault.address);
-    if (after != pieces.begin()) {
-      auto piece = std::prev(after);
-      if (fault.address < piece->second.end) {
-        Mapping& mapping = live_[piece->second.mapping];
-        key.allocation_stack = mapping.origin.stack;
-        key.allocation_call = mapping.origin.call;
-        if (mapping.first_tid == 0) mapping.first_tid = fault.tid;
-        else if (mapping.first_tid != fault.tid) mapping.one_thread = false;
-        Region& region = mapping.regions[fault.address / huge_bytes_];
-        if (region.faults == 0) {
-          // Its kind is known only when the mapping ends: one fault in the region may be a huge page.
-          region = {1, fault.stack, fault.pid, program};
-          last_fault_[fault.tid] = key;
-          return;
-        }
-        if (region.faults == 1 && !region.counted) {  // a second fault: the first was a base page too
-          ++faults_[{key.allocation_stack, key.allocation_call, region.first_touch, region.pid, region.program, false}];
-          ++mapping.faults_base;
-        }
-        ++region.faults;
-        ++mapping.faults_base;
-      }
-    }
+  Mapping* mapping = mapping_at(fault.pid, fault.address);
+  if (mapping) {
+    key.allocation_stack = mapping->origin.stack;
+    key.allocation_call = mapping->origin.call;
   }
   last_fault_[fault.tid] = key;
-  ++faults_[key];
+  if (!fault.counted) {  // a touching stack only: the fault is in the kernel's counts
+    TouchSamples& touch = touch_samples_[key];
+    ++touch.samples;
+    touch.faults += fault.period;
+    return;
+  }
+  if (!mapping) {
+    ++faults_[key];
+    return;
+  }
+  if (mapping->first_tid == 0) mapping->first_tid = fault.tid;
+  else if (mapping->first_tid != fault.tid) mapping->one_thread = false;
+  add_faults(*mapping, fault.address / huge_bytes_, key, 1);
+}
+
+// A region's faults, split between the mappings live in it at its last fault by the pages each
+// holds (within one generation a page stays in one mapping). A page that faulted more than once
+// gives its extra faults to the first mapping with pages here.
+void Attribution::charge(const trace::RegionFaults& counts) {
+  const std::uint32_t program = program_of(counts.pid, counts.last_ns);
+  constexpr std::uint64_t kPages = trace::kRegionBytes / trace::kRegionPageBytes;
+  std::uint64_t pages_faulted = 0;
+  for (std::uint64_t word : counts.pages) pages_faulted += static_cast<std::uint64_t>(__builtin_popcountll(word));
+  std::uint64_t extra = counts.faults > pages_faulted ? counts.faults - pages_faulted : 0;
+  std::uint64_t outside = 0;
+  for (std::uint64_t page = 0; page < kPages;) {
+    if (!(counts.pages[page / 64] >> (page % 64) & 1)) {
+      ++page;
+      continue;
+    }
+    const std::uint64_t address = counts.start + page * trace::kRegionPageBytes;
+    Mapping* mapping = mapping_at(counts.pid, address);
+    // The pages from here that fall in the same mapping (or in none).
+    std::uint64_t end_page = kPages;
+    if (auto space = spaces_.find(counts.pid); space != spaces_.end()) {
+      auto after = space->second.pieces.upper_bound(address);
+      std::uint64_t limit = after == space->second.pieces.end() ? UINT64_MAX : after->first;
+      if (mapping) limit = std::min(limit, std::prev(after)->second.end);
+      if (limit < counts.start + trace::kRegionBytes) end_page = (limit - counts.start + trace::kRegionPageBytes - 1) / trace::kRegionPageBytes;
+    }
+    std::uint64_t pages = 0;
+    for (; page < end_page; ++page) pages += counts.pages[page / 64] >> (page % 64) & 1;
+    if (!mapping) {
+      outside += pages;
+      continue;
+    }
+    if (mapping->first_tid == 0) mapping->first_tid = counts.first_tid;
+    if (!counts.one_thread || mapping->first_tid != counts.first_tid) mapping->one_thread = false;
+    const FaultKey key{mapping->origin.stack, mapping->origin.call, 0, counts.pid, program, false};
+    add_faults(*mapping, counts.start / huge_bytes_, key, pages + std::exchange(extra, 0));
+  }
+  if (outside + extra > 0) faults_[{0, kOutside, 0, counts.pid, program, false}] += outside + extra;
 }
 
 // A sample in the fault handler belongs to the fault its thread took last (the page-fault event

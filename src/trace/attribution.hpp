@@ -84,6 +84,13 @@ struct OriginSummary {
   std::uint64_t grown_to_bytes = 0;  // the largest mapping that replaced an outgrown one
 };
 
+// Touching stacks sampled while the faults themselves are counted in the kernel: the samples,
+// and the faults they stand for (the sum of their periods, an estimate).
+struct TouchSamples {
+  std::uint64_t samples = 0;
+  std::uint64_t faults = 0;
+};
+
 // CPU samples taken in the fault handler, charged to a fault's key (huge always false: a
 // region's page kind is decided later, and time is reported per site, not per kind).
 struct FaultTime {
@@ -105,6 +112,7 @@ class Attribution : public trace::Sink {
   void fault(const trace::Fault& fault) override;
   void process(const trace::ProcessEvent& event) override;
   void cpu_sample(const trace::CpuSample& sample) override;
+  void region_faults(const trace::RegionFaults& counts) override;
 
   // Every record with a time up to `until_ns` has been delivered: replay them.
   void settle(std::uint64_t until_ns);
@@ -118,11 +126,16 @@ class Attribution : public trace::Sink {
   [[nodiscard]] const std::unordered_map<FaultKey, std::uint64_t, FaultKeyHash>& faults() const { return faults_; }
   [[nodiscard]] const std::map<OriginKey, OriginSummary>& origins() const { return origins_; }
   [[nodiscard]] const std::unordered_map<FaultKey, FaultTime, FaultKeyHash>& fault_time() const { return fault_time_; }
+  // Empty unless faults were counted in the kernel (their keys' touching stacks are 0 then).
+  [[nodiscard]] const std::unordered_map<FaultKey, TouchSamples, FaultKeyHash>& touch_samples() const {
+    return touch_samples_;
+  }
   [[nodiscard]] std::uint64_t cpu_samples() const { return cpu_samples_; }
   [[nodiscard]] std::uint64_t cpu_samples_unmatched() const { return cpu_samples_unmatched_; }
   // In the fault handler but in perf, recording the fault for the tracer: not the fault's time.
   [[nodiscard]] std::uint64_t cpu_samples_tracing() const { return cpu_samples_tracing_; }
-  [[nodiscard]] std::uint64_t faults_seen() const { return faults_seen_; }
+  [[nodiscard]] std::uint64_t faults_seen() const { return faults_seen_; }  // counted, one by one or by region
+  [[nodiscard]] std::uint64_t touch_samples_seen() const { return touch_samples_seen_; }
   [[nodiscard]] std::uint64_t calls_seen() const { return calls_seen_; }
   // The most records held at once waiting for their moment to settle, and live mappings at once.
   [[nodiscard]] std::size_t most_pending() const { return most_pending_; }
@@ -171,6 +184,12 @@ class Attribution : public trace::Sink {
   void claim_heap(Space& space, const trace::MappingCall& marker);
   void charge(const trace::Fault& fault);
   void charge(const trace::CpuSample& sample);
+  void charge(const trace::RegionFaults& counts);
+  // `count` faults in one region of `mapping`, keyed by `key` (whose huge is false); a region's
+  // first single fault waits for its page kind (count_single_faults).
+  void add_faults(Mapping& mapping, std::uint64_t region_number, const FaultKey& key, std::uint64_t count);
+  // The live mapping piece at `address` of `pid`'s space, or nullptr.
+  Mapping* mapping_at(int pid, std::uint64_t address);
   std::uint64_t make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool anonymous);
   // Cut [start, end) out of the space; per mapping touched, the bytes removed.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(Space& space, std::uint64_t start, std::uint64_t end);
@@ -190,6 +209,8 @@ class Attribution : public trace::Sink {
   std::vector<trace::Fault> pending_faults_;
   std::vector<trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
   std::vector<trace::CpuSample> pending_samples_;
+  std::vector<trace::RegionFaults> pending_regions_;  // charged at their last fault's moment
+  std::unordered_map<FaultKey, TouchSamples, FaultKeyHash> touch_samples_;
   std::unordered_map<int, FaultKey> last_fault_;  // per thread
   std::unordered_map<FaultKey, FaultTime, FaultKeyHash> fault_time_;
   std::uint64_t cpu_samples_ = 0, cpu_samples_unmatched_ = 0, cpu_samples_tracing_ = 0;
@@ -200,7 +221,7 @@ class Attribution : public trace::Sink {
   std::unordered_map<int, std::vector<std::uint64_t>> programs_;  // pid -> when each program began
   std::unordered_map<FaultKey, std::uint64_t, FaultKeyHash> faults_;
   std::map<OriginKey, OriginSummary> origins_;
-  std::uint64_t faults_seen_ = 0, calls_seen_ = 0;
+  std::uint64_t faults_seen_ = 0, touch_samples_seen_ = 0, calls_seen_ = 0;
   std::size_t most_pending_ = 0, most_live_ = 0;
 };
 

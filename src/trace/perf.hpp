@@ -32,6 +32,7 @@ struct Event {
   CallKind call = CallKind::mmap;
   std::uint64_t sample_type = 0;
   std::vector<std::uint32_t> offsets;  // raw field offsets (tracepoints)
+  bool counted = true;  // faults: false when counted in the kernel, the samples being touching stacks only
 };
 
 struct RingBuffer {

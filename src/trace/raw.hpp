@@ -29,6 +29,8 @@ class RawWriter : public Sink {
   void settle(std::uint64_t until_ns) override { next_.settle(until_ns); }
   // CPU samples are passed on, not kept: a replay has fault counts, not sampled fault time.
   void cpu_sample(const CpuSample& sample) override { next_.cpu_sample(sample); }
+  // Counted in the kernel, which a raw trace is not (it records every fault): passed on.
+  void region_faults(const RegionFaults& counts) override { next_.region_faults(counts); }
 
   // Empty when all is well; else what failed (the file could not be written).
   [[nodiscard]] std::string error() const { return error_; }

@@ -176,6 +176,7 @@ class Session {
     auto tid = static_cast<int>(in.take<std::uint32_t>());
     auto time = in.take<std::uint64_t>();
     std::uint64_t address = (event.sample_type & PERF_SAMPLE_ADDR) ? in.take<std::uint64_t>() : 0;
+    const std::uint64_t period = (event.sample_type & PERF_SAMPLE_PERIOD) ? in.take<std::uint64_t>() : 1;
     if (event.kind == EventKind::cpu) {
       CpuSample cpu{pid, tid, time, false, false, false};
       const auto count = in.take<std::uint64_t>();
@@ -216,7 +217,8 @@ class Session {
     }
     switch (event.kind) {
       case EventKind::fault:
-        sink_.fault({pid, tid, time, address, stack, (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER});
+        sink_.fault({pid, tid, time, address, stack, (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER,
+                     event.counted, period});
         break;
       case EventKind::cpu:
         break;

@@ -77,7 +77,11 @@ struct Options {
   std::vector<std::string> command;
   int attach_pid = 0;                    // instead of a command: a running process (needs tracepoints)
   double attach_seconds = 0;             // how long to watch it (0: until it exits or SIGINT/SIGTERM)
-  std::uint64_t sample_period = 1;       // one fault sample per this many faults
+  std::uint64_t sample_period = 1;       // one fault sample per this many faults (counting with perf)
+  // Count every fault in the kernel (fault_counter.hpp) where it can, and sample the touching
+  // stacks `touch_samples_per_second` times a second per CPU instead of recording every fault.
+  bool count_in_kernel = true;
+  std::uint32_t touch_samples_per_second = 1000;
   std::uint32_t stack_bytes = 4096;      // user stack copied per sample
   std::uint32_t buffer_pages = 8192;     // per CPU ring buffer, a power of two (32 MiB)
   std::uint32_t max_frames = 48;
@@ -147,6 +151,25 @@ struct Fault {
   std::uint64_t address = 0;
   std::uint32_t stack = 0;
   bool user_mode = true;  // taken by user code (false: inside a system call)
+  // false: a sample of the touching stack only, standing for `period` faults of its thread; the
+  // faults themselves are counted in the kernel and delivered as RegionFaults.
+  bool counted = true;
+  std::uint64_t period = 1;
+};
+
+// The faults one process took in one region of its address space (kRegionBytes, aligned) within
+// one generation (no page of the region was taken away between the first and the last), counted
+// in the kernel (fault_counter.hpp): what is new since the region was last delivered.
+inline constexpr std::uint64_t kRegionBytes = 2ULL << 20;
+inline constexpr std::uint64_t kRegionPageBytes = 4096;
+struct RegionFaults {
+  int pid = 0;
+  std::uint64_t first_ns = 0, last_ns = 0;  // CLOCK_MONOTONIC
+  std::uint64_t start = 0;                  // the region's first address
+  std::uint64_t faults = 0;                 // a page that faulted twice counts twice
+  std::uint64_t pages[kRegionBytes / kRegionPageBytes / 64] = {};  // bit i: page i faulted
+  int first_tid = 0;
+  bool one_thread = true;  // every fault by first_tid
 };
 
 // One sample of CPU time (cpu-clock, every cpu_sample_period_ns of a thread's CPU time) taken in
@@ -186,6 +209,7 @@ class Sink {
   virtual void fault(const Fault& fault) = 0;
   virtual void process(const ProcessEvent& event) = 0;
   virtual void cpu_sample(const CpuSample& sample) { (void)sample; }
+  virtual void region_faults(const RegionFaults& counts) { (void)counts; }
   // Every call and fault up to this moment (CLOCK_MONOTONIC) has been delivered; UINT64_MAX at the end.
   virtual void settle(std::uint64_t until_ns) { (void)until_ns; }
 };
@@ -210,6 +234,11 @@ struct Result {
   bool interrupted = false;     // SIGINT or SIGTERM reached this process while tracing
   std::string call_source;      // how mapping calls were seen
   std::string fault_source;     // how faults were seen
+  bool counted_in_kernel = false;  // faults counted by the BPF counter; the perf samples are touching stacks only
+  std::string kernel_counting;     // why faults were not counted in the kernel, when they were not
+  std::uint64_t kernel_faults = 0;           // every fault the in-kernel counter saw
+  std::uint64_t kernel_faults_uncounted = 0;  // of those, not counted: its region map was full
+  std::uint64_t touch_samples_per_second = 0;  // asked of perf per CPU (0: every fault recorded)
   std::uint64_t cpu_sample_period_ns = 0;  // as used; 0: fault time not sampled (cpu_sampling says why)
   std::string cpu_sampling;     // how fault time was sampled, or why it was not
 };

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <utility>
 
+#include "trace/fault_counter.hpp"
 #include "trace/perf.hpp"
 #include "trace/preload.hpp"
 #include "trace/process.hpp"
@@ -137,128 +138,28 @@ class Tracing {
   }
 
   // A page-fault event per CPU on the command (its threads and children follow by inheritance)
-  // or on each thread of the process attached to, owning that CPU's ring buffer; the syscall
-  // tracepoints write into the same buffer.
+  // or on each thread of the process attached to, owning that CPU's ring buffer; the cpu-clock
+  // sampler and the syscall tracepoints write into the same buffer.
   bool open_events() {
-    std::vector<pid_t> targets{child_};
-    if (attaching_) {
-      targets.clear();
-      if (DIR* tasks = opendir(("/proc/" + std::to_string(child_) + "/task").c_str())) {
-        while (dirent* entry = readdir(tasks)) {
-          if (entry->d_name[0] != '.') targets.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
-        }
-        closedir(tasks);
-      }
-      if (targets.empty()) {
-        return abandon(Failure{ESRCH, "no threads under /proc/" + std::to_string(child_) + "/task",
-                               FailureKind::no_such_process});
-      }
+    std::vector<pid_t> targets = target_threads();
+    if (targets.empty()) {
+      return abandon(Failure{ESRCH, "no threads under /proc/" + std::to_string(child_) + "/task",
+                             FailureKind::no_such_process});
     }
     size_buffers();
     descriptors_.buffers = &session_.buffers;
-    cpu_sampling_ = options_.cpu_sample_period_ns > 0;
-    if (!cpu_sampling_) {
-      result_.cpu_sampling = "not asked for";
-    } else if (geteuid() != 0 && perf_paranoid() > 1) {
-      cpu_sampling_ = false;
-      result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1 (it is " +
-                             std::to_string(perf_paranoid()) + ")";
-    } else if (kernel_ = std::make_unique<KernelSymbols>(); kernel_->empty()) {
-      cpu_sampling_ = false;
-      result_.cpu_sampling = "not possible: /proc/kallsyms shows no kernel addresses to this user (kernel.kptr_restrict)";
-    }
-    session_.kernel = kernel_.get();
+    choose_cpu_sampling();
+    count_in_kernel();
     const long cpus = sysconf(_SC_NPROCESSORS_CONF);
     for (int cpu = 0; cpu < cpus; ++cpu) {
       int owner_fd = -1;  // the first event on this CPU owns its ring buffer; the others write into it
       for (pid_t target : targets) {
-        perf_event_attr attr = base_attr(kFaultSampleType, stack_bytes_);
-        if (attaching_) attr.enable_on_exec = 0;  // enabled as the window opens
-        attr.type = PERF_TYPE_SOFTWARE;
-        attr.config = PERF_COUNT_SW_PAGE_FAULTS;
-        attr.sample_period = options_.sample_period;
-        attr.mmap = 1;
-        attr.mmap2 = 1;
-        attr.comm = 1;
-        attr.comm_exec = 1;
-        attr.task = 1;
-        attr.watermark = 1;
-        attr.wakeup_watermark = static_cast<std::uint32_t>(buffer_pages_ * page_ / 8);
-        attr.exclude_kernel = kernel_faults_ ? 0 : 1;
-        int fault_fd = open_event(attr, target, cpu);
-        if (fault_fd < 0 && kernel_faults_ && (errno == EACCES || errno == EPERM)) {
-          // Not allowed to sample in kernel mode: the faults a system call takes for the command
-          // (read() into a fresh buffer) are not seen; its own are.
-          kernel_faults_ = false;
-          attr.exclude_kernel = 1;
-          fault_fd = open_event(attr, target, cpu);
-        }
-        if (fault_fd < 0) {
-          if (errno == ENODEV) break;                  // an offline CPU
-          if (attaching_ && errno == ESRCH) continue;  // a thread that ended meanwhile
-          return abandon(failed("perf_event_open(page faults)"));
-        }
-        descriptors_.fds.push_back(fault_fd);
-        if (owner_fd >= 0) {
-          if (ioctl(fault_fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
-        } else {
-          owner_fd = fault_fd;
-          RingBuffer buffer;
-          if (Failure why = map_ring_buffer(fault_fd, buffer_pages_, page_, buffer); !why.ok()) return abandon(why);
-          session_.buffers.push_back(buffer);
-          result_.buffer_bytes = buffer.data_bytes;
-          result_.stack_bytes = stack_bytes_;
-        }
-        std::uint64_t id = 0;
-        ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
-        session_.events[id] = Event{EventKind::fault, CallKind::mmap, kFaultSampleType, {}};
-        if (cpu_sampling_ && !kernel_faults_) {
-          cpu_sampling_ = false;
-          result_.cpu_sample_period_ns = 0;
-          result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1";
-        }
-        if (cpu_sampling_) {
-          perf_event_attr clock = base_attr(kCpuSampleType, 0);
-          clock.type = PERF_TYPE_SOFTWARE;
-          clock.config = PERF_COUNT_SW_CPU_CLOCK;
-          clock.sample_period = options_.cpu_sample_period_ns;
-          clock.exclude_user = 1;  // only time in the kernel is wanted: user-mode ticks are not recorded
-          clock.exclude_callchain_user = 1;
-          if (attaching_) clock.enable_on_exec = 0;
-          int fd = open_event(clock, target, cpu);
-          if (fd < 0 && (errno == EACCES || errno == EPERM)) {
-            cpu_sampling_ = false;
-            result_.cpu_sample_period_ns = 0;
-            result_.cpu_sampling = std::string("not permitted: perf_event_open(cpu-clock): ") + std::strerror(errno);
-          } else if (fd < 0) {
-            if (!(attaching_ && errno == ESRCH)) return abandon(failed("perf_event_open(cpu-clock)"));
-          } else {
-            descriptors_.fds.push_back(fd);
-            if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
-            ioctl(fd, PERF_EVENT_IOC_ID, &id);
-            session_.events[id] = Event{EventKind::cpu, CallKind::mmap, kCpuSampleType, {}};
-            result_.cpu_sample_period_ns = options_.cpu_sample_period_ns;
-            result_.cpu_sampling = "perf software event cpu-clock every " +
-                                   std::to_string(options_.cpu_sample_period_ns / 1000) +
-                                   " µs of each thread's CPU time, kernel mode only, with the kernel call chain; "
-                                   "kernel functions named in /proc/kallsyms";
-          }
-        }
-        for (const auto& [event, format] : tracepoints_) {
-          perf_event_attr tp = base_attr(event.sample_type, stack_bytes_);
-          tp.type = PERF_TYPE_TRACEPOINT;
-          tp.config = format.id;
-          if (attaching_) tp.enable_on_exec = 0;
-          int fd = open_event(tp, target, cpu);
-          if (fd < 0) {
-            if (attaching_ && errno == ESRCH) continue;
-            return abandon(failed("perf_event_open(syscalls tracepoint)"));
-          }
-          descriptors_.fds.push_back(fd);
-          if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
-          ioctl(fd, PERF_EVENT_IOC_ID, &id);
-          session_.events[id] = event;
-        }
+        const int fault_fd = open_fault_event(target, cpu, owner_fd);
+        if (fault_fd == kOffline) break;
+        if (fault_fd == kGone) continue;
+        if (fault_fd < 0) return false;
+        if (cpu_sampling_ && !open_cpu_clock(target, cpu, owner_fd)) return false;
+        if (!open_tracepoints(target, cpu, owner_fd)) return false;
       }
     }
     return true;
@@ -312,14 +213,19 @@ class Tracing {
       // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching
       // up, rather than lose records. It is told nothing.
       if (session_.fullest() > 0.25) hold.hold();
-      const std::uint64_t settled = session_.drain(false, [&] { hold.hold(); });
+      std::uint64_t settled = session_.drain(false, [&] { hold.hold(); });
       if (preloading_) preload_.drain();
+      if (counter_) {
+        if (monotonic_ns() - last_sweep_ns_ >= kSweepNs) sweep_counts(Sweep::ended);
+        settled = std::min(settled, last_sweep_ns_);
+      }
       sink_.settle(settled);
       hold.release();
       if (const std::uint64_t now = monotonic_ns();
           options_.period_ns && options_.period_ended && now - period_started >= options_.period_ns) {
         period_started += (now - period_started) / options_.period_ns * options_.period_ns;  // on the grid, none doubled
         session_.recorder().name_jit_frames();
+        sweep_counts(Sweep::window);
         options_.period_ended();
       }
       if (attaching_ ? watch_ended() : command_ended()) break;
@@ -332,6 +238,7 @@ class Tracing {
     if (options_.window_closed) options_.window_closed();
     session_.drain(true);
     if (preloading_) preload_.drain();
+    sweep_counts(Sweep::last);
     session_.recorder().name_jit_frames();  // a map written at exit is there now
     result_.unnamed_code_stacks = session_.recorder().unnamed_jit_stacks();
     sink_.settle(UINT64_MAX);
@@ -344,6 +251,14 @@ class Tracing {
                                           : "perf software event page-faults, user mode only (kernel-mode sampling not "
                                             "permitted)";
     result_.lost_records = session_.lost;
+    if (counter_) {
+      result_.fault_source = "BPF programs on the tracepoints exceptions:page_fault_user and page_fault_kernel, every "
+                             "fault counted in the kernel per 2 MiB region; touching stacks sampled by the perf "
+                             "software event page-faults, " + std::to_string(options_.touch_samples_per_second) +
+                             " a second per CPU";
+      result_.kernel_faults = counter_->faults();
+      result_.kernel_faults_uncounted = counter_->uncounted();
+    }
     result_.unwind_failures = session_.unwind_failures();
     if (attaching_) {
       // Not our child: its CPU and faults while watched, from /proc/PID/stat.
@@ -373,6 +288,186 @@ class Tracing {
   }
 
  private:
+  static constexpr int kOffline = -2, kGone = -3;  // open_fault_event: an offline CPU, a thread that ended
+
+  // The command, or each thread of the process attached to.
+  std::vector<pid_t> target_threads() const {
+    if (!attaching_) return {child_};
+    std::vector<pid_t> targets;
+    if (DIR* tasks = opendir(("/proc/" + std::to_string(child_) + "/task").c_str())) {
+      while (dirent* entry = readdir(tasks)) {
+        if (entry->d_name[0] != '.') targets.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+      }
+      closedir(tasks);
+    }
+    return targets;
+  }
+
+  // Fault time sampling, where kernel samples and kernel symbols are allowed; result_ says which.
+  void choose_cpu_sampling() {
+    cpu_sampling_ = options_.cpu_sample_period_ns > 0;
+    if (!cpu_sampling_) {
+      result_.cpu_sampling = "not asked for";
+    } else if (geteuid() != 0 && perf_paranoid() > 1) {
+      cpu_sampling_ = false;
+      result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1 (it is " +
+                             std::to_string(perf_paranoid()) + ")";
+    } else if (kernel_ = std::make_unique<KernelSymbols>(); kernel_->empty()) {
+      cpu_sampling_ = false;
+      result_.cpu_sampling = "not possible: /proc/kallsyms shows no kernel addresses to this user (kernel.kptr_restrict)";
+    }
+    session_.kernel = kernel_.get();
+  }
+
+  // The in-kernel counter, where it loads: then perf samples only the touching stacks. Not with
+  // --raw, whose point is every fault's record.
+  void count_in_kernel() {
+    if (!options_.count_in_kernel) {
+      result_.kernel_counting = "not asked for";
+      return;
+    }
+    std::string why_not;
+    counter_ = FaultCounter::open(why_not);
+    if (counter_ && !counter_->trace(child_, !attaching_)) {
+      why_not = std::string("the in-kernel counter would not take the process: ") + std::strerror(errno);
+      counter_.reset();
+    }
+    result_.counted_in_kernel = counter_ != nullptr;
+    result_.kernel_counting = why_not;
+    if (counter_) result_.touch_samples_per_second = options_.touch_samples_per_second;
+  }
+
+  // The page-fault event on `target` and `cpu`; the first on a CPU owns its ring buffer
+  // (`owner_fd`, set here). kOffline, kGone, or -1 with status_ set.
+  int open_fault_event(pid_t target, int cpu, int& owner_fd) {
+    const std::uint64_t sample_type = kFaultSampleType | (counter_ ? PERF_SAMPLE_PERIOD : 0);
+    perf_event_attr attr = base_attr(sample_type, stack_bytes_);
+    if (attaching_) attr.enable_on_exec = 0;  // enabled as the window opens
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+    if (counter_) {
+      // The counts are the kernel counter's; perf picks the period that gives this many stacks a second.
+      attr.freq = 1;
+      attr.sample_freq = options_.touch_samples_per_second;
+    } else {
+      attr.sample_period = options_.sample_period;
+    }
+    attr.mmap = 1;
+    attr.mmap2 = 1;
+    attr.comm = 1;
+    attr.comm_exec = 1;
+    attr.task = 1;
+    attr.watermark = 1;
+    attr.wakeup_watermark = static_cast<std::uint32_t>(buffer_pages_ * page_ / 8);
+    attr.exclude_kernel = kernel_faults_ ? 0 : 1;
+    int fault_fd = open_event(attr, target, cpu);
+    if (fault_fd < 0 && kernel_faults_ && (errno == EACCES || errno == EPERM)) {
+      // Not allowed to sample in kernel mode: the faults a system call takes for the command
+      // (read() into a fresh buffer) are not seen; its own are.
+      kernel_faults_ = false;
+      attr.exclude_kernel = 1;
+      fault_fd = open_event(attr, target, cpu);
+    }
+    if (fault_fd < 0) {
+      if (errno == ENODEV) return kOffline;
+      if (attaching_ && errno == ESRCH) return kGone;
+      abandon(failed("perf_event_open(page faults)"));
+      return -1;
+    }
+    descriptors_.fds.push_back(fault_fd);
+    if (owner_fd >= 0) {
+      if (ioctl(fault_fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) {
+        abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+        return -1;
+      }
+    } else {
+      owner_fd = fault_fd;
+      RingBuffer buffer;
+      if (Failure why = map_ring_buffer(fault_fd, buffer_pages_, page_, buffer); !why.ok()) {
+        abandon(why);
+        return -1;
+      }
+      session_.buffers.push_back(buffer);
+      result_.buffer_bytes = buffer.data_bytes;
+      result_.stack_bytes = stack_bytes_;
+    }
+    std::uint64_t id = 0;
+    ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
+    Event event{EventKind::fault, CallKind::mmap, sample_type, {}};
+    event.counted = counter_ == nullptr;
+    session_.events[id] = event;
+    if (cpu_sampling_ && !kernel_faults_) {
+      cpu_sampling_ = false;
+      result_.cpu_sample_period_ns = 0;
+      result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1";
+    }
+    return fault_fd;
+  }
+
+  // The cpu-clock sampler of kernel time on `target` and `cpu`; false with status_ set.
+  bool open_cpu_clock(pid_t target, int cpu, int owner_fd) {
+    perf_event_attr clock = base_attr(kCpuSampleType, 0);
+    clock.type = PERF_TYPE_SOFTWARE;
+    clock.config = PERF_COUNT_SW_CPU_CLOCK;
+    clock.sample_period = options_.cpu_sample_period_ns;
+    clock.exclude_user = 1;  // only time in the kernel is wanted: user-mode ticks are not recorded
+    clock.exclude_callchain_user = 1;
+    if (attaching_) clock.enable_on_exec = 0;
+    const int fd = open_event(clock, target, cpu);
+    if (fd < 0 && (errno == EACCES || errno == EPERM)) {
+      cpu_sampling_ = false;
+      result_.cpu_sample_period_ns = 0;
+      result_.cpu_sampling = std::string("not permitted: perf_event_open(cpu-clock): ") + std::strerror(errno);
+      return true;
+    }
+    if (fd < 0) return (attaching_ && errno == ESRCH) || abandon(failed("perf_event_open(cpu-clock)"));
+    descriptors_.fds.push_back(fd);
+    if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+    std::uint64_t id = 0;
+    ioctl(fd, PERF_EVENT_IOC_ID, &id);
+    session_.events[id] = Event{EventKind::cpu, CallKind::mmap, kCpuSampleType, {}};
+    result_.cpu_sample_period_ns = options_.cpu_sample_period_ns;
+    result_.cpu_sampling = "perf software event cpu-clock every " + std::to_string(options_.cpu_sample_period_ns / 1000) +
+                           " µs of each thread's CPU time, kernel mode only, with the kernel call chain; "
+                           "kernel functions named in /proc/kallsyms";
+    return true;
+  }
+
+  // The syscalls tracepoints of the mapping calls on `target` and `cpu`; false with status_ set.
+  bool open_tracepoints(pid_t target, int cpu, int owner_fd) {
+    for (const auto& [event, format] : tracepoints_) {
+      perf_event_attr tp = base_attr(event.sample_type, stack_bytes_);
+      tp.type = PERF_TYPE_TRACEPOINT;
+      tp.config = format.id;
+      if (attaching_) tp.enable_on_exec = 0;
+      const int fd = open_event(tp, target, cpu);
+      if (fd < 0) {
+        if (attaching_ && errno == ESRCH) continue;
+        return abandon(failed("perf_event_open(syscalls tracepoint)"));
+      }
+      descriptors_.fds.push_back(fd);
+      if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+      std::uint64_t id = 0;
+      ioctl(fd, PERF_EVENT_IOC_ID, &id);
+      session_.events[id] = event;
+    }
+    return true;
+  }
+
+  // What the in-kernel counter holds of ended generations (all of it at the end), to the sink;
+  // the moment up to which every region is now delivered.
+  // Every kSweepNs, at a window's end and at the end (`what`); the tracer settles no later than
+  // the last sweep, for a region of a generation that ends after it comes only at the next.
+  void sweep_counts(Sweep what) {
+    if (!counter_) return;
+    const std::uint64_t swept_at = monotonic_ns();
+    regions_.clear();
+    counter_->sweep(what, regions_);
+    for (const RegionFaults& region : regions_) sink_.region_faults(region);
+    last_sweep_ns_ = what == Sweep::last ? UINT64_MAX : swept_at;
+  }
+  static constexpr std::uint64_t kSweepNs = 100'000'000;
+
   // In the forked child: set up, wait at the door, then exec the command (never returns).
   [[noreturn]] void become_the_command(pid_t tracer) {
     std::signal(SIGINT, SIG_DFL);
@@ -464,6 +559,7 @@ class Tracing {
         (options_.attach_seconds > 0 && static_cast<double>(now - started_ns_) >= options_.attach_seconds * 1e9)) {
       // It goes on running: stop the events first, so the counts and the window agree.
       for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+      if (counter_) counter_->stop_counting();
       if (ProcessStat current = read_process_stat(child_); current.alive) stat_last_ = current;
       return true;
     }
@@ -492,7 +588,11 @@ class Tracing {
   bool preloading_ = false;
   bool kernel_faults_ = true;
   bool cpu_sampling_ = false;
-  std::unique_ptr<KernelSymbols> kernel_;  std::vector<std::pair<Event, TracepointFormat>> tracepoints_;
+  std::unique_ptr<KernelSymbols> kernel_;
+  std::vector<std::pair<Event, TracepointFormat>> tracepoints_;
+  std::unique_ptr<FaultCounter> counter_;
+  std::vector<RegionFaults> regions_;
+  std::uint64_t last_sweep_ns_ = 0;
   int preload_pipe_[2] = {-1, -1}, go_[2] = {-1, -1}, exec_error_[2] = {-1, -1};
   pid_t child_ = 0;
   const std::size_t page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));

@@ -65,6 +65,9 @@ class Trace:
     processes: list = field(default_factory=list)  # start, fork, exec and exit of each traced process, in time order
     fault_time: list = field(default_factory=list)  # dicts: allocation_stack, allocation_call, touch_stack, pid,
     #                                                 program, samples, zeroing_samples (CPU samples in the fault handler)
+    # Faults counted in the kernel: the touching stacks sampled, as dicts: allocation_stack,
+    # allocation_call, touch_stack, pid, program, samples, faults (what the samples stand for).
+    touch_samples: list = field(default_factory=list)
 
     @property
     def period(self) -> int:
@@ -76,7 +79,7 @@ FAULT_KEY = ("allocation_stack", "allocation_call", "touch_stack", "pid", "progr
 
 
 def read(samples: list) -> Trace:
-    stacks, faults, origins, processes, fault_time = {}, [], [], [], []
+    stacks, faults, origins, processes, fault_time, touch_samples = {}, [], [], [], [], []
     run: dict = {}
     for sample in samples:
         record, metrics = sample["case"]["record"], sample["metrics"]
@@ -88,6 +91,9 @@ def read(samples: list) -> Trace:
         elif record == "fault_time":
             columns = (*FAULT_KEY[:-1], "samples", "zeroing_samples")
             fault_time.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
+        elif record == "touch_samples":
+            columns = (*FAULT_KEY[:-1], "samples", "faults")
+            touch_samples.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
         elif record == "allocations":
             origins.append({"call": sample["case"]["call"], **metrics})
         elif record == "process":
@@ -95,7 +101,30 @@ def read(samples: list) -> Trace:
         elif record == "run":
             run = metrics
     processes.sort(key=lambda p: p["time_ns"])
-    return Trace(stacks, faults, origins, run, processes, fault_time)
+    return Trace(stacks, faults, origins, run, processes, fault_time, touch_samples)
+
+
+def touch_rows(trace: Trace) -> list[dict]:
+    """The fault counts by touching stack. Recorded one by one, they are the `faults` rows. Counted in
+    the kernel, each count (exact, per allocation origin, process and page kind) is shared between
+    the touching stacks sampled for that origin and process in proportion to what their samples
+    stand for, each row also carrying `samples` (0: no stack was sampled for it: touch_stack 0)."""
+    if not trace.touch_samples:
+        return trace.faults
+    sampled: dict[tuple, list] = defaultdict(list)
+    for row in trace.touch_samples:
+        sampled[(row["allocation_stack"], row["allocation_call"], row["pid"], row["program"])].append(row)
+    rows = []
+    for row in trace.faults:
+        touches = sampled.get((row["allocation_stack"], row["allocation_call"], row["pid"], row["program"]), [])
+        weight = sum(touch["faults"] for touch in touches)
+        if not weight:
+            rows.append({**row, "samples": 0})
+            continue
+        for touch in touches:
+            rows.append({**row, "touch_stack": touch["touch_stack"], "faults": row["faults"] * touch["faults"] / weight,
+                         "samples": touch["samples"]})
+    return rows
 
 
 def processes_table(trace: Trace) -> list[dict]:
@@ -392,7 +421,7 @@ def allocation_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteN
 
 
 def touching_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
-    return SiteNames(trace.stacks, [row["touch_stack"] for row in trace.faults], which)
+    return SiteNames(trace.stacks, [row["touch_stack"] for row in touch_rows(trace)], which)
 
 
 def _ms(ns: float) -> float:
@@ -518,6 +547,8 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         + run.get("rusage_major_faults", 0) - run.get("faults_before_exec", 0), "lost_records": run.get("lost_records", 0),
         "sample_period": period, "exit_code": run.get("exit_code"), "thp_mode": thp_mode,
         "fault_source": run.get("fault_source", "?"), "call_source": run.get("call_source", "?"),
+        "counted_in_kernel": bool(run.get("counted_in_kernel")), "kernel_counting": run.get("kernel_counting", ""),
+        "touch_samples": run.get("touch_samples", 0), "faults_uncounted": run.get("kernel_faults_uncounted", 0),
         "fault_ms": sum(r["fault_ms"] for r in rows), "free_ms": sum(r["free_ms"] for r in rows),
         "map_ms": sum(r["map_ms"] for r in rows),
         "cost_source": cost.source, "base_fault_us_per_mb": cost.base_us_per_mb, "thp_fault_us_per_mb": cost.thp_us_per_mb,
@@ -542,15 +573,23 @@ def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[d
     counts: dict[str, Counter] = defaultdict(Counter)
     fault_ms: dict[str, float] = defaultdict(float)
     stack_of: dict[str, int] = {}
+    samples: Counter = Counter()
     allocations, touching = allocation_names(trace, which), touching_names(trace, which)
-    for row in trace.faults:
+    for row in touch_rows(trace):
         site = touching(row["touch_stack"])
         stack_of.setdefault(site, row["touch_stack"])
         faults = row["faults"] * trace.period
         counts[site][allocation_site(allocations, row["allocation_stack"], row["allocation_call"])] += faults
         fault_ms[site] += faults * cost.fault_us("thp" if row["huge"] else "base") / 1e3
-    rows = [{"site": site, "stack": stack_of[site], "faults": sum(c.values()), "fault_ms": fault_ms[site],
+        samples[site] += row.get("samples", 0)
+    rows = [{"site": site, "stack": stack_of[site], "faults": round(sum(c.values())), "fault_ms": fault_ms[site],
              "allocation_site": c.most_common(1)[0][0]} for site, c in counts.items()]
+    if trace.touch_samples:
+        # Sampled stacks: a site's share is a proportion estimated from its samples (binomial error).
+        for row in rows:
+            n = samples[row["site"]]
+            row["samples"] = n
+            row["faults_error"] = row["faults"] / math.sqrt(n) if n else None
     rows.sort(key=lambda r: r["faults"], reverse=True)
     return rows
 
@@ -690,8 +729,8 @@ def folded(trace_samples: list, which: FrameFilter = DEFAULT_FRAMES) -> list[str
     def names(stack_id: int) -> list[str]:
         return [frame_name(frame).replace(";", ",").replace(" ", "_") for frame in reversed(trace.stacks.get(stack_id, []))]
     touching = touching_names(trace, which)
-    for row in trace.faults:
+    for row in touch_rows(trace):
         allocation = names(row["allocation_stack"]) if row["allocation_call"] else ["[outside_traced_mappings]"]
         touch = touching(row["touch_stack"]).replace(";", ",").replace(" ", "_")
         counts[";".join(allocation + [f"[touched_by]_{touch}"])] += row["faults"] * trace.period
-    return [f"{stack} {count}" for stack, count in counts.most_common()]
+    return [f"{stack} {round(count)}" for stack, count in counts.most_common()]

@@ -203,6 +203,16 @@ def _measured_cells(row: dict) -> list[str]:
             f"{zeroing:.0%}" if zeroing is not None else "-"]
 
 
+def _sampled_count(row: dict) -> str:
+    """A touching site's faults: exact when every fault was recorded, else the estimate from its
+    sampled stacks with its error."""
+    if "samples" not in row:
+        return f"{row['faults']:,}"
+    if not row["samples"]:
+        return f"{row['faults']:,} (no stack sampled)"
+    return f"≈ {row['faults']:,} ± {row['faults_error']:,.0f}"
+
+
 def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
     """Sites shown readable (analysis.trace.readable); the results keep their full names."""
     from ..analysis.trace import readable
@@ -211,7 +221,7 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
               f"{r['faults_base']:,}", f"{r['faults_thp']:,}", *_measured_cells(r), number(r["fault_ms"], 1),
               number(r["free_ms"], 1), f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-",
               f"{r['wall_share']:.1%}", f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
-    touching = [[readable(r["site"]), f"{r['faults']:,}", number(r["fault_ms"], 1), readable(r["allocation_site"])]
+    touching = [[readable(r["site"]), _sampled_count(r), number(r["fault_ms"], 1), readable(r["allocation_site"])]
                 for r in summary["touching"][:top]]
     processes = summary.get("processes", [])
     shown = [[str(r["pid"]), r["name"], str(r["parent"] or "-"), f"{r['faults']:,}", f"{r['faults_attributed']:,}"]
@@ -237,7 +247,8 @@ def totals_lines(summary: dict) -> list[str]:
     """What was counted, what it cost, and how each figure was obtained."""
     totals = summary["totals"]
     lines = [
-        f"Totals: {totals['faults']:,} page faults sampled ({totals['faults_attributed']:,} in traced mappings; the kernel "
+        f"Totals: {totals['faults']:,} page faults {'counted' if totals.get('counted_in_kernel') else 'sampled'} "
+        f"({totals['faults_attributed']:,} in traced mappings; the kernel "
         f"counted {totals['kernel_faults']:,} for the command), fault time ≈ {totals['fault_ms']:,.1f} ms, "
         f"free {totals['free_ms']:,.1f} ms, map {totals['map_ms']:,.1f} ms; the command ran {totals['wall_ms']:,.0f} ms "
         f"(user {totals['user_ms']:,.0f} ms, system {totals['system_ms']:,.0f} ms"
@@ -247,10 +258,17 @@ def totals_lines(summary: dict) -> list[str]:
     if totals.get("untraced_wall_ms"):
         lines.append(f"Overhead: traced {totals['wall_ms']:,.0f} ms vs untraced {totals['untraced_wall_ms']:,.0f} ms "
                      f"({totals['wall_ms'] / totals['untraced_wall_ms']:.2f}×)")
+    if totals.get("counted_in_kernel"):
+        how = (f"How: faults from {totals['fault_source']}: every fault counted, charged in the probe to the mappings "
+               f"live in its region within one generation (no page taken away between), the touching sites shared out "
+               f"by {totals['touch_samples']:,} sampled stacks (± binomial error)")
+    else:
+        how = (f"How: faults from {totals['fault_source']} (every {totals['sample_period']} fault"
+               f"{'s' if totals['sample_period'] > 1 else ''}"
+               + (f"; not counted in the kernel: {totals['kernel_counting']}" if totals.get("kernel_counting") else "")
+               + "), charged in the probe to the mapping live at their address at their moment")
     lines.append(
-        f"How: faults from {totals['fault_source']} (every {totals['sample_period']} fault"
-        f"{'s' if totals['sample_period'] > 1 else ''}), charged in the probe to the mapping live at their address at "
-        f"their moment; calls from {totals['call_source']}; fault time estimated at "
+        how + f"; calls from {totals['call_source']}; fault time estimated at "
         f"{totals['base_fault_us_per_mb']:,.0f} µs/MB on base pages"
         + (f" and {totals['thp_fault_us_per_mb']:,.0f} on THP" if totals.get("thp_fault_us_per_mb") else "")
         + f" from {totals['cost_source']}; call durations measured.")

@@ -7,7 +7,10 @@
 //   stack       — one unwound, symbolized call stack, once, before anything refers to its id;
 //   process     — a process of the traced tree started, forked, exec'd or exited, with its name;
 //   faults      — the fault counts per (allocation stack and call, touching stack, process,
-//                 program, page kind), as parallel arrays;
+//                 program, page kind), as parallel arrays; counted in the kernel, their touching
+//                 stacks are 0 and the next record has them;
+//   touch_samples — counted in the kernel only: per (allocation stack and call, touching stack,
+//                 process, program) the touching stacks sampled and the faults they stand for;
 //   allocations — per allocation origin (stack and call): mappings made and freed, bytes,
 //                 measured call time, the largest mapping, the freed mappings by size;
 //   run         — last: the command's exit, CPU and fault counts, what was lost, how it was measured.
@@ -42,6 +45,8 @@ struct Settings {
   bool no_python_frames = false;
   bool no_runtime_flags = false;
   std::uint32_t cpu_sample_us = 100;  // 0: no fault time sampling
+  std::string fault_counting = "kernel";  // kernel (BPF, where it loads) or perf (a record per fault)
+  std::uint32_t touch_samples_per_second = 1000;
   double window_seconds = 0;          // 0: one aggregate at the end only
 };
 
@@ -123,6 +128,10 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution, con
   using Count = std::uint64_t;
   emit_by_fault_key<Count>(emitter, "faults", window, {attribution.faults().begin(), attribution.faults().end()}, true,
                            {{"faults", [](const Count& count) { return count; }}});
+  emit_by_fault_key<trace::TouchSamples>(
+      emitter, "touch_samples", window, {attribution.touch_samples().begin(), attribution.touch_samples().end()}, false,
+      {{"samples", [](const trace::TouchSamples& touch) { return touch.samples; }},
+       {"faults", [](const trace::TouchSamples& touch) { return touch.faults; }}});
   emit_by_fault_key<trace::FaultTime>(
       emitter, "fault_time", window, {attribution.fault_time().begin(), attribution.fault_time().end()}, false,
       {{"samples", [](const trace::FaultTime& time) { return time.samples; }},
@@ -190,6 +199,14 @@ void add_trace_options(CLI::App& command, Settings& settings) {
                      "sample CPU time in the kernel every this many µs of a thread's CPU time, to measure "
                      "fault time (default 100; 0: off; needs root or perf_event_paranoid <= 1)")
       ->check(CLI::Range(0U, 1000000U));
+  command.add_option("--fault-counting", settings.fault_counting,
+                     "kernel: count every fault in the kernel (BPF, as root) and sample the touching stacks; perf: "
+                     "a perf record with its stack per fault (default kernel, and perf where BPF cannot load; "
+                     "--raw-file and --sample-period above 1 use perf)")
+      ->check(CLI::IsMember({"kernel", "perf"}));
+  command.add_option("--touch-samples-per-second", settings.touch_samples_per_second,
+                     "counting in the kernel: touching stacks sampled per second per CPU (default 1000)")
+      ->check(CLI::Range(1U, 100000U));
   command.add_option("--window-seconds", settings.window_seconds,
                      "also emit the counters so far every this many seconds, tagged with the window's number "
                      "(a long trace's windows; 0: at the end only)")
@@ -240,6 +257,9 @@ trace::Options tracer_options(const Settings& settings) {
   options.python_frames = !settings.no_python_frames;
   options.runtime_flags = !settings.no_runtime_flags;
   options.cpu_sample_period_ns = std::uint64_t{settings.cpu_sample_us} * 1000;
+  // Raw records are every fault's, and a sample period asks for perf's sampling of them.
+  options.count_in_kernel = settings.fault_counting == "kernel" && settings.raw_file.empty() && settings.sample_period == 1;
+  options.touch_samples_per_second = settings.touch_samples_per_second;
   return options;
 }
 
@@ -277,7 +297,12 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
        {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
        {"faults_before_exec", result.faults_before_exec},
        {"sampled_faults", attribution.faults_seen()}, {"calls", attribution.calls_seen()},
-       {"most_records_pending", attribution.most_pending()}, {"most_mappings_live", attribution.most_live()}, {"sample_period", settings.sample_period},
+       {"most_records_pending", attribution.most_pending()}, {"most_mappings_live", attribution.most_live()},
+       {"sample_period", result.counted_in_kernel ? 1 : settings.sample_period},
+       {"counted_in_kernel", result.counted_in_kernel}, {"kernel_counting", result.kernel_counting},
+       {"kernel_faults", result.kernel_faults}, {"kernel_faults_uncounted", result.kernel_faults_uncounted},
+       {"touch_samples_per_second", result.touch_samples_per_second},
+       {"touch_samples", attribution.touch_samples_seen()},
        {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
        {"unnamed_code_stacks", result.unnamed_code_stacks},
        {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
@@ -293,6 +318,11 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
        {"cpu_samples", attribution.cpu_samples()},
        {"cpu_samples_unmatched", attribution.cpu_samples_unmatched()},
        {"cpu_samples_tracing", attribution.cpu_samples_tracing()}});
+  if (result.kernel_faults_uncounted) {
+    emitter.warning("faults_uncounted", std::to_string(result.kernel_faults_uncounted) +
+                                            " faults were not counted: the in-kernel counter's map was full (the "
+                                            "counts are a lower bound); --fault-counting perf records each fault");
+  }
   if (result.lost_records) {
     emitter.warning("events_lost", std::to_string(result.lost_records) +
                                        " records were lost (ring buffer full; the counts are a lower bound): "

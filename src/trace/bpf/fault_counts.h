@@ -1,0 +1,42 @@
+/* The layout shared by the in-kernel fault counter (fault_counts.bpf.c) and its reader
+   (trace/fault_counter.cpp): one definition, C for both sides. */
+#ifndef MEMCOST_TRACE_BPF_FAULT_COUNTS_H
+#define MEMCOST_TRACE_BPF_FAULT_COUNTS_H
+
+/* Faults are counted per 2 MiB region of a process's address space (x86-64's THP size), with a
+   bit per 4 KiB page that faulted, so the reader can split a region between the mappings in it. */
+#define MEMCOST_REGION_SHIFT 21
+#define MEMCOST_PAGE_SHIFT 12
+#define MEMCOST_REGION_PAGES (1u << (MEMCOST_REGION_SHIFT - MEMCOST_PAGE_SHIFT))
+#define MEMCOST_REGION_WORDS (MEMCOST_REGION_PAGES / 64)
+
+/* Generation: a process's count of calls that can take pages away (munmap, mremap, madvise that
+   frees, brk, mmap MAP_FIXED, exec), raised as each enters. Within one generation an address
+   belongs to one mapping, so a region's faults in it can be charged at the moment of its last. */
+/* A command's generation until its exec: the fork that becomes it is not counted. */
+#define MEMCOST_AWAITING_EXEC 0xffffffffu
+
+struct memcost_region_key {
+  unsigned int tgid;
+  unsigned int generation;
+  unsigned long long region; /* address >> MEMCOST_REGION_SHIFT */
+};
+
+struct memcost_region_counts {
+  unsigned long long faults;       /* every fault, a page faulting twice counts twice */
+  unsigned long long first_ns;     /* CLOCK_MONOTONIC, as perf's records with use_clockid */
+  unsigned long long last_ns;
+  unsigned long long pages[MEMCOST_REGION_WORDS]; /* bit i: page i of the region faulted */
+  unsigned int first_tid;      /* the thread of the first fault */
+  unsigned int threads_differ; /* 1: another thread faulted here too */
+};
+
+/* Totals kept beside the regions: what could not be counted is said, never dropped silently. */
+enum memcost_fault_total {
+  MEMCOST_TOTAL_FAULTS = 0,       /* faults of traced processes seen */
+  MEMCOST_TOTAL_NO_ROOM = 1,      /* faults not counted: the region map was full */
+  MEMCOST_TOTAL_GENERATIONS = 2,  /* generation changes */
+  MEMCOST_TOTALS = 3,
+};
+
+#endif

@@ -1,0 +1,184 @@
+// The in-kernel fault counter's reader (see fault_counter.hpp for the contract).
+#include "trace/fault_counter.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "trace/bpf/fault_counts.h"
+
+#if MEMCOST_HAVE_BPF
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "fault_counts.skel.h"
+#endif
+
+namespace memcost::trace {
+
+static_assert(sizeof(RegionFaults::pages) == sizeof(memcost_region_counts::pages), "one bit per page of a region");
+static_assert(kRegionBytes == 1ULL << MEMCOST_REGION_SHIFT && kRegionPageBytes == 1ULL << MEMCOST_PAGE_SHIFT);
+
+bool region_news(const std::uint64_t* pages, std::uint64_t faults, std::uint64_t* delivered_pages,
+                 std::uint64_t& delivered_faults, RegionFaults& out) {
+  if (faults <= delivered_faults) return false;
+  out.faults = faults - delivered_faults;
+  delivered_faults = faults;
+  for (unsigned i = 0; i < MEMCOST_REGION_WORDS; ++i) {
+    out.pages[i] = pages[i] & ~delivered_pages[i];
+    delivered_pages[i] |= pages[i];
+  }
+  return true;
+}
+
+#if MEMCOST_HAVE_BPF
+
+struct FaultCounter::Kernel {
+  fault_counts* skeleton = nullptr;
+  ~Kernel() { fault_counts__destroy(skeleton); }
+};
+
+namespace {
+
+// libbpf prints its own diagnostics to stderr by default; the reason is given in one sentence instead.
+int quiet(enum libbpf_print_level, const char*, va_list) { return 0; }
+
+}  // namespace
+
+std::unique_ptr<FaultCounter> FaultCounter::open(std::string& why_not) {
+  if (geteuid() != 0) {
+    why_not = "counting in the kernel needs root (BPF programs)";
+    return nullptr;
+  }
+  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
+    why_not = "counting in the kernel needs the kernel's BTF (/sys/kernel/btf/vmlinux is missing)";
+    return nullptr;
+  }
+  if (sysconf(_SC_PAGESIZE) != static_cast<long>(kRegionPageBytes)) {
+    why_not = "counting in the kernel is built for 4 KiB pages";
+    return nullptr;
+  }
+  libbpf_set_print(quiet);
+  auto kernel = std::make_unique<Kernel>();
+  kernel->skeleton = fault_counts__open_and_load();
+  if (kernel->skeleton == nullptr) {
+    why_not = std::string("the kernel refused memcost's BPF programs: ") + std::strerror(errno);
+    return nullptr;
+  }
+  if (fault_counts__attach(kernel->skeleton) != 0) {
+    why_not = std::string("the kernel would not attach memcost's BPF programs to the page-fault tracepoints: ") +
+              std::strerror(errno);
+    return nullptr;
+  }
+  return std::unique_ptr<FaultCounter>(new FaultCounter(std::move(kernel)));
+}
+
+FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(kernel)) {}
+FaultCounter::~FaultCounter() = default;
+
+bool FaultCounter::trace(int pid, bool from_exec) {
+  const auto key = static_cast<std::uint32_t>(pid);
+  const std::uint32_t generation = from_exec ? MEMCOST_AWAITING_EXEC : 0;
+  return bpf_map__update_elem(kernel_->skeleton->maps.generations, &key, sizeof(key), &generation, sizeof(generation),
+                              BPF_ANY) == 0;
+}
+
+void FaultCounter::stop_counting() {
+  bpf_map* generations = kernel_->skeleton->maps.generations;
+  std::uint32_t key = 0;
+  while (bpf_map__get_next_key(generations, nullptr, &key, sizeof(key)) == 0) {
+    if (bpf_map__delete_elem(generations, &key, sizeof(key), 0) != 0) break;
+  }
+}
+
+void FaultCounter::sweep(Sweep what, std::vector<RegionFaults>& out) {
+  bpf_map* regions = kernel_->skeleton->maps.regions;
+  bpf_map* generations = kernel_->skeleton->maps.generations;
+  // Every key first, then each looked up: deleting while walking would skip keys.
+  std::vector<memcost_region_key> keys;
+  memcost_region_key key{}, next{};
+  const void* previous = nullptr;
+  while (bpf_map__get_next_key(regions, previous, &next, sizeof(next)) == 0) {
+    keys.push_back(next);
+    key = next;
+    previous = &key;
+  }
+  most_regions_ = std::max(most_regions_, keys.size());
+  std::map<std::uint32_t, std::uint32_t> current;  // tgid -> its generation now (absent: not traced)
+  for (const memcost_region_key& region : keys) {
+    if (current.count(region.tgid)) continue;
+    std::uint32_t generation = 0;
+    if (bpf_map__lookup_elem(generations, &region.tgid, sizeof(region.tgid), &generation, sizeof(generation), 0) == 0) {
+      current[region.tgid] = generation;
+    } else {
+      current[region.tgid] = UINT32_MAX;
+    }
+  }
+  for (const memcost_region_key& region : keys) {
+    // Ended: its process has moved on to a later generation (so no fault can come into it any
+    // more), or the trace is over.
+    const bool ended = what == Sweep::last || region.generation < current[region.tgid];
+    if (!ended && what == Sweep::ended) continue;
+    memcost_region_counts counts{};
+    const int read = ended ? bpf_map__lookup_and_delete_elem(regions, &region, sizeof(region), &counts, sizeof(counts), 0)
+                           : bpf_map__lookup_elem(regions, &region, sizeof(region), &counts, sizeof(counts), 0);
+    if (read != 0) continue;
+    const auto id = std::make_tuple(region.tgid, region.generation, static_cast<std::uint64_t>(region.region));
+    auto found = delivered_.find(id);
+    Delivered none;
+    Delivered& delivered = found == delivered_.end() ? none : found->second;
+    RegionFaults news;
+    if (region_news(reinterpret_cast<const std::uint64_t*>(counts.pages), counts.faults, delivered.pages, delivered.faults, news)) {
+      news.pid = static_cast<int>(region.tgid);
+      news.first_ns = counts.first_ns;
+      news.last_ns = counts.last_ns;
+      news.start = region.region << MEMCOST_REGION_SHIFT;
+      news.first_tid = static_cast<int>(counts.first_tid);
+      news.one_thread = counts.threads_differ == 0;
+      out.push_back(news);
+    }
+    if (ended) {
+      if (found != delivered_.end()) delivered_.erase(found);
+    } else if (found == delivered_.end()) {
+      delivered_.emplace(id, delivered);
+    }
+  }
+}
+
+std::uint64_t FaultCounter::total(unsigned which) const {
+  const int cpus = libbpf_num_possible_cpus();
+  if (cpus <= 0) return 0;
+  std::vector<std::uint64_t> per_cpu(static_cast<std::size_t>(cpus));
+  const std::uint32_t key = which;
+  if (bpf_map__lookup_elem(kernel_->skeleton->maps.totals, &key, sizeof(key), per_cpu.data(),
+                           per_cpu.size() * sizeof(std::uint64_t), 0) != 0) {
+    return 0;
+  }
+  std::uint64_t sum = 0;
+  for (std::uint64_t value : per_cpu) sum += value;
+  return sum;
+}
+
+#else  // built without libbpf, clang and bpftool (a cross-build, or a machine without them)
+
+struct FaultCounter::Kernel {};
+
+std::unique_ptr<FaultCounter> FaultCounter::open(std::string& why_not) {
+  why_not = "this memcost was built without BPF (libbpf-dev, clang and bpftool were not found)";
+  return nullptr;
+}
+FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(kernel)) {}
+FaultCounter::~FaultCounter() = default;
+bool FaultCounter::trace(int, bool) { return false; }
+void FaultCounter::stop_counting() {}
+void FaultCounter::sweep(Sweep, std::vector<RegionFaults>&) {}
+std::uint64_t FaultCounter::total(unsigned) const { return 0; }
+
+#endif
+
+std::uint64_t FaultCounter::faults() const { return total(MEMCOST_TOTAL_FAULTS); }
+std::uint64_t FaultCounter::uncounted() const { return total(MEMCOST_TOTAL_NO_ROOM); }
+std::uint64_t FaultCounter::generations() const { return total(MEMCOST_TOTAL_GENERATIONS); }
+
+}  // namespace memcost::trace

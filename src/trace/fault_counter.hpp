@@ -1,0 +1,71 @@
+// The in-kernel fault counter: a BPF program (bpf/fault_counts.bpf.c, loaded with libbpf from a
+// bpftool skeleton) counts the page faults of the traced processes per 2 MiB region and
+// generation, and this reads the counts back. Nothing leaves the kernel per fault.
+//
+// Contract:
+// - open() loads and attaches the programs, or says in one sentence why it cannot (not built
+//   with BPF, not root, no BTF, a program the kernel refuses); the tracer then counts with perf.
+// - trace(pid): that process is counted from now on; the processes it forks are added in the
+//   kernel as they are made (a thread shares its process's counts).
+// - sweep(): delivers what was counted since the last sweep as RegionFaults (only what is new
+//   per region), and takes the regions of ended generations out of the kernel's map. What it
+//   reads of the current generations: nothing (Sweep::ended), what is new in them (Sweep::window,
+//   a window's end), or all of it, taken out too (Sweep::last, the end of the trace).
+// - A fault the kernel's map had no room for is counted in uncounted(), never dropped silently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "trace/tracer.hpp"
+
+namespace memcost::trace {
+
+enum class Sweep { ended, window, last };
+
+class FaultCounter {
+ public:
+  // nullptr with `why_not` set when the kernel side cannot run here.
+  static std::unique_ptr<FaultCounter> open(std::string& why_not);
+  ~FaultCounter();
+  FaultCounter(const FaultCounter&) = delete;
+  FaultCounter& operator=(const FaultCounter&) = delete;
+
+  // False with errno set when the kernel's map refused it. `from_exec`: counted from its next
+  // exec (a forked command waiting at the door), not from now.
+  bool trace(int pid, bool from_exec);
+  // No process is counted from now on (the window on a process attached to has closed).
+  void stop_counting();
+  // What was counted since the last sweep (see the contract for `what`).
+  void sweep(Sweep what, std::vector<RegionFaults>& out);
+  [[nodiscard]] std::uint64_t faults() const;     // every fault of a traced process the kernel saw
+  [[nodiscard]] std::uint64_t uncounted() const;  // of those, not counted: the region map was full
+  [[nodiscard]] std::uint64_t generations() const;
+  // Regions held between sweeps at most, and kernel records read (a measure of the reader's work).
+  [[nodiscard]] std::size_t most_regions() const { return most_regions_; }
+
+ private:
+  struct Kernel;  // the skeleton
+  explicit FaultCounter(std::unique_ptr<Kernel> kernel);
+  [[nodiscard]] std::uint64_t total(unsigned which) const;
+
+  std::unique_ptr<Kernel> kernel_;
+  // Per region of an open generation: what has been delivered of it already.
+  struct Delivered {
+    std::uint64_t faults = 0;
+    std::uint64_t pages[kRegionBytes / kRegionPageBytes / 64] = {};
+  };
+  std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, Delivered> delivered_;
+  std::size_t most_regions_ = 0;
+};
+
+// What a region record read from the kernel adds to what was delivered of it: the new faults and
+// the pages not delivered before. False when nothing is new. (Pure; tested on its own.)
+bool region_news(const std::uint64_t* pages, std::uint64_t faults, std::uint64_t* delivered_pages,
+                 std::uint64_t& delivered_faults, RegionFaults& out);
+
+}  // namespace memcost::trace
