@@ -33,7 +33,7 @@ def build_storm(folder: Path) -> Path:
     return binary
 
 
-def variants(storm: list[str], memcost: str, folder: Path) -> dict[str, list[str]]:
+def variants(storm: list[str], memcost: str, probe: str, folder: Path) -> dict[str, list[str]]:
     """Each variant's command line; a tool that is not installed is left out."""
     found = {"untraced": storm}
     if shutil.which("perf"):
@@ -45,16 +45,45 @@ def variants(storm: list[str], memcost: str, folder: Path) -> dict[str, list[str
         found["bpftrace, faults per user stack"] = [
             "bpftrace", "-q", "-e", "tracepoint:exceptions:page_fault_user /pid == cpid/ { @[ustack] = count(); }",
             "-c", " ".join(storm)]
+        found["bpftrace, faults per thread"] = [
+            "bpftrace", "-q", "-e", "tracepoint:exceptions:page_fault_user /pid == cpid/ { @[tid] = count(); }",
+            "-c", " ".join(storm)]
     if Path(memcost).exists():
-        found["memcost trace (defaults)"] = [memcost, "--results-dir", str(folder / "results"), "trace", "--", *storm]
-        found["memcost trace --cpu-sample-us 0"] = [memcost, "--results-dir", str(folder / "results"), "trace",
-                                                     "--cpu-sample-us", "0", "--", *storm]
+        found["memcost trace (defaults, the whole command)"] = [memcost, "--results-dir", str(folder / "results"),
+                                                                "trace", "--", *storm]
+    if probe:
+        # The tracer alone (no front end, no cost calibration), at each setting that decides its cost.
+        for label, flags in PROBE_VARIANTS.items():
+            found[f"memcost-probe trace {label}"] = [probe, "trace", *flags, "--", *storm]
     return found
 
 
-def timed(command: list[str]) -> float:
+# The tracer's settings compared: how faults are counted, and how often fault time is sampled.
+PROBE_VARIANTS = {
+    "(defaults)": [],
+    "--cpu-sample-us 100": ["--cpu-sample-us", "100"],
+    "--cpu-sample-us 250": ["--cpu-sample-us", "250"],
+    "--cpu-sample-us 0": ["--cpu-sample-us", "0"],
+    "--fault-counting perf": ["--fault-counting", "perf"],
+}
+
+
+def installed_probe(memcost: str) -> str:
+    """The probe the memcost command runs (its package's _bin), or "" when not found."""
+    python = Path(memcost).with_name("python")
+    if not python.exists():
+        return ""
+    found = subprocess.run([str(python), "-c", "import memcost, pathlib; "
+                            "print(pathlib.Path(memcost.__file__).parent / '_bin' / 'memcost-probe')"],
+                           capture_output=True, text=True)
+    path = found.stdout.strip()
+    return path if found.returncode == 0 and Path(path).exists() else ""
+
+
+def timed(command: list[str], output: Path) -> float:
     started = time.monotonic()
-    result = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with open(output, "w") as sink:  # the probe's records go to a file, as the memcost command keeps them
+        result = subprocess.run(command, stdout=sink, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{command[0]} failed (exit {result.returncode}): {result.stderr.strip()[-300:]}")
     return time.monotonic() - started
@@ -94,7 +123,7 @@ def measure(args) -> int:
     with tempfile.TemporaryDirectory(prefix="memcost-bench-") as name:
         folder = Path(name)
         storm = [str(build_storm(folder)), "repeat", "256", str(args.storm_rounds)]
-        commands = variants(storm, args.memcost, folder)
+        commands = variants(storm, args.memcost, installed_probe(args.memcost), folder)
         for tool in ("perf", "bpftrace"):
             if not shutil.which(tool):
                 print(f"{tool} is not installed: its variants are left out", file=sys.stderr)
@@ -104,7 +133,7 @@ def measure(args) -> int:
             labels = list(commands)
             order.shuffle(labels)
             for label in labels:
-                times[label].append(timed(commands[label]))
+                times[label].append(timed(commands[label], folder / "probe-output.jsonl"))
             print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     base = statistics.median(times["untraced"])
     faults = args.storm_rounds * 256 * 256

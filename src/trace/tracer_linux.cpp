@@ -180,6 +180,7 @@ class Tracing {
       if (!name.empty() && name.back() == '\n') name.pop_back();
       session_.started(child_, started_ns_, name);
       report_existing_mappings(child_, started_ns_, sink_);
+      if (counter_ && !counter_->trace(child_, false)) return abandon(failed("adding the process to the in-kernel counter"));
       for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
     } else {
       session_.started(child_, started_ns_, options_.command[0].substr(options_.command[0].rfind('/') + 1));
@@ -328,7 +329,8 @@ class Tracing {
     }
     std::string why_not;
     counter_ = FaultCounter::open(why_not);
-    if (counter_ && !counter_->trace(child_, !attaching_)) {
+    // A process attached to is counted from the window's opening (trace_until_done), with its events.
+    if (counter_ && !attaching_ && !counter_->trace(child_, true)) {
       why_not = std::string("the in-kernel counter would not take the process: ") + std::strerror(errno);
       counter_.reset();
     }

@@ -65,6 +65,79 @@ TEST(Attribution, FaultsGoToTheMappingLiveAtTheirMoment) {
   EXPECT_EQ(attribution.faults_seen(), 151U);
 }
 
+// A region's counts from the kernel: `pages` page numbers (within the region) that faulted once.
+trace::RegionFaults region_counts(std::uint64_t start, std::initializer_list<std::uint64_t> pages, std::uint64_t last_ns,
+                                  std::uint64_t extra = 0, int tid = kPid) {
+  trace::RegionFaults counts;
+  counts.pid = kPid;
+  counts.first_ns = last_ns - 1;
+  counts.last_ns = last_ns;
+  counts.start = start;
+  for (std::uint64_t page : pages) counts.pages[page / 64] |= 1ULL << (page % 64);
+  counts.faults = pages.size() + extra;
+  counts.first_tid = tid;
+  return counts;
+}
+
+TEST(Attribution, ARegionCountedInTheKernelIsSplitBetweenItsMappingsByPage) {
+  // A 1 MiB and a 512 KiB mapping share the first 2 MiB region; the count says which pages faulted.
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, kMiB, 3, 0x22}, kBase, 1));
+  attribution.call(call(CallKind::mmap, 1'100, {0, kMiB / 2, 3, 0x22}, kBase + kMiB, 3));
+  // Pages 0-9 of the first, 256-258 of the second, page 500 in no mapping; page 1 faulted twice.
+  attribution.region_faults(region_counts(kBase, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 256, 257, 258, 500}, 5'000, 1));
+  attribution.finish();
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 11U);  // its 10 pages and the extra fault (the first mapping's)
+  EXPECT_EQ(faults_of(attribution, 3, kMmap, false), 3U);
+  EXPECT_EQ(faults_of(attribution, 0, kOutside, false), 1U);
+  EXPECT_EQ(attribution.faults_seen(), 15U);
+}
+
+TEST(Attribution, ARegionIsChargedToTheMappingsOfItsLastFaultsMoment) {
+  // The same address mapped, touched, unmapped and mapped again: each generation's region goes to
+  // the mapping live when it was counted, whenever it is delivered.
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, 2 * kMiB, 3, 0x22}, kBase, 1));
+  attribution.call(call(CallKind::munmap, 10'000, {kBase, 2 * kMiB}, 0));
+  attribution.call(call(CallKind::mmap, 15'000, {0, 2 * kMiB, 3, 0x22}, kBase, 3));
+  attribution.region_faults(region_counts(kBase, {5, 6}, 20'000));
+  attribution.region_faults(region_counts(kBase, {0, 1, 2}, 5'000));  // delivered late: an earlier generation
+  attribution.finish();
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 3U);
+  EXPECT_EQ(faults_of(attribution, 3, kMmap, false), 2U);
+}
+
+TEST(Attribution, ARegionsSingleFaultInAnAdvisedMappingIsAHugePage) {
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, 4 * kMiB, 3, 0x22}, kBase, 1));
+  attribution.call(call(CallKind::madvise, 1'500, {kBase, 4 * kMiB, 14}, 0));
+  attribution.region_faults(region_counts(kBase, {0}, 2'000));
+  attribution.region_faults(region_counts(kBase + 2 * kMiB, {3, 4}, 2'000));
+  attribution.finish();
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, true), 1U);
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 2U);
+}
+
+TEST(Attribution, TouchingSamplesAreKeptApartFromTheCounts) {
+  // Counted in the kernel, perf's fault samples only say which stacks touched, and for how many.
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, 2 * kMiB, 3, 0x22}, kBase, 1));
+  Fault sample{kPid, kPid, 2'000, kBase + 5 * kPage, 9, true};
+  sample.counted = false;
+  sample.period = 40;
+  attribution.fault(sample);
+  attribution.region_faults(region_counts(kBase, {0, 1, 2, 3, 4, 5}, 3'000));
+  attribution.finish();
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 6U);
+  ASSERT_EQ(attribution.touch_samples().size(), 1U);
+  const auto& [key, touch] = *attribution.touch_samples().begin();
+  EXPECT_EQ(key.touch_stack, 9U);
+  EXPECT_EQ(key.allocation_stack, 1U);
+  EXPECT_EQ(touch.samples, 1U);
+  EXPECT_EQ(touch.faults, 40U);
+  EXPECT_EQ(attribution.touch_samples_seen(), 1U);
+}
+
 TEST(Attribution, RecordsDeliveredOutOfOrderAreReplayedInTimeOrder) {
   // Faults come before the call that preceded them (another CPU's buffer drained first).
   Attribution attribution(ThpMode::madvise);

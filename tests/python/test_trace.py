@@ -89,7 +89,7 @@ def test_unmap_time_is_measured_and_the_exit_code_passes_through(traced):
     assert "done" in result.stdout  # the command's own output reaches the user
     assert _row(document, "site_a_frames")["free_ms"] > 0
     # The document holds the aggregate, not a record per fault or call.
-    assert {s["case"]["record"] for s in document["samples"]} <= {"stack", "process", "faults", "fault_time", "allocations", "run"}
+    assert {s["case"]["record"] for s in document["samples"]} <= {"stack", "process", "faults", "touch_samples", "fault_time", "allocations", "run"}
     assert sum(len(s["metrics"]["faults"]) for s in document["samples"] if s["case"]["record"] == "faults") < 100
     assert document["summary"]["totals"]["lost_records"] == 0
 

@@ -16,6 +16,7 @@ char LICENSE[] SEC("license") = "GPL";
 struct task_struct {
   int pid;
   int tgid;
+  int pagefault_disabled;
 } __attribute__((preserve_access_index));
 
 struct pt_regs {
@@ -59,6 +60,10 @@ static __always_inline void add_total(__u32 which) {
 
 static __always_inline int count_fault(unsigned long address) {
   if (address >= USER_ADDRESS_END) return 0;
+  // With page faults disabled (a copy that may fail: perf copying a user stack for a sample past
+  // the stack's end) the handler gives up at once: not a fault the program took, nor one the
+  // kernel's own count (rusage) or perf's page-faults event includes.
+  if (bpf_get_current_task_btf()->pagefault_disabled) return 0;
   __u64 pid_tgid = bpf_get_current_pid_tgid();
   __u32 tgid = (__u32)(pid_tgid >> 32), tid = (__u32)pid_tgid;
   __u32* generation = bpf_map_lookup_elem(&generations, &tgid);

@@ -1,0 +1,90 @@
+// The in-kernel fault counter: what a read adds (pure), and, as root where BPF loads, the counts of
+// a child process that touches a known number of pages.
+#include "trace/fault_counter.hpp"
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+namespace memcost::trace {
+namespace {
+
+TEST(FaultCounter, ARegionReadAgainDeliversOnlyWhatIsNew) {
+  std::uint64_t pages[8] = {0b1011};
+  std::uint64_t delivered_pages[8] = {};
+  std::uint64_t delivered_faults = 0;
+  RegionFaults news;
+  ASSERT_TRUE(region_news(pages, 4, delivered_pages, delivered_faults, news));
+  EXPECT_EQ(news.faults, 4U);
+  EXPECT_EQ(news.pages[0], 0b1011U);
+  EXPECT_FALSE(region_news(pages, 4, delivered_pages, delivered_faults, news));  // nothing new
+  pages[0] |= 0b10000;
+  pages[7] = 1ULL << 63;
+  ASSERT_TRUE(region_news(pages, 7, delivered_pages, delivered_faults, news));
+  EXPECT_EQ(news.faults, 3U);
+  EXPECT_EQ(news.pages[0], 0b10000U);
+  EXPECT_EQ(news.pages[7], 1ULL << 63);
+}
+
+// A child that waits for a byte, then maps, touches and unmaps `pages` pages twice over, then exits.
+pid_t touching_child(int door, std::size_t pages) {
+  const pid_t child = fork();
+  if (child == 0) {
+    char byte = 0;
+    if (read(door, &byte, 1) != 1) _exit(2);
+    for (int round = 0; round < 2; ++round) {
+      auto* memory = static_cast<char*>(mmap(nullptr, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      if (memory == MAP_FAILED) _exit(3);
+      for (std::size_t i = 0; i < pages; ++i) memory[i * 4096] = 1;
+      munmap(memory, pages * 4096);
+    }
+    _exit(0);
+  }
+  return child;
+}
+
+TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
+  std::string why_not;
+  auto counter = FaultCounter::open(why_not);
+  if (!counter) {
+    if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
+    GTEST_SKIP() << why_not;
+  }
+  int door[2];
+  ASSERT_EQ(pipe(door), 0);
+  constexpr std::size_t kPages = 3 * 512 + 17;  // spans regions, not aligned to one
+  const pid_t traced = touching_child(door[0], kPages);
+  const pid_t untraced = touching_child(door[0], kPages);
+  ASSERT_TRUE(counter->trace(traced, false));
+  ASSERT_EQ(write(door[1], "xx", 2), 2);
+  int status = 0;
+  waitpid(traced, &status, 0);
+  waitpid(untraced, &status, 0);
+  std::vector<RegionFaults> regions;
+  counter->sweep(Sweep::last, regions);
+  std::uint64_t faults = 0, pages = 0;
+  for (const RegionFaults& region : regions) {
+    EXPECT_EQ(region.pid, traced);
+    EXPECT_LE(region.first_ns, region.last_ns);
+    faults += region.faults;
+    for (std::uint64_t word : region.pages) pages += static_cast<std::uint64_t>(__builtin_popcountll(word));
+  }
+  // Two rounds over the same pages: the munmap between them starts a new generation, so each
+  // round's pages are their own (the exit's own faults, a few, come on top).
+  EXPECT_GE(faults, 2 * kPages);
+  EXPECT_LT(faults, 2 * kPages + 64);
+  EXPECT_GE(pages, 2 * kPages);
+  EXPECT_EQ(counter->faults(), faults);
+  EXPECT_EQ(counter->uncounted(), 0U);
+  EXPECT_GE(counter->generations(), 2U);
+  close(door[0]);
+  close(door[1]);
+}
+
+}  // namespace
+}  // namespace memcost::trace
