@@ -49,7 +49,7 @@ def variants(storm: list[str], memcost: str, probe: str, folder: Path) -> dict[s
             "bpftrace", "-q", "-e", "tracepoint:exceptions:page_fault_user /pid == cpid/ { @[tid] = count(); }",
             "-c", " ".join(storm)]
     if Path(memcost).exists():
-        found["memcost trace (defaults, the whole command)"] = [memcost, "--results-dir", str(folder / "results"),
+        found["memcost trace (defaults, the whole command, a costs result present)"] = [memcost, "--results-dir", str(folder / "results"),
                                                                 "trace", "--", *storm]
     if probe:
         # The tracer alone (no front end, no cost calibration), at each setting that decides its cost.
@@ -63,6 +63,7 @@ PROBE_VARIANTS = {
     "(defaults)": [],
     "--cpu-sample-us 100": ["--cpu-sample-us", "100"],
     "--cpu-sample-us 250": ["--cpu-sample-us", "250"],
+    "--cpu-sample-us 1000": ["--cpu-sample-us", "1000"],
     "--cpu-sample-us 0": ["--cpu-sample-us", "0"],
     "--fault-counting perf": ["--fault-counting", "perf"],
 }
@@ -124,6 +125,10 @@ def measure(args) -> int:
         folder = Path(name)
         storm = [str(build_storm(folder)), "repeat", "256", str(args.storm_rounds)]
         commands = variants(storm, args.memcost, installed_probe(args.memcost), folder)
+        if Path(args.memcost).exists():
+            # As a user has it after `memcost costs` once: the trace prices faults from it, not a calibration run.
+            subprocess.run([args.memcost, "--results-dir", str(folder / "results"), "costs", "--quick"],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for tool in ("perf", "bpftrace"):
             if not shutil.which(tool):
                 print(f"{tool} is not installed: its variants are left out", file=sys.stderr)

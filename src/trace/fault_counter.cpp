@@ -136,6 +136,7 @@ void FaultCounter::sweep(Sweep what, std::vector<RegionFaults>& out) {
       news.start = region.region << MEMCOST_REGION_SHIFT;
       news.first_tid = static_cast<int>(counts.first_tid);
       news.one_thread = counts.threads_differ == 0;
+      faults_read_ += news.faults;
       out.push_back(news);
     }
     if (ended) {
@@ -177,7 +178,7 @@ std::uint64_t FaultCounter::total(unsigned) const { return 0; }
 
 #endif
 
-std::uint64_t FaultCounter::faults() const { return total(MEMCOST_TOTAL_FAULTS); }
+std::uint64_t FaultCounter::faults() const { return faults_read_ + uncounted(); }
 std::uint64_t FaultCounter::uncounted() const { return total(MEMCOST_TOTAL_NO_ROOM); }
 std::uint64_t FaultCounter::generations() const { return total(MEMCOST_TOTAL_GENERATIONS); }
 

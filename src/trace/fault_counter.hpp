@@ -42,7 +42,7 @@ class FaultCounter {
   void stop_counting();
   // What was counted since the last sweep (see the contract for `what`).
   void sweep(Sweep what, std::vector<RegionFaults>& out);
-  [[nodiscard]] std::uint64_t faults() const;     // every fault of a traced process the kernel saw
+  [[nodiscard]] std::uint64_t faults() const;     // every fault of a traced process the kernel saw (read so far)
   [[nodiscard]] std::uint64_t uncounted() const;  // of those, not counted: the region map was full
   [[nodiscard]] std::uint64_t generations() const;
   // Regions held between sweeps at most, and kernel records read (a measure of the reader's work).
@@ -61,6 +61,7 @@ class FaultCounter {
   };
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, Delivered> delivered_;
   std::size_t most_regions_ = 0;
+  std::uint64_t faults_read_ = 0;  // the sum of what sweeps delivered
 };
 
 // What a region record read from the kernel adds to what was delivered of it: the new faults and

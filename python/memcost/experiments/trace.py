@@ -26,8 +26,13 @@ OPTIONS = [
     Option("stack_bytes", "user stack copied per sample for unwinding (default 4096; deeper stacks are cut)",
            parse=arguments.positive_int, metavar="BYTES"),
     Option("cpu_sample_us", "measure fault time by sampling each thread's CPU time in the kernel every US µs (default "
-           "100; 0: estimate only). Needs root or kernel.perf_event_paranoid <= 1; otherwise estimated, and said so",
+           "1000; 0: estimate only). Needs root or kernel.perf_event_paranoid <= 1; otherwise estimated, and said so",
            parse=arguments.non_negative_int, metavar="US"),
+    Option("fault_counting", "kernel: count every fault in the kernel (a BPF program, as root) and sample the touching "
+           "stacks; perf: a record with its stack per fault (default kernel; perf where BPF cannot load, said so)",
+           choices=["kernel", "perf"], metavar="HOW"),
+    Option("touch_samples_per_second", "counting in the kernel: touching stacks sampled per second per CPU "
+           "(default 1000)", parse=arguments.positive_int, metavar="N"),
     Option("no_runtime_flags", "do not ask node and the JVM for perf maps of their JIT-compiled code (through "
            "NODE_OPTIONS and JAVA_TOOL_OPTIONS); their functions then go unnamed", flag_only=True),
     Option("no_python_frames", "do not load memcost's preload library into the command for Python stacks (as root it "

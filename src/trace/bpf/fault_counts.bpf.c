@@ -68,7 +68,6 @@ static __always_inline int count_fault(unsigned long address) {
   __u32 tgid = (__u32)(pid_tgid >> 32), tid = (__u32)pid_tgid;
   __u32* generation = bpf_map_lookup_elem(&generations, &tgid);
   if (!generation || *generation == MEMCOST_AWAITING_EXEC) return 0;
-  add_total(MEMCOST_TOTAL_FAULTS);
   struct memcost_region_key key = {tgid, *generation, address >> MEMCOST_REGION_SHIFT};
   __u64 now = bpf_ktime_get_ns();
   struct memcost_region_counts* counts = bpf_map_lookup_elem(&regions, &key);

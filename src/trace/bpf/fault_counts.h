@@ -33,10 +33,9 @@ struct memcost_region_counts {
 
 /* Totals kept beside the regions: what could not be counted is said, never dropped silently. */
 enum memcost_fault_total {
-  MEMCOST_TOTAL_FAULTS = 0,       /* faults of traced processes seen */
-  MEMCOST_TOTAL_NO_ROOM = 1,      /* faults not counted: the region map was full */
-  MEMCOST_TOTAL_GENERATIONS = 2,  /* generation changes */
-  MEMCOST_TOTALS = 3,
+  MEMCOST_TOTAL_NO_ROOM = 0,      /* faults not counted: the region map was full */
+  MEMCOST_TOTAL_GENERATIONS = 1,  /* generation changes */
+  MEMCOST_TOTALS = 2,
 };
 
 #endif
