@@ -6,18 +6,18 @@
 #include <cstring>
 #include <vector>
 
+#include "trace/preload_abi.h"
 #include "trace/unwind.hpp"
 
 namespace memcost::trace::detail {
 
-// One record of the preload library (preload_linux.c), as it writes it.
-struct PreloadRecord {
-  std::uint32_t size, kind, pid, tid;
-  std::uint64_t enter_ns, exit_ns;
-  std::uint64_t args[6];
-  std::int64_t result;
-  std::uint32_t frames, python_bytes;  // python_bytes: its Python block, after the return addresses
-};
+using PreloadRecord = memcost_preload_header;
+static_assert(static_cast<int>(CallKind::mmap) == MEMCOST_CALL_MMAP && static_cast<int>(CallKind::munmap) == MEMCOST_CALL_MUNMAP &&
+              static_cast<int>(CallKind::mremap) == MEMCOST_CALL_MREMAP && static_cast<int>(CallKind::brk) == MEMCOST_CALL_BRK &&
+              static_cast<int>(CallKind::madvise) == MEMCOST_CALL_MADVISE && static_cast<int>(CallKind::malloc) == MEMCOST_CALL_MALLOC &&
+              static_cast<int>(CallKind::free) == MEMCOST_CALL_FREE && static_cast<int>(CallKind::realloc) == MEMCOST_CALL_REALLOC,
+              "the preload library's record kinds are the tracer's call kinds");
+static_assert(sizeof(PreloadRecord) == 96, "the record header's layout: no padding, the same in C and C++");
 
 // Reads the preload library's records from its pipe as they come.
 class PreloadReader {

@@ -36,30 +36,24 @@ extern void *__libc_realloc(void *pointer, size_t size);
 extern void *__libc_memalign(size_t alignment, size_t size);
 extern void __libc_free(void *pointer);
 
-enum { CALL_MMAP = 0, CALL_MUNMAP = 1, CALL_MREMAP = 2, CALL_BRK = 3, CALL_MADVISE = 4,
-       CALL_MALLOC = 5, CALL_FREE = 6, CALL_REALLOC = 7 };
-enum { MAX_FRAMES = 48, SKIPPED_FRAMES = 2, TABLE_SIZE = 1 << 16 };
+#include "trace/preload_abi.h"
 
-/* The Python stack: this header, then per frame, innermost first, uint32 line, uint16 file
-   bytes, uint16 function bytes and the two names (not terminated); file bytes 0xFFFF: the same
-   file as the frame before, not repeated. Frames past the block's end are left out. */
-enum { PYTHON_BLOCK_BYTES = 2048, PYTHON_FILE_BYTES = 120, PYTHON_FUNCTION_BYTES = 80, PYTHON_SAME_FILE = 0xFFFF };
-#define PYTHON_MAGIC 0x4b54535950434d4dULL /* "MMCPYSTK" */
+enum { MAX_FRAMES = MEMCOST_PRELOAD_MAX_FRAMES, SKIPPED_FRAMES = 2, TABLE_SIZE = 1 << 16 };
+enum { PYTHON_FILE_BYTES = 120, PYTHON_FUNCTION_BYTES = 80 };
+/* The Python stack (preload_abi.h), with room for its frames. */
 struct python_block {
-  uint64_t magic;
-  uint32_t bytes, frames; /* bytes: of the frames that follow */
-  char data[PYTHON_BLOCK_BYTES];
+  struct memcost_python_header header;
+  char data[MEMCOST_PYTHON_BLOCK_BYTES];
 };
 
+_Static_assert(offsetof(struct python_block, data) == sizeof(struct memcost_python_header), "frames follow the header");
+
 struct record {
-  uint32_t size, kind, pid, tid;
-  uint64_t enter_ns, exit_ns;
-  uint64_t args[6];
-  int64_t result;
-  uint32_t frames, python_bytes; /* python_bytes: a python_block's header and frames, after the pcs */
+  struct memcost_preload_header header;
   uint64_t pcs[MAX_FRAMES];
   char python[sizeof(struct python_block)];
 };
+_Static_assert(offsetof(struct record, pcs) == sizeof(struct memcost_preload_header), "return addresses follow the header");
 
 static int out_fd = -1;
 static size_t min_bytes = 64 * 1024;
@@ -144,12 +138,12 @@ static const char *tail(const char *name, ssize_t length, size_t most, uint16_t 
 }
 
 /* The calling thread's Python stack into `block`, if this is a Python interpreter and the thread
-   holds the GIL (only then may it read its frames); else block->magic stays 0. Run before the
+   holds the GIL (only then may it read its frames); else block->header.magic stays 0. Run before the
    allocator is entered: CPython's own calls below may allocate (3.11+ makes frame objects on
    demand), with the garbage collector held off so that none runs inside someone's malloc. */
 static void python_stack(struct python_block *block) {
-  block->magic = 0;
-  block->bytes = block->frames = 0;
+  block->header.magic = 0;
+  block->header.bytes = block->header.frames = 0;
   if (!python_ready || inside || !py.is_initialized() || !py.gil_held()) return;
   void *thread = py.this_thread();
   if (!thread) return;
@@ -168,15 +162,15 @@ static void python_stack(struct python_block *block) {
     const char *file_name = file ? py.utf8(file, &file_length) : NULL;
     const char *function_name = function ? py.utf8(function, &function_length) : NULL;
     size_t need = 8 + PYTHON_FILE_BYTES + PYTHON_FUNCTION_BYTES;
-    int full = block->bytes + need > PYTHON_BLOCK_BYTES;
+    int full = block->header.bytes + need > MEMCOST_PYTHON_BLOCK_BYTES;
     if (!full && file_name && function_name) {
-      char *at = block->data + block->bytes;
+      char *at = block->data + block->header.bytes;
       uint32_t line = (uint32_t)py.frame_line(frame);
       uint16_t file_bytes = 0, function_bytes = 0;
       const char *file_kept = tail(file_name, file_length, PYTHON_FILE_BYTES, &file_bytes);
       const char *function_kept = tail(function_name, function_length, PYTHON_FUNCTION_BYTES, &function_bytes);
       int same = previous_file && previous_file_bytes == file_bytes && memcmp(previous_file, file_kept, file_bytes) == 0;
-      uint16_t file_field = same ? PYTHON_SAME_FILE : file_bytes;
+      uint16_t file_field = same ? MEMCOST_PYTHON_SAME_FILE : file_bytes;
       if (same) file_bytes = 0;
       memcpy(at, &line, 4);
       memcpy(at + 4, &file_field, 2);
@@ -184,8 +178,8 @@ static void python_stack(struct python_block *block) {
       memcpy(at + 8, file_kept, file_bytes);
       memcpy(at + 8 + file_bytes, function_kept, function_bytes);
       if (!same) previous_file = at + 8, previous_file_bytes = file_bytes;
-      block->bytes += 8u + file_bytes + function_bytes;
-      ++block->frames;
+      block->header.bytes += 8u + file_bytes + function_bytes;
+      ++block->header.frames;
     }
     if (function) py.decref(function);
     if (file) py.decref(file);
@@ -198,13 +192,13 @@ static void python_stack(struct python_block *block) {
   py.error_restore(type, value, traceback);
   inside = 0;
   /* Published last, and kept in memory for the kernel to copy: the allocator is an opaque call. */
-  if (block->frames) block->magic = PYTHON_MAGIC;
+  if (block->header.frames) block->header.magic = MEMCOST_PYTHON_MAGIC;
   __asm__ volatile("" : : "r"(block) : "memory");
 }
 
 /* The block is dead once the call returns: a stale one must not be found in a later stack. */
 static void python_stack_done(struct python_block *block) {
-  block->magic = 0;
+  block->header.magic = 0;
   __asm__ volatile("" : : "r"(block) : "memory");
 }
 
@@ -268,19 +262,21 @@ static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0
   inside = 1;
   int saved_errno = errno;
   struct record r;
-  r.frames = return_addresses(r.pcs, MAX_FRAMES, SKIPPED_FRAMES + 1);
-  r.kind = kind;
-  r.pid = (uint32_t)getpid();
-  r.tid = (uint32_t)syscall(SYS_gettid);
-  r.enter_ns = enter_ns;
-  r.exit_ns = exit_ns;
-  r.args[0] = a0, r.args[1] = a1, r.args[2] = a2, r.args[3] = a3, r.args[4] = 0, r.args[5] = 0;
-  r.result = result;
-  r.python_bytes = python && python->magic == PYTHON_MAGIC ? (uint32_t)offsetof(struct python_block, data) + python->bytes : 0;
-  size_t pcs_end = offsetof(struct record, pcs) + r.frames * sizeof(uint64_t);
-  if (r.python_bytes) memcpy((char *)&r + pcs_end, python, r.python_bytes);
-  r.size = (uint32_t)(pcs_end + r.python_bytes);
-  ssize_t ignored = write(out_fd, &r, r.size);
+  struct memcost_preload_header *h = &r.header;
+  h->frames = return_addresses(r.pcs, MAX_FRAMES, SKIPPED_FRAMES + 1);
+  h->kind = kind;
+  h->pid = (uint32_t)getpid();
+  h->tid = (uint32_t)syscall(SYS_gettid);
+  h->enter_ns = enter_ns;
+  h->exit_ns = exit_ns;
+  h->args[0] = a0, h->args[1] = a1, h->args[2] = a2, h->args[3] = a3, h->args[4] = 0, h->args[5] = 0;
+  h->result = result;
+  h->python_bytes = python && python->header.magic == MEMCOST_PYTHON_MAGIC
+                        ? (uint32_t)sizeof(struct memcost_python_header) + python->header.bytes : 0;
+  size_t pcs_end = offsetof(struct record, pcs) + h->frames * sizeof(uint64_t);
+  if (h->python_bytes) memcpy((char *)&r + pcs_end, python, h->python_bytes);
+  h->size = (uint32_t)(pcs_end + h->python_bytes);
+  ssize_t ignored = write(out_fd, &r, h->size);
   (void)ignored;
   errno = saved_errno;
   inside = 0;
@@ -298,7 +294,7 @@ void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offs
   uint64_t enter = now_ns();
   long result = syscall(SYS_mmap, address, length, prot, flags, fd, offset);
   uint64_t exit = now_ns();
-  if (length >= min_bytes) emit(CALL_MMAP, enter, exit, (uint64_t)(uintptr_t)address, length, (uint64_t)prot,
+  if (length >= min_bytes) emit(MEMCOST_CALL_MMAP, enter, exit, (uint64_t)(uintptr_t)address, length, (uint64_t)prot,
                                 (uint64_t)flags, result, NULL);
   return (void *)checked(result);
 }
@@ -309,7 +305,7 @@ void *mmap64(void *address, size_t length, int prot, int flags, int fd, off_t of
 int munmap(void *address, size_t length) {
   uint64_t enter = now_ns();
   long result = syscall(SYS_munmap, address, length);
-  if (length >= min_bytes) emit(CALL_MUNMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, length, 0, 0, result, NULL);
+  if (length >= min_bytes) emit(MEMCOST_CALL_MUNMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, length, 0, 0, result, NULL);
   return (int)checked(result);
 }
 
@@ -323,14 +319,14 @@ void *mremap(void *address, size_t old_length, size_t new_length, int flags, ...
   }
   uint64_t enter = now_ns();
   long result = syscall(SYS_mremap, address, old_length, new_length, flags, new_address);
-  emit(CALL_MREMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, old_length, new_length, (uint64_t)flags, result, NULL);
+  emit(MEMCOST_CALL_MREMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, old_length, new_length, (uint64_t)flags, result, NULL);
   return (void *)checked(result);
 }
 
 int madvise(void *address, size_t length, int advice) {
   uint64_t enter = now_ns();
   long result = syscall(SYS_madvise, address, length, advice);
-  if (length >= min_bytes) emit(CALL_MADVISE, enter, now_ns(), (uint64_t)(uintptr_t)address, length, (uint64_t)advice, 0, result, NULL);
+  if (length >= min_bytes) emit(MEMCOST_CALL_MADVISE, enter, now_ns(), (uint64_t)(uintptr_t)address, length, (uint64_t)advice, 0, result, NULL);
   return (int)checked(result);
 }
 
@@ -352,7 +348,7 @@ static __thread uint32_t small_calls;
 static void refresh_python(void) {
   if (++small_calls % CHECK_CLOCK_EVERY != 0 || inside || !py.is_initialized() || !py.gil_held()) return;
   uint64_t now = now_ns();
-  if (last_python.magic == PYTHON_MAGIC && now - last_python_ns < PYTHON_REFRESH_NS) return;
+  if (last_python.header.magic == MEMCOST_PYTHON_MAGIC && now - last_python_ns < PYTHON_REFRESH_NS) return;
   python_stack(&last_python);
   last_python_ns = now;
 }
@@ -360,16 +356,16 @@ static void refresh_python(void) {
 static void heap_grew(void *before, void *after) {
   struct python_block python;
   python_stack(&python); /* exact where the GIL is held */
-  if (python.magic != PYTHON_MAGIC && last_python.magic == PYTHON_MAGIC) {
-    memcpy(&python, &last_python, offsetof(struct python_block, data) + last_python.bytes);
+  if (python.header.magic != MEMCOST_PYTHON_MAGIC && last_python.header.magic == MEMCOST_PYTHON_MAGIC) {
+    memcpy(&python, &last_python, sizeof(struct memcost_python_header) + last_python.header.bytes);
   }
   if (out_fd >= 0) {
     uint64_t now = now_ns();
     /* The growth itself (no interposer sees glibc's own brk): arg 1 is the break before it. */
-    emit(CALL_BRK, now, now, (uint64_t)(uintptr_t)after, (uint64_t)(uintptr_t)before, 0, 0,
+    emit(MEMCOST_CALL_BRK, now, now, (uint64_t)(uintptr_t)after, (uint64_t)(uintptr_t)before, 0, 0,
          (int64_t)(uintptr_t)after, NULL);
-    if (python.magic == PYTHON_MAGIC) emit(CALL_BRK, now, now, 0, 0, 0, 0, (int64_t)(uintptr_t)after, &python);
-  } else if (python.magic == PYTHON_MAGIC) {
+    if (python.header.magic == MEMCOST_PYTHON_MAGIC) emit(MEMCOST_CALL_BRK, now, now, 0, 0, 0, 0, (int64_t)(uintptr_t)after, &python);
+  } else if (python.header.magic == MEMCOST_PYTHON_MAGIC) {
     (void)syscall(SYS_brk, 0);
   }
   python_stack_done(&python);
@@ -403,7 +399,7 @@ static void heap_grew(void *before, void *after) {
 static void allocated(void *pointer, size_t size, uint64_t enter, const struct python_block *python) {
   if (pointer && !inside) {
     remember(pointer);
-    emit(CALL_MALLOC, enter, now_ns(), 0, size, 0, 0, (int64_t)(uintptr_t)pointer, python);
+    emit(MEMCOST_CALL_MALLOC, enter, now_ns(), 0, size, 0, 0, (int64_t)(uintptr_t)pointer, python);
   }
 }
 
@@ -436,7 +432,7 @@ void free(void *pointer) {
   if (out_fd >= 0 && pointer && forget(pointer)) {
     uint64_t enter = now_ns();
     __libc_free(pointer);
-    emit(CALL_FREE, enter, now_ns(), (uint64_t)(uintptr_t)pointer, 0, 0, 0, 0, NULL);
+    emit(MEMCOST_CALL_FREE, enter, now_ns(), (uint64_t)(uintptr_t)pointer, 0, 0, 0, 0, NULL);
     return;
   }
   __libc_free(pointer);
@@ -446,7 +442,7 @@ static void reallocated(void *old, size_t size, int tracked, void *result, uint6
                         const struct python_block *python) {
   if (result && size >= min_bytes) remember(result);
   else if (!result && tracked) remember(old); /* failed: the old block stays */
-  emit(CALL_REALLOC, enter, now_ns(), (uint64_t)(uintptr_t)old, 0, size, (uint64_t)tracked,
+  emit(MEMCOST_CALL_REALLOC, enter, now_ns(), (uint64_t)(uintptr_t)old, 0, size, (uint64_t)tracked,
        (int64_t)(uintptr_t)result, python);
 }
 

@@ -7,14 +7,16 @@
 #include <string_view>
 #include <vector>
 
+#include "trace/preload_abi.h"
 #include "trace/tracer.hpp"
 
 namespace memcost::trace::detail {
 
-inline constexpr std::uint64_t kPythonMagic = 0x4b54535950434d4dULL;  // "MMCPYSTK", as preload_linux.c writes it
-inline constexpr std::size_t kPythonHeaderBytes = 16;                // magic, bytes, frames
-inline constexpr std::size_t kPythonMostBytes = 2048;
-inline constexpr std::uint16_t kPythonSameFile = 0xFFFF;  // the file of the frame before
+inline constexpr std::uint64_t kPythonMagic = MEMCOST_PYTHON_MAGIC;
+inline constexpr std::size_t kPythonHeaderBytes = sizeof(memcost_python_header);  // magic, bytes, frames
+inline constexpr std::size_t kPythonMostBytes = MEMCOST_PYTHON_BLOCK_BYTES;
+inline constexpr std::uint16_t kPythonSameFile = MEMCOST_PYTHON_SAME_FILE;  // the file of the frame before
+static_assert(kPythonHeaderBytes == 16, "magic, bytes and frames, without padding");
 
 // The block as it starts at `at` (header and frames), or empty when there is none or it does not fit in `available`.
 inline std::string_view python_block_at(const std::uint8_t* at, std::size_t available) {
