@@ -139,7 +139,7 @@ void Attribution::finish() {
   spaces_.clear();
 }
 
-Attribution::Mapping* Attribution::mapping_at(int pid, std::uint64_t address) {
+Attribution::TracedMapping* Attribution::mapping_at(int pid, std::uint64_t address) {
   auto space = spaces_.find(pid);
   if (space == spaces_.end()) return nullptr;
   auto& pieces = space->second.pieces;
@@ -149,7 +149,7 @@ Attribution::Mapping* Attribution::mapping_at(int pid, std::uint64_t address) {
   return address < piece->second.end ? &live_[piece->second.mapping] : nullptr;
 }
 
-void Attribution::add_faults(Mapping& mapping, std::uint64_t region_number, const FaultKey& key, std::uint64_t count) {
+void Attribution::add_faults(TracedMapping& mapping, std::uint64_t region_number, const FaultKey& key, std::uint64_t count) {
   Region& region = mapping.regions[region_number];
   if (region.faults == 0 && count == 1) {
     // Its kind is known only when the mapping ends: one fault in the region may be a huge page.
@@ -169,7 +169,7 @@ void Attribution::add_faults(Mapping& mapping, std::uint64_t region_number, cons
 void Attribution::charge(const trace::Fault& fault) {
   const std::uint32_t program = program_of(fault.pid, fault.time_ns);
   FaultKey key{0, kOutside, fault.stack, fault.pid, program, false};
-  Mapping* mapping = mapping_at(fault.pid, fault.address);
+  TracedMapping* mapping = mapping_at(fault.pid, fault.address);
   if (mapping) {
     key.allocation_stack = mapping->origin.stack;
     key.allocation_call = mapping->origin.call;
@@ -206,7 +206,7 @@ void Attribution::charge(const trace::RegionFaults& counts) {
       continue;
     }
     const std::uint64_t address = counts.start + page * trace::kRegionPageBytes;
-    Mapping* mapping = mapping_at(counts.pid, address);
+    TracedMapping* mapping = mapping_at(counts.pid, address);
     // The pages from here that fall in the same mapping (or in none).
     std::uint64_t end_page = kPages;
     if (auto space = spaces_.find(counts.pid); space != spaces_.end()) {
@@ -253,7 +253,7 @@ std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t leng
   Space& space = spaces_[pid];
   for (const auto& [displaced, bytes] : cut(space, start, start + length)) release(displaced, bytes, false);
   const std::uint64_t id = next_id_++;
-  Mapping& mapping = live_[id];
+  TracedMapping& mapping = live_[id];
   mapping.origin = {call.stack, static_cast<int>(call.kind)};
   mapping.length = mapping.live_bytes = length;
   mapping.map_ns = duration(call);
@@ -306,7 +306,7 @@ void Attribution::free_range(Space& space, std::uint64_t start, std::uint64_t le
   std::uint64_t total = 0;
   for (const auto& [id, bytes] : removed) total += bytes;
   for (const auto& [id, bytes] : removed) {
-    Mapping& mapping = live_[id];
+    TracedMapping& mapping = live_[id];
     origins_[mapping.origin].freed_bytes += bytes;
     mapping.free_ns += duration(call) * bytes / std::max<std::uint64_t>(total, 1);
     if (whole) release(id, bytes, true);
@@ -343,7 +343,7 @@ void Attribution::apply(const trace::MappingCall& call) {
         make(call.pid, result, args[2], made, true);
         break;
       }
-      Mapping& mapping = live_[block];
+      TracedMapping& mapping = live_[block];
       cut(space, args[0], args[0] + mapping.length);
       for (const auto& [displaced, bytes] : cut(space, result, result + args[2])) {
         if (displaced != block) release(displaced, bytes, false);
@@ -360,7 +360,7 @@ void Attribution::apply(const trace::MappingCall& call) {
       auto moved = cut(space, args[0], args[0] + args[1]);
       if (moved.empty()) break;
       const std::uint64_t id = moved.front().first;
-      Mapping& mapping = live_[id];
+      TracedMapping& mapping = live_[id];
       std::uint64_t removed = 0;
       for (const auto& [piece, bytes] : moved) removed += piece == id ? bytes : 0;
       mapping.length += args[2] > args[1] ? args[2] - args[1] : 0;
@@ -407,7 +407,7 @@ void Attribution::claim_heap(Space& space, const trace::MappingCall& marker) {
   for (std::uint64_t id : space.unclaimed_heap) {
     auto found = live_.find(id);
     if (found == live_.end() || found->second.origin == to) continue;
-    Mapping& mapping = found->second;
+    TracedMapping& mapping = found->second;
     if (auto from = origins_.find(mapping.origin); from != origins_.end()) {
       from->second.made -= std::min<std::uint64_t>(from->second.made, 1);
       from->second.bytes -= std::min(from->second.bytes, mapping.length);
@@ -425,14 +425,14 @@ void Attribution::claim_heap(Space& space, const trace::MappingCall& marker) {
 void Attribution::release(std::uint64_t id, std::uint64_t bytes, bool freed) {
   auto found = live_.find(id);
   if (found == live_.end()) return;
-  Mapping& mapping = found->second;
+  TracedMapping& mapping = found->second;
   mapping.live_bytes -= std::min(mapping.live_bytes, bytes);
   if (mapping.live_bytes > 0) return;
   mapping.freed = mapping.freed || freed;
   retire(id);
 }
 
-void Attribution::count_single_faults(Mapping& mapping) {
+void Attribution::count_single_faults(TracedMapping& mapping) {
   const bool huge_possible = thp_ == ThpMode::always || (thp_ == ThpMode::madvise && mapping.huge_advised);
   const bool huge = huge_possible && !mapping.huge_refused && mapping.length >= huge_bytes_;
   for (auto& [number, region] : mapping.regions) {
@@ -450,7 +450,7 @@ void Attribution::count_live() {
 void Attribution::retire(std::uint64_t id) {
   auto found = live_.find(id);
   if (found == live_.end()) return;
-  Mapping& mapping = found->second;
+  TracedMapping& mapping = found->second;
   count_single_faults(mapping);
   OriginSummary& origin = origins_[mapping.origin];
   origin.map_ns += mapping.map_ns;

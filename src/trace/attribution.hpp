@@ -149,7 +149,7 @@ class Attribution : public trace::Sink {
     std::uint32_t program = 0;
     bool counted = false;  // its first fault is in the counts already (count_live)
   };
-  struct Mapping {
+  struct TracedMapping {
     OriginKey origin;
     std::uint64_t length = 0;
     std::uint64_t live_bytes = 0;
@@ -187,9 +187,9 @@ class Attribution : public trace::Sink {
   void charge(const trace::RegionFaults& counts);
   // `count` faults in one region of `mapping`, keyed by `key` (whose huge is false); a region's
   // first single fault waits for its page kind (count_single_faults).
-  void add_faults(Mapping& mapping, std::uint64_t region_number, const FaultKey& key, std::uint64_t count);
+  void add_faults(TracedMapping& mapping, std::uint64_t region_number, const FaultKey& key, std::uint64_t count);
   // The live mapping piece at `address` of `pid`'s space, or nullptr.
-  Mapping* mapping_at(int pid, std::uint64_t address);
+  TracedMapping* mapping_at(int pid, std::uint64_t address);
   std::uint64_t make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool anonymous);
   // Cut [start, end) out of the space; per mapping touched, the bytes removed.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(Space& space, std::uint64_t start, std::uint64_t end);
@@ -200,7 +200,7 @@ class Attribution : public trace::Sink {
   // mapping ends when none is left, `freed` saying whether a free ended it.
   void release(std::uint64_t id, std::uint64_t bytes, bool freed);
   void retire(std::uint64_t id);
-  void count_single_faults(Mapping& mapping);  // the regions with one fault, by the mapping's page kind  // counts its regions' faults, sums it into its origin, forgets it
+  void count_single_faults(TracedMapping& mapping);  // the regions with one fault, by the mapping's page kind
   std::uint32_t program_of(int pid, std::uint64_t time_ns) const;
 
   ThpMode thp_;
@@ -215,7 +215,7 @@ class Attribution : public trace::Sink {
   std::unordered_map<FaultKey, FaultTime, FaultKeyHash> fault_time_;
   std::uint64_t cpu_samples_ = 0, cpu_samples_unmatched_ = 0, cpu_samples_tracing_ = 0;
   std::unordered_map<int, Space> spaces_;
-  std::unordered_map<std::uint64_t, Mapping> live_;
+  std::unordered_map<std::uint64_t, TracedMapping> live_;
   std::map<OriginKey, std::uint64_t> newest_;  // per origin, the mapping it made last
   std::uint64_t next_id_ = 1;
   std::unordered_map<int, std::vector<std::uint64_t>> programs_;  // pid -> when each program began

@@ -22,7 +22,7 @@ static_assert(sizeof(PreloadRecord) == 96, "the record header's layout: no paddi
 // Reads the preload library's records from its pipe as they come.
 class PreloadReader {
  public:
-  PreloadReader(int fd, Recorder& recorder, Sink& sink) : fd_(fd), recorder_(recorder), sink_(sink) {}
+  PreloadReader(int fd, Unwinder& recorder, Sink& sink) : fd_(fd), unwinder_(recorder), sink_(sink) {}
   void read_from(int fd) { fd_ = fd; }
 
   void drain() {
@@ -51,7 +51,7 @@ class PreloadReader {
       call.exit_ns = record.exit_ns;
       std::copy(std::begin(record.args), std::end(record.args), std::begin(call.args));
       call.result = record.result;
-      call.stack = recorder_.stack_of_returns(call.pid, returns, python);
+      call.stack = unwinder_.stack_of_returns(call.pid, returns, python);
       sink_.call(call);
       at += record.size;
     }
@@ -60,7 +60,7 @@ class PreloadReader {
 
  private:
   int fd_;
-  Recorder& recorder_;
+  Unwinder& unwinder_;
   Sink& sink_;
   std::vector<char> pending_;
 };

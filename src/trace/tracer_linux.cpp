@@ -1,5 +1,5 @@
 // Tracing with perf events (see tracer.hpp for the contract): run() in named steps over the
-// tracer's units: perf.hpp, tracefs.hpp, unwind.hpp, records.hpp, preload.hpp, process.hpp.
+// tracer's units: perf.hpp, tracefs.hpp, unwind.hpp, record_reader, fault_counter, preload.hpp, process.hpp.
 #include "trace/tracer.hpp"
 
 #include <poll.h>
@@ -15,7 +15,7 @@
 #include "trace/perf.hpp"
 #include "trace/preload.hpp"
 #include "trace/process.hpp"
-#include "trace/records.hpp"
+#include "trace/record_reader.hpp"
 #include "trace/tracefs.hpp"
 
 namespace memcost::trace {
@@ -83,7 +83,7 @@ class Tracing {
  public:
   Tracing(const Options& options, Sink& sink, Failure& status)
       : options_(options), sink_(sink), status_(status), attaching_(options.attach_pid > 0),
-        session_(options, sink), preload_(-1, session_.recorder(), sink) {}
+        reader_(options, sink), preload_(-1, reader_.unwinder(), sink) {}
 
   ~Tracing() {
     for (int fd : {preload_pipe_[0], preload_pipe_[1], go_[1], exec_error_[0]}) {
@@ -147,7 +147,7 @@ class Tracing {
                              FailureKind::no_such_process});
     }
     size_buffers();
-    descriptors_.buffers = &session_.buffers;
+    descriptors_.buffers = &reader_.buffers;
     choose_cpu_sampling();
     count_in_kernel();
     const long cpus = sysconf(_SC_NPROCESSORS_CONF);
@@ -178,12 +178,12 @@ class Tracing {
       stat_before_ = stat_last_ = read_process_stat(child_);
       std::string name = read_text("/proc/" + std::to_string(child_) + "/comm");
       if (!name.empty() && name.back() == '\n') name.pop_back();
-      session_.started(child_, started_ns_, name);
+      reader_.started(child_, started_ns_, name);
       report_existing_mappings(child_, started_ns_, sink_);
       if (counter_ && !counter_->trace(child_, false)) return abandon(failed("adding the process to the in-kernel counter"));
       for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
     } else {
-      session_.started(child_, started_ns_, options_.command[0].substr(options_.command[0].rfind('/') + 1));
+      reader_.started(child_, started_ns_, options_.command[0].substr(options_.command[0].rfind('/') + 1));
       (void)!write(go_[1], "x", 1);
       close(std::exchange(go_[1], -1));
       if (read(exec_error_[0], &result_.faults_before_exec, sizeof(result_.faults_before_exec)) !=
@@ -199,13 +199,13 @@ class Tracing {
     result_.started = true;
 
     std::vector<pollfd> polls;
-    for (const RingBuffer& buffer : session_.buffers) polls.push_back({buffer.fd, POLLIN, 0});
+    for (const RingBuffer& buffer : reader_.buffers) polls.push_back({buffer.fd, POLLIN, 0});
     Hold hold(child_);
     // A small buffer (no privilege to lock more) overflows within one slow step: hold before each.
     // A large one only once it is filling.
     const bool small_buffers = buffer_pages_ * page_ < (32U << 20);
-    session_.recorder().before_slow_work = [&] {
-      if (small_buffers || session_.fullest() > 1.0 / 16) hold.hold();
+    reader_.unwinder().before_slow_work = [&] {
+      if (small_buffers || reader_.fullest() > 1.0 / 16) hold.hold();
     };
     std::uint64_t period_started = started_ns_;
     while (true) {
@@ -213,8 +213,8 @@ class Tracing {
       poll(polls.data(), polls.size(), 1);
       // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching
       // up, rather than lose records. It is told nothing.
-      if (session_.fullest() > 0.25) hold.hold();
-      std::uint64_t settled = session_.drain(false, [&] { hold.hold(); });
+      if (reader_.fullest() > 0.25) hold.hold();
+      std::uint64_t settled = reader_.drain(false, [&] { hold.hold(); });
       if (preloading_) preload_.drain();
       if (counter_) {
         if (monotonic_ns() - last_sweep_ns_ >= kSweepNs) sweep_counts(Sweep::ended);
@@ -225,23 +225,23 @@ class Tracing {
       if (const std::uint64_t now = monotonic_ns();
           options_.period_ns && options_.period_ended && now - period_started >= options_.period_ns) {
         period_started += (now - period_started) / options_.period_ns * options_.period_ns;  // on the grid, none doubled
-        session_.recorder().name_jit_frames();
+        reader_.unwinder().name_jit_frames();
         sweep_counts(Sweep::window);
         options_.period_ended();
       }
       if (attaching_ ? watch_ended() : command_ended()) break;
     }
-    session_.recorder().before_slow_work = nullptr;
+    reader_.unwinder().before_slow_work = nullptr;
     result_.pauses = hold.pauses;
     result_.paused_ns = hold.paused_ns;
     result_.interrupted = g_interrupted || g_stop_requested;
     result_.wall_ns = monotonic_ns() - started_ns_;
     if (options_.window_closed) options_.window_closed();
-    session_.drain(true);
+    reader_.drain(true);
     if (preloading_) preload_.drain();
     sweep_counts(Sweep::last);
-    session_.recorder().name_jit_frames();  // a map written at exit is there now
-    result_.unnamed_code_stacks = session_.recorder().unnamed_jit_stacks();
+    reader_.unwinder().name_jit_frames();  // a map written at exit is there now
+    result_.unnamed_code_stacks = reader_.unwinder().unnamed_jit_stacks();
     sink_.settle(UINT64_MAX);
     return true;
   }
@@ -251,7 +251,7 @@ class Tracing {
     result_.fault_source = kernel_faults_ ? "perf software event page-faults, user and kernel mode"
                                           : "perf software event page-faults, user mode only (kernel-mode sampling not "
                                             "permitted)";
-    result_.lost_records = session_.lost;
+    result_.lost_records = reader_.lost;
     if (counter_) {
       result_.fault_source = "BPF programs on the tracepoints exceptions:page_fault_user and page_fault_kernel, every "
                              "fault counted in the kernel per 2 MiB region; touching stacks sampled by the perf "
@@ -260,7 +260,7 @@ class Tracing {
       result_.kernel_faults = counter_->faults();
       result_.kernel_faults_uncounted = counter_->uncounted();
     }
-    result_.unwind_failures = session_.unwind_failures();
+    result_.unwind_failures = reader_.unwind_failures();
     if (attaching_) {
       // Not our child: its CPU and faults while watched, from /proc/PID/stat.
       result_.user_ns = (stat_last_.user_ticks - stat_before_.user_ticks) * 1'000'000'000ULL / ticks_per_second();
@@ -317,7 +317,7 @@ class Tracing {
       cpu_sampling_ = false;
       result_.cpu_sampling = "not possible: /proc/kallsyms shows no kernel addresses to this user (kernel.kptr_restrict)";
     }
-    session_.kernel = kernel_.get();
+    reader_.kernel = kernel_.get();
   }
 
   // The in-kernel counter, where it loads: then perf samples only the touching stacks. Not with
@@ -389,7 +389,7 @@ class Tracing {
         abandon(why);
         return -1;
       }
-      session_.buffers.push_back(buffer);
+      reader_.buffers.push_back(buffer);
       result_.buffer_bytes = buffer.data_bytes;
       result_.stack_bytes = stack_bytes_;
     }
@@ -397,7 +397,7 @@ class Tracing {
     ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
     Event event{EventKind::fault, CallKind::mmap, sample_type, {}};
     event.counted = counter_ == nullptr;
-    session_.events[id] = event;
+    reader_.events[id] = event;
     if (cpu_sampling_ && !kernel_faults_) {
       cpu_sampling_ = false;
       result_.cpu_sample_period_ns = 0;
@@ -427,7 +427,7 @@ class Tracing {
     if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
     std::uint64_t id = 0;
     ioctl(fd, PERF_EVENT_IOC_ID, &id);
-    session_.events[id] = Event{EventKind::cpu, CallKind::mmap, kCpuSampleType, {}};
+    reader_.events[id] = Event{EventKind::cpu, CallKind::mmap, kCpuSampleType, {}};
     result_.cpu_sample_period_ns = options_.cpu_sample_period_ns;
     result_.cpu_sampling = "perf software event cpu-clock every " + std::to_string(options_.cpu_sample_period_ns / 1000) +
                            " µs of each thread's CPU time, kernel mode only, with the kernel call chain; "
@@ -451,7 +451,7 @@ class Tracing {
       if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
       std::uint64_t id = 0;
       ioctl(fd, PERF_EVENT_IOC_ID, &id);
-      session_.events[id] = event;
+      reader_.events[id] = event;
     }
     return true;
   }
@@ -600,7 +600,7 @@ class Tracing {
   const std::size_t page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   std::size_t buffer_pages_ = 0;
   std::uint32_t stack_bytes_ = 0;
-  Session session_;
+  RecordReader reader_;
   PreloadReader preload_;
   Descriptors descriptors_;
   std::uint64_t started_ns_ = 0, last_stat_ns_ = 0;

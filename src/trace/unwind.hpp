@@ -85,14 +85,14 @@ inline int on_frame(Dwfl_Frame* frame, void* arg) {
   return input->pcs->size() >= input->max_frames ? DWARF_CB_ABORT : DWARF_CB_OK;
 }
 
-struct Mapping {
+struct FileMapping {
   std::uint64_t start = 0, end = 0, offset = 0;
   std::string path;
 };
 
 // A process's executable mappings of files, from /proc/PID/maps (empty once it has gone).
-inline std::vector<Mapping> executable_file_mappings(int pid) {
-  std::vector<Mapping> found;
+inline std::vector<FileMapping> executable_file_mappings(int pid) {
+  std::vector<FileMapping> found;
   std::istringstream maps(read_text("/proc/" + std::to_string(pid) + "/maps"));
   for (std::string line; std::getline(maps, line);) {
     std::uint64_t start = 0, end = 0, offset = 0;
@@ -112,9 +112,9 @@ struct Process {
   std::uint32_t generation = 0;
   Dwfl* dwfl = nullptr;
   bool attached = false;
-  std::vector<Mapping> pending;
+  std::vector<FileMapping> pending;
   std::set<std::string> reported;  // files given to libdwfl, each once, at its first load bias
-  std::vector<Mapping> mappings;  // every executable file mapping seen
+  std::vector<FileMapping> mappings;  // every executable file mapping seen
   std::vector<std::pair<std::uint64_t, std::uint64_t>> code;  // their ranges, sorted
   std::size_t code_known = static_cast<std::size_t>(-1);
   UnwindInput input;
@@ -125,11 +125,11 @@ struct Process {
   }
 };
 
-class Recorder {
+class Unwinder {
  public:
-  Recorder(const Options& options, Sink& sink) : options_(options), sink_(sink) {}
+  Unwinder(const Options& options, Sink& sink) : options_(options), sink_(sink) {}
 
-  void add_mapping(int pid, Mapping mapping) {
+  void add_mapping(int pid, FileMapping mapping) {
     Process& process = get(pid);
     process.mappings.push_back(mapping);
     process.pending.push_back(std::move(mapping));
@@ -261,7 +261,7 @@ class Recorder {
   static void code_ranges(Process& process) {
     if (process.code_known == process.mappings.size()) return;
     process.code.clear();
-    for (const Mapping& mapping : process.mappings) process.code.emplace_back(mapping.start, mapping.end);
+    for (const FileMapping& mapping : process.mappings) process.code.emplace_back(mapping.start, mapping.end);
     std::sort(process.code.begin(), process.code.end());
     process.code_known = process.mappings.size();
   }
@@ -270,7 +270,7 @@ class Recorder {
   // from the loadable segment that holds the mapping's file offset. `start - offset` is right only
   // where a segment's address equals its offset, as GNU ld lays them out; lld (Rust's default
   // linker) places each segment a page further on, and that guess put every Rust frame a page off.
-  std::optional<std::uint64_t> load_bias(const Mapping& mapping) {
+  std::optional<std::uint64_t> load_bias(const FileMapping& mapping) {
     auto [slot, fresh] = segments_.try_emplace(mapping.path);
     if (fresh) slot->second = loadable_segments(mapping.path);
     // The segment the mapping begins with; two segments can share a page of the file (lld's read-only
@@ -319,7 +319,7 @@ class Recorder {
     if (process.pending.empty() || process.dwfl == nullptr) return;
     if (before_slow_work) before_slow_work();
     dwfl_report_begin_add(process.dwfl);
-    for (const Mapping& mapping : process.pending) {
+    for (const FileMapping& mapping : process.pending) {
       // Not an ELF file (a JIT's code, a deleted file): no module; --perf-map names such code.
       const std::optional<std::uint64_t> bias = load_bias(mapping);
       // A file mapped a second time at another bias is not a second load of it but a runtime copying
@@ -344,7 +344,7 @@ class Recorder {
     report_pending(process);
     if (!process.read_proc_maps) {
       process.read_proc_maps = true;
-      for (const Mapping& mapping : executable_file_mappings(process.pid)) {
+      for (const FileMapping& mapping : executable_file_mappings(process.pid)) {
         process.pending.push_back(mapping);
         process.mappings.push_back(mapping);
       }

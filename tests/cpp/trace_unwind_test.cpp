@@ -26,7 +26,7 @@ class CollectingSink : public Sink {
   std::map<std::uint32_t, std::vector<Frame>> stacks;
 };
 
-std::vector<detail::Mapping> code_mappings() { return detail::executable_file_mappings(getpid()); }
+std::vector<detail::FileMapping> code_mappings() { return detail::executable_file_mappings(getpid()); }
 
 TEST(SymbolNames, CxxAndRustReadAsWritten) {
   EXPECT_EQ(demangle("_ZNSt6vectorIiSaIiEE9push_backERKi"), "std::vector<int, std::allocator<int> >::push_back(int const&)");
@@ -87,10 +87,10 @@ __attribute__((noinline, no_sanitize("address"))) Captured capture_here() {
 TEST(Unwind, ARealStackUnwindsToItsCallers) {
   Options options;
   CollectingSink sink;
-  detail::Recorder recorder(options, sink);
-  for (const auto& mapping : code_mappings()) recorder.add_mapping(getpid(), mapping);
+  detail::Unwinder unwinder(options, sink);
+  for (const auto& mapping : code_mappings()) unwinder.add_mapping(getpid(), mapping);
   const Captured here = capture_here();
-  const std::uint32_t id = recorder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(), here.stack.size());
+  const std::uint32_t id = unwinder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(), here.stack.size());
   ASSERT_NE(id, 0U);
   const auto& frames = sink.stacks.at(id);
   ASSERT_GE(frames.size(), 2U);
@@ -103,9 +103,9 @@ TEST(Unwind, ARealStackUnwindsToItsCallers) {
 TEST(Unwind, RandomAndTruncatedStacksNeverCrashTheUnwinder) {
   Options options;
   CollectingSink sink;
-  detail::Recorder recorder(options, sink);
+  detail::Unwinder unwinder(options, sink);
   const auto mappings = code_mappings();
-  for (const auto& mapping : mappings) recorder.add_mapping(getpid(), mapping);
+  for (const auto& mapping : mappings) unwinder.add_mapping(getpid(), mapping);
   std::mt19937_64 random(20261123);
   auto code_address = [&] {
     const auto& mapping = mappings[random() % mappings.size()];
@@ -127,9 +127,9 @@ TEST(Unwind, RandomAndTruncatedStacksNeverCrashTheUnwinder) {
     const std::uint64_t sp = random() % 3 == 0 ? extremes[random() % std::size(extremes)] : random();
     const std::uint64_t bp = random() % 2 == 0 ? sp + random() % 8192 : random();
     const std::uint64_t ip = random() % 4 == 0 ? random() : code_address();
-    (void)recorder.stack(getpid(), gettid(), bp, sp, ip, bytes ? stack.data() : nullptr, bytes);
+    (void)unwinder.stack(getpid(), gettid(), bp, sp, ip, bytes ? stack.data() : nullptr, bytes);
   }
-  EXPECT_GT(recorder.unwind_failures() + sink.stacks.size(), 0U);
+  EXPECT_GT(unwinder.unwind_failures() + sink.stacks.size(), 0U);
 }
 
 }  // namespace

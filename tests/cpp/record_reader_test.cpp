@@ -1,0 +1,148 @@
+// The perf ring-buffer reader on hand-made records in a buffer laid out as the kernel's: every
+// field known, and records that wrap around the buffer's end.
+#include "trace/record_reader.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace memcost::trace {
+namespace {
+
+class Collected : public Sink {
+ public:
+  void stack(std::uint32_t, const std::vector<Frame>&) override {}
+  void call(const MappingCall& call) override { calls.push_back(call); }
+  void fault(const Fault& fault) override { faults.push_back(fault); }
+  void process(const ProcessEvent& event) override { processes.push_back(event); }
+  std::vector<MappingCall> calls;
+  std::vector<Fault> faults;
+  std::vector<ProcessEvent> processes;
+};
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kData = 4096;  // the data area: a power of two, as the kernel's
+constexpr std::uint64_t kFaultId = 11, kEnterId = 12, kExitId = 13;
+
+// A ring buffer in ordinary memory: the control page, then the data, written at `head`.
+class FakeBuffer {
+ public:
+  explicit FakeBuffer(std::uint64_t start) : memory_(kPage + kData) {
+    meta()->data_tail = start;
+    meta()->data_head = start;
+  }
+  perf_event_mmap_page* meta() { return reinterpret_cast<perf_event_mmap_page*>(memory_.data()); }
+  detail::RingBuffer ring() { return {-1, memory_.data(), memory_.size(), kData}; }
+
+  // One record: header then the words given, as little-endian u64s.
+  void put(std::uint32_t type, std::uint16_t misc, const std::vector<std::uint64_t>& words) {
+    perf_event_header header{type, misc, static_cast<std::uint16_t>(sizeof(header) + words.size() * 8)};
+    bytes(&header, sizeof(header));
+    for (std::uint64_t word : words) bytes(&word, 8);
+  }
+
+ private:
+  void bytes(const void* from, std::size_t size) {
+    const auto* source = static_cast<const std::uint8_t*>(from);
+    for (std::size_t i = 0; i < size; ++i) memory_[kPage + (meta()->data_head + i) % kData] = source[i];
+    meta()->data_head += size;
+  }
+  std::vector<std::uint8_t> memory_;
+};
+
+std::uint64_t pid_tid(std::uint32_t pid, std::uint32_t tid) { return pid | (std::uint64_t{tid} << 32); }
+
+// A syscalls tracepoint's raw data: u32 size, then common fields (8 bytes), __syscall_nr and its
+// padding (8), then the fields (u64 each), padded so that the whole stays 8-byte aligned.
+std::vector<std::uint64_t> raw(const std::vector<std::uint64_t>& fields) {
+  const std::uint32_t size = 4 + 16 + static_cast<std::uint32_t>(fields.size()) * 8;  // + 4 bytes of padding
+  std::vector<std::uint8_t> bytes(4 + size, 0);
+  std::memcpy(bytes.data(), &size, 4);
+  for (std::size_t i = 0; i < fields.size(); ++i) std::memcpy(bytes.data() + 4 + 16 + i * 8, &fields[i], 8);
+  std::vector<std::uint64_t> words(bytes.size() / 8);
+  std::memcpy(words.data(), bytes.data(), words.size() * 8);
+  return words;
+}
+
+TEST(RecordReader, ReadsFaultsCallsAndLostRecordsAcrossTheBuffersEnd) {
+  Options options;
+  Collected sink;
+  detail::RecordReader reader(options, sink);
+  constexpr std::uint64_t kFaultType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR;
+  reader.events[kFaultId] = detail::Event{detail::EventKind::fault, CallKind::mmap, kFaultType, {}};
+  reader.events[kEnterId] = detail::Event{detail::EventKind::enter, CallKind::munmap, detail::kExitSampleType, {16, 24}};
+  reader.events[kExitId] = detail::Event{detail::EventKind::exit, CallKind::munmap, detail::kExitSampleType, {16}};
+  FakeBuffer buffer(kData - 100);  // the third record straddles the end; the rest follow from the start
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, {kFaultId, pid_tid(7, 8), 1'000 + i, 0x7f0000000000 + i * 4096});
+  }
+  std::vector<std::uint64_t> enter = {kEnterId, pid_tid(7, 8), 2'000};
+  for (std::uint64_t word : raw({0x7f0000000000, 1 << 20})) enter.push_back(word);
+  buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, enter);
+  std::vector<std::uint64_t> exit = {kExitId, pid_tid(7, 8), 2'500};
+  for (std::uint64_t word : raw({0})) exit.push_back(word);
+  buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, exit);
+  // LOST: the event's id and how many, then sample_id_all's pid/tid, time and identifier.
+  buffer.put(PERF_RECORD_LOST, 0, {kFaultId, 5, pid_tid(7, 8), 3'000, kFaultId});
+  reader.buffers.push_back(buffer.ring());
+
+  reader.drain(true);
+
+  ASSERT_EQ(sink.faults.size(), 40U);
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(sink.faults[i].address, 0x7f0000000000 + i * 4096) << i;
+    EXPECT_EQ(sink.faults[i].time_ns, 1'000 + i);
+    EXPECT_EQ(sink.faults[i].pid, 7);
+    EXPECT_EQ(sink.faults[i].tid, 8);
+    EXPECT_TRUE(sink.faults[i].user_mode);
+    EXPECT_EQ(sink.faults[i].period, 1U);
+  }
+  ASSERT_EQ(sink.calls.size(), 1U);
+  EXPECT_EQ(sink.calls[0].kind, CallKind::munmap);
+  EXPECT_EQ(sink.calls[0].args[0], 0x7f0000000000U);
+  EXPECT_EQ(sink.calls[0].args[1], 1U << 20);
+  EXPECT_EQ(sink.calls[0].enter_ns, 2'000U);
+  EXPECT_EQ(sink.calls[0].exit_ns, 2'500U);
+  EXPECT_EQ(sink.calls[0].result, 0);
+  EXPECT_EQ(reader.lost, 5U);
+  EXPECT_EQ(buffer.meta()->data_tail, buffer.meta()->data_head);  // the space is given back
+}
+
+TEST(RecordReader, TouchingSamplesCarryTheirPeriod) {
+  // Counting in the kernel, perf's fault event samples touching stacks in frequency mode: each
+  // sample says how many faults it stands for.
+  Options options;
+  Collected sink;
+  detail::RecordReader reader(options, sink);
+  constexpr std::uint64_t kType =
+      PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR | PERF_SAMPLE_PERIOD;
+  detail::Event event{detail::EventKind::fault, CallKind::mmap, kType, {}};
+  event.counted = false;
+  reader.events[kFaultId] = event;
+  FakeBuffer buffer(0);
+  buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_KERNEL, {kFaultId, pid_tid(7, 9), 5'000, 0x1000, 377});
+  reader.buffers.push_back(buffer.ring());
+  reader.drain(true);
+  ASSERT_EQ(sink.faults.size(), 1U);
+  EXPECT_FALSE(sink.faults[0].counted);
+  EXPECT_EQ(sink.faults[0].period, 377U);
+  EXPECT_FALSE(sink.faults[0].user_mode);  // taken inside a system call
+}
+
+TEST(RecordReader, ACallWhoseEntryCameBeforeTracingIsDropped) {
+  Options options;
+  Collected sink;
+  detail::RecordReader reader(options, sink);
+  reader.events[kExitId] = detail::Event{detail::EventKind::exit, CallKind::munmap, detail::kExitSampleType, {16}};
+  FakeBuffer buffer(0);
+  std::vector<std::uint64_t> exit = {kExitId, pid_tid(7, 8), 2'500};
+  for (std::uint64_t word : raw({0})) exit.push_back(word);
+  buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, exit);
+  reader.buffers.push_back(buffer.ring());
+  reader.drain(true);
+  EXPECT_TRUE(sink.calls.empty());
+}
+
+}  // namespace
+}  // namespace memcost::trace
