@@ -209,24 +209,27 @@ class Tracing {
     };
     std::uint64_t period_started = started_ns_;
     while (true) {
-      // perf may deliver its wakeup only at the next tick: look every millisecond as well.
-      poll(polls.data(), polls.size(), 1);
+      // perf may deliver its wakeup only at the next tick: look every millisecond as well; counting
+      // in the kernel, the buffers carry only samples and calls, and every 10 ms is enough.
+      poll(polls.data(), polls.size(), counter_ ? 10 : 1);
       // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching
       // up, rather than lose records. It is told nothing.
       if (reader_.fullest() > 0.25) hold.hold();
       std::uint64_t settled = reader_.drain(false, [&] { hold.hold(); });
       if (preloading_) preload_.drain();
+      const std::uint64_t now = monotonic_ns();
+      const bool period_ended = options_.period_ns && options_.period_ended && now - period_started >= options_.period_ns;
       if (counter_) {
-        if (monotonic_ns() - last_sweep_ns_ >= kSweepNs) sweep_counts(Sweep::ended);
+        // A window's end takes what is new in the open generations too, so that it holds its own faults.
+        if (period_ended) sweep_counts(Sweep::window);
+        else if (now - last_sweep_ns_ >= kSweepNs) sweep_counts(Sweep::ended);
         settled = std::min(settled, last_sweep_ns_);
       }
       sink_.settle(settled);
       hold.release();
-      if (const std::uint64_t now = monotonic_ns();
-          options_.period_ns && options_.period_ended && now - period_started >= options_.period_ns) {
+      if (period_ended) {
         period_started += (now - period_started) / options_.period_ns * options_.period_ns;  // on the grid, none doubled
         reader_.unwinder().name_jit_frames();
-        sweep_counts(Sweep::window);
         options_.period_ended();
       }
       if (attaching_ ? watch_ended() : command_ended()) break;

@@ -331,6 +331,73 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
   }
 }
 
+// The traced window's measurements of the rest of the machine, and a long trace's windows: each
+// emits the counters so far (cumulative, so that nothing is reset under the attribution and the
+// final aggregate is the whole trace's; the front end takes differences).
+class Windows {
+ public:
+  Windows(Emitter& emitter, trace::Attribution& attribution) : emitter_(emitter), attribution_(attribution) {}
+
+  void connect(trace::Options& options, double window_seconds) {
+    options.window_opened = [this] {
+      before = measure::take_snapshot(kEveryone);
+      start_unix_ns_ = unix_time_ns();
+    };
+    options.window_closed = [this] { after = measure::take_snapshot(kEveryone); };
+    options.period_ns = static_cast<std::uint64_t>(window_seconds * 1e9);
+    options.period_ended = [this] { window_ended(); };
+  }
+
+  measure::Snapshot before, after;
+
+ private:
+  static constexpr measure::SnapshotOptions kEveryone{true, false, true};
+
+  void window_ended() {
+    attribution_.count_live();
+    const std::uint64_t end_unix_ns = unix_time_ns();
+    emit_aggregate(emitter_, attribution_, {{"window", number_}});
+    emitter_.sample({{"record", "window"}, {"window", number_}},
+                    {{"start_unix_ns", start_unix_ns_}, {"end_unix_ns", end_unix_ns},
+                     {"sampled_faults", attribution_.faults_seen()}});
+    ++number_;
+    start_unix_ns_ = end_unix_ns;
+  }
+
+  Emitter& emitter_;
+  trace::Attribution& attribution_;
+  std::uint64_t number_ = 0;
+  std::uint64_t start_unix_ns_ = 0;
+};
+
+// The command (or the process attached to) traced: the attribution fed as the records stream,
+// kept raw too when asked, the windows emitted as they end, then the aggregate and the run record.
+void trace_and_emit(const Settings& settings, Emitter& emitter) {
+  trace::Options options = tracer_options(settings);
+  JsonSink output(emitter);
+  const std::string thp = thp_mode_name();
+  trace::Attribution attribution(thp_mode(thp), huge_page_bytes());
+  attribution.stacks = &output;
+  std::unique_ptr<trace::RawWriter> raw;
+  if (!settings.raw_file.empty()) {
+    raw = std::make_unique<trace::RawWriter>(settings.raw_file, attribution);
+    if (!raw->error().empty()) throw ProbeError(exit_failure, "raw_file", raw->error() + ": check the path");
+  }
+  trace::Sink& sink = raw ? static_cast<trace::Sink&>(*raw) : attribution;
+  Windows windows(emitter, attribution);
+  windows.connect(options, settings.window_seconds);
+  trace::Failure failure;
+  trace::Result result = trace::run(options, sink, failure);
+  throw_if_failed(failure);
+  attribution.finish();
+  emit_aggregate(emitter, attribution);
+  if (raw) {
+    raw->close();
+    if (!raw->error().empty()) emitter.warning("raw_file_incomplete", raw->error() + ": the raw records are incomplete");
+  }
+  emit_run(emitter, settings, result, attribution, windows.before, windows.after, thp);
+}
+
 }  // namespace
 
 Experiment trace_experiment() {
@@ -340,49 +407,7 @@ Experiment trace_experiment() {
             add_trace_options(command, *settings);
             return [settings](Emitter& emitter) {
               if (!settings->replay.empty()) return replay_raw_file(*settings, emitter);
-              trace::Options options = tracer_options(*settings);
-              JsonSink output(emitter);
-              const std::string thp = thp_mode_name();
-              trace::Attribution attribution(thp_mode(thp), huge_page_bytes());
-              attribution.stacks = &output;
-              std::unique_ptr<trace::RawWriter> raw;
-              if (!settings->raw_file.empty()) {
-                raw = std::make_unique<trace::RawWriter>(settings->raw_file, attribution);
-                if (!raw->error().empty()) throw ProbeError(exit_failure, "raw_file", raw->error() + ": check the path");
-              }
-              trace::Sink& sink = raw ? static_cast<trace::Sink&>(*raw) : attribution;
-              trace::Failure failure;
-              const measure::SnapshotOptions everyone{true, false, true};
-              measure::Snapshot before, after;
-              std::uint64_t window_start_unix_ns = 0;
-              options.window_opened = [&] {
-                before = measure::take_snapshot(everyone);
-                window_start_unix_ns = unix_time_ns();
-              };
-              options.window_closed = [&] { after = measure::take_snapshot(everyone); };
-              // Cumulative counters each window (the front end takes differences), so that nothing
-              // is reset under the attribution and the final aggregate is the whole trace's.
-              std::uint64_t window = 0;
-              options.period_ns = static_cast<std::uint64_t>(settings->window_seconds * 1e9);
-              options.period_ended = [&] {
-                attribution.count_live();
-                const std::uint64_t end_unix_ns = unix_time_ns();
-                emit_aggregate(emitter, attribution, {{"window", window}});
-                emitter.sample({{"record", "window"}, {"window", window}},
-                               {{"start_unix_ns", window_start_unix_ns}, {"end_unix_ns", end_unix_ns},
-                                {"sampled_faults", attribution.faults_seen()}});
-                ++window;
-                window_start_unix_ns = end_unix_ns;
-              };
-              trace::Result result = trace::run(options, sink, failure);
-              throw_if_failed(failure);
-              attribution.finish();
-              emit_aggregate(emitter, attribution);
-              if (raw) {
-                raw->close();
-                if (!raw->error().empty()) emitter.warning("raw_file_incomplete", raw->error() + ": the raw records are incomplete");
-              }
-              emit_run(emitter, *settings, result, attribution, before, after, thp);
+              trace_and_emit(*settings, emitter);
             };
           }};
 }
