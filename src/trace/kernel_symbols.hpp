@@ -27,11 +27,14 @@ inline const std::unordered_set<std::string_view> kZeroingFunctions = {
     "clear_pages_erms",    "clear_pages_rep",      "clear_user_page",    "clear_user_highpage", "clear_user_highpages",
     "clear_highpage",      "clear_huge_page",      "clear_gigantic_page", "clear_subpage",      "folio_zero_user"};
 
-// perf's own work in the handler (the page-fault event recording a sample, copying the user
-// stack into it): the tracer's cost, not the fault's. Every function named perf_* or __perf_*.
-inline bool is_perf_function(std::string_view name) {
+// The tracer's own work in the handler: perf's (the page-fault event recording a sample, copying
+// the user stack into it; every function named perf_* or __perf_*) and the BPF counter's (its
+// JIT-compiled programs, bpf_prog_*, and the tracepoint glue that runs them, bpf_trace_run* and
+// __bpf_trace_*): the tracer's cost, not the fault's. A sample with any of them in its chain is.
+inline bool is_tracing_function(std::string_view name) {
   while (!name.empty() && name.front() == '_') name.remove_prefix(1);
-  return name.rfind("perf_", 0) == 0;
+  return name.rfind("perf_", 0) == 0 || name.rfind("bpf_prog_", 0) == 0 || name.rfind("bpf_trace_", 0) == 0 ||
+         name.rfind("bpf_trace_run", 0) == 0;
 }
 
 class KernelSymbols {
@@ -39,7 +42,7 @@ class KernelSymbols {
   // Reads the symbol table; empty() afterwards when the addresses are hidden (kptr_restrict) or absent.
   KernelSymbols() {
     std::ifstream in("/proc/kallsyms");
-    std::vector<std::pair<std::uint64_t, int>> marks;  // start of every text symbol; 1 fault, 2 zeroing, 3 perf, 0 other
+    std::vector<std::pair<std::uint64_t, int>> marks;  // start of every text symbol; 1 fault, 2 zeroing, 3 tracing, 0 other
     std::string line;
     while (std::getline(in, line)) {
       const auto first = line.find(' ');
@@ -51,14 +54,14 @@ class KernelSymbols {
       std::string_view name(line);
       name.remove_prefix(first + 3);
       name = name.substr(0, name.find('\t'));  // "\t[module]"
-      const int kind = kFaultFunctions.count(name) ? 1 : kZeroingFunctions.count(name) ? 2 : is_perf_function(name) ? 3 : 0;
+      const int kind = kFaultFunctions.count(name) ? 1 : kZeroingFunctions.count(name) ? 2 : is_tracing_function(name) ? 3 : 0;
       marks.emplace_back(address, kind);
     }
     std::sort(marks.begin(), marks.end());
     for (std::size_t i = 0; i + 1 < marks.size(); ++i) {
       if (marks[i].second == 0) continue;
       // A function ends where the next symbol begins.
-      auto& ranges = marks[i].second == 1 ? fault_ : marks[i].second == 2 ? zeroing_ : perf_;
+      auto& ranges = marks[i].second == 1 ? fault_ : marks[i].second == 2 ? zeroing_ : tracing_;
       ranges.emplace_back(marks[i].first, marks[i + 1].first);
     }
   }
@@ -66,7 +69,7 @@ class KernelSymbols {
   [[nodiscard]] bool empty() const { return fault_.empty(); }
   [[nodiscard]] bool in_fault(std::uint64_t ip) const { return inside(fault_, ip); }
   [[nodiscard]] bool zeroing(std::uint64_t ip) const { return inside(zeroing_, ip); }
-  [[nodiscard]] bool perf(std::uint64_t ip) const { return inside(perf_, ip); }
+  [[nodiscard]] bool tracing(std::uint64_t ip) const { return inside(tracing_, ip); }
 
  private:
   static bool inside(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges, std::uint64_t ip) {
@@ -74,7 +77,7 @@ class KernelSymbols {
     return after != ranges.begin() && ip < std::prev(after)->second;
   }
 
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> fault_, zeroing_, perf_;  // sorted, disjoint
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> fault_, zeroing_, tracing_;  // sorted, disjoint
 };
 
 }  // namespace memcost::trace::detail

@@ -155,7 +155,7 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
       if (ip >= static_cast<std::uint64_t>(PERF_CONTEXT_MAX) || kernel == nullptr) continue;  // a context marker
       cpu.in_fault = cpu.in_fault || kernel->in_fault(ip);
       cpu.zeroing = cpu.zeroing || kernel->zeroing(ip);
-      cpu.tracing = cpu.tracing || kernel->perf(ip);
+      cpu.tracing = cpu.tracing || kernel->tracing(ip);
     }
     cpu.zeroing = cpu.zeroing && cpu.in_fault && !cpu.tracing;
     sink_.cpu_sample(cpu);

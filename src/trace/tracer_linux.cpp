@@ -148,8 +148,8 @@ class Tracing {
     }
     size_buffers();
     descriptors_.buffers = &reader_.buffers;
+    count_in_kernel();  // first: the kernel's symbols, read next, then name its programs too
     choose_cpu_sampling();
-    count_in_kernel();
     const long cpus = sysconf(_SC_NPROCESSORS_CONF);
     for (int cpu = 0; cpu < cpus; ++cpu) {
       int owner_fd = -1;  // the first event on this CPU owns its ring buffer; the others write into it

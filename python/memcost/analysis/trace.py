@@ -562,7 +562,7 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         totals["zeroing_share"] = (sum(row["zeroing_samples"] for row in trace.fault_time) / in_faults
                                    if in_faults else None)
         totals["fault_ms_measured_attributed"] = attributed_samples * sample_period_ns / 1e6
-        # perf recording each fault for this trace, inside the command's system time: not fault time.
+        # The tracer in the handler (perf recording samples, the BPF counter), inside the command's system time: not fault time.
         totals["tracing_ms"] = run.get("cpu_samples_tracing", 0) * sample_period_ns / 1e6
         totals["kernel_sampled_ms"] = run.get("cpu_samples", 0) * sample_period_ns / 1e6
     return {"rows": rows, "touching": _touching_sites(trace, cost, which), "processes": processes_table(trace),

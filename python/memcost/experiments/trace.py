@@ -287,8 +287,8 @@ def totals_lines(summary: dict) -> list[str]:
             + f"; the estimate says {estimate:,.1f} ms"
             + (f" ({sampled / estimate:.2f}× the estimate)" if estimate > 0 else "")
             + f". By {totals['cpu_sampling']}; each sample charged to the fault its thread took last. Not counted as "
-              f"fault time: {totals['tracing_ms']:,.1f} ms of perf recording those faults for this trace (inside the "
-              f"command's system time).")
+              f"fault time: {totals['tracing_ms']:,.1f} ms of the tracer's own work in the fault handler (perf "
+              f"recording samples, memcost's BPF counter; inside the command's system time).")
     else:
         lines.append(f"Fault time is estimated only: sampling it was {totals.get('cpu_sampling', 'not recorded')}.")
     return lines
