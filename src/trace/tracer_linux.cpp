@@ -1,7 +1,8 @@
 // Tracing with perf events (see tracer.hpp for the contract): run() in named steps over the
-// tracer's units: perf.hpp, tracefs.hpp, unwind.hpp, record_reader, fault_counter, preload.hpp, process.hpp.
+// tracer's units: perf.hpp, tracefs.hpp, unwind.hpp, record_reader, fault_counter, preload_reader, process_tree.
 #include "trace/tracer.hpp"
 
+#include <dirent.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -13,8 +14,8 @@
 
 #include "trace/fault_counter.hpp"
 #include "trace/perf.hpp"
-#include "trace/preload.hpp"
-#include "trace/process.hpp"
+#include "trace/preload_reader.hpp"
+#include "trace/process_tree.hpp"
 #include "trace/record_reader.hpp"
 #include "trace/tracefs.hpp"
 

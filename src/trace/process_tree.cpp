@@ -1,6 +1,5 @@
-// The traced processes: the tree of the command and its descendants, holding it still and
-// letting it go, signals to it, and a process's own counters from /proc.
-#pragma once
+// The traced processes (see process_tree.hpp).
+#include "trace/process_tree.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "os/os.hpp"
@@ -21,7 +22,7 @@ namespace memcost::trace::detail {
 
 // The traced tree as it is now: `root` and its descendants, by the parent each names in
 // /proc/PID/stat. A process that left the tree (a daemon that re-parented itself) is not in it.
-inline std::vector<pid_t> process_tree(pid_t root) {
+std::vector<pid_t> process_tree(pid_t root) {
   std::unordered_map<pid_t, std::vector<pid_t>> children;
   if (DIR* proc = opendir("/proc")) {
     while (dirent* entry = readdir(proc)) {
@@ -41,62 +42,41 @@ inline std::vector<pid_t> process_tree(pid_t root) {
   return tree;
 }
 
-inline void signal_tree(pid_t root, int signal) {
+void signal_tree(pid_t root, int signal) {
   for (pid_t pid : process_tree(root)) kill(pid, signal);
 }
 
-// Holds every process of the traced tree still while the tracer catches up. A process that was
-// forking as the others stopped shows up in the next look at /proc: look until none is new.
-class Hold {
- public:
-  explicit Hold(pid_t root) : root_(root) {}
-  ~Hold() { release(); }
-
-  void hold() {
-    if (!held_.empty()) return;
-    for (int round = 0; round < 16; ++round) {
-      bool added = false;
-      for (pid_t pid : process_tree(root_)) {
-        if (std::find(held_.begin(), held_.end(), pid) == held_.end() && kill(pid, SIGSTOP) == 0) {
-          held_.push_back(pid);
-          added = true;
-        }
+void Hold::hold() {
+  if (!held_.empty()) return;
+  for (int round = 0; round < 16; ++round) {
+    bool added = false;
+    for (pid_t pid : process_tree(root_)) {
+      if (std::find(held_.begin(), held_.end(), pid) == held_.end() && kill(pid, SIGSTOP) == 0) {
+        held_.push_back(pid);
+        added = true;
       }
-      if (!added) break;
     }
-    if (!held_.empty()) {
-      since_ns_ = monotonic_ns();
-      ++pauses;
-    }
+    if (!added) break;
   }
-
-  void release() {
-    if (held_.empty()) return;
-    for (pid_t pid : held_) kill(pid, SIGCONT);
-    held_.clear();
-    paused_ns += monotonic_ns() - since_ns_;
+  if (!held_.empty()) {
+    since_ns_ = monotonic_ns();
+    ++pauses;
   }
+}
 
-  std::uint64_t pauses = 0, paused_ns = 0;
+void Hold::release() {
+  if (held_.empty()) return;
+  for (pid_t pid : held_) kill(pid, SIGCONT);
+  held_.clear();
+  paused_ns += monotonic_ns() - since_ns_;
+}
 
- private:
-  pid_t root_;
-  std::vector<pid_t> held_;
-  std::uint64_t since_ns_ = 0;
-};
-
-// A process attached to may end as a zombie whose parent has not reaped it yet.
-inline bool is_zombie(pid_t pid) {
+bool is_zombie(pid_t pid) {
   auto status = os::process_status(pid);
   return status && status->state == 'Z';
 }
 
-struct ProcessStat {
-  bool alive = false;
-  std::uint64_t minor_faults = 0, major_faults = 0, user_ticks = 0, system_ticks = 0;
-};
-
-inline ProcessStat read_process_stat(pid_t pid) {
+ProcessStat read_process_stat(pid_t pid) {
   ProcessStat stat;
   if (auto status = os::process_status(pid)) {
     stat = {true, status->minor_faults, status->major_faults, status->user_ticks, status->system_ticks};
@@ -104,10 +84,9 @@ inline ProcessStat read_process_stat(pid_t pid) {
   return stat;
 }
 
-inline std::uint64_t ticks_per_second() { return static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK)); }
+std::uint64_t ticks_per_second() { return static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK)); }
 
-// The anonymous and private writable mappings a process has when tracing attaches to it.
-inline void report_existing_mappings(pid_t pid, std::uint64_t now_ns, Sink& sink) {
+void report_existing_mappings(pid_t pid, std::uint64_t now_ns, Sink& sink) {
   std::istringstream maps(read_text("/proc/" + std::to_string(pid) + "/maps"));
   for (std::string line; std::getline(maps, line);) {
     std::uint64_t start = 0, end = 0;

@@ -1,0 +1,36 @@
+// The preload interposer's records (preload_abi.h, written by preload_linux.c), read from its
+// pipe as they come and delivered as mapping calls, their stacks symbolized by the Unwinder.
+#pragma once
+
+#include <vector>
+
+#include "trace/preload_abi.h"
+#include "trace/unwind.hpp"
+
+namespace memcost::trace::detail {
+
+using PreloadRecord = memcost_preload_header;
+static_assert(static_cast<int>(CallKind::mmap) == MEMCOST_CALL_MMAP && static_cast<int>(CallKind::munmap) == MEMCOST_CALL_MUNMAP &&
+              static_cast<int>(CallKind::mremap) == MEMCOST_CALL_MREMAP && static_cast<int>(CallKind::brk) == MEMCOST_CALL_BRK &&
+              static_cast<int>(CallKind::madvise) == MEMCOST_CALL_MADVISE && static_cast<int>(CallKind::malloc) == MEMCOST_CALL_MALLOC &&
+              static_cast<int>(CallKind::free) == MEMCOST_CALL_FREE && static_cast<int>(CallKind::realloc) == MEMCOST_CALL_REALLOC,
+              "the preload library's record kinds are the tracer's call kinds");
+static_assert(sizeof(PreloadRecord) == 96, "the record header's layout: no padding, the same in C and C++");
+
+// Reads the preload library's records from its pipe as they come.
+class PreloadReader {
+ public:
+  PreloadReader(int fd, Unwinder& recorder, Sink& sink) : fd_(fd), unwinder_(recorder), sink_(sink) {}
+  void read_from(int fd) { fd_ = fd; }
+
+  // Every whole record the pipe holds now, as calls to the sink (a record cut short waits).
+  void drain();
+
+ private:
+  int fd_;
+  Unwinder& unwinder_;
+  Sink& sink_;
+  std::vector<char> pending_;
+};
+
+}  // namespace memcost::trace::detail
