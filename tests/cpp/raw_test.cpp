@@ -1,0 +1,89 @@
+// `--raw`: records written, then replayed, come back field for field; a file that is not one is refused.
+#include "trace/raw.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace memcost::trace {
+namespace {
+
+class Collected : public Sink {
+ public:
+  void stack(std::uint32_t, const std::vector<Frame>&) override {}
+  void call(const MappingCall& call) override { calls.push_back(call); }
+  void fault(const Fault& fault) override { faults.push_back(fault); }
+  void process(const ProcessEvent& event) override { processes.push_back(event); }
+  void settle(std::uint64_t until_ns) override { settled = until_ns; }
+  std::vector<MappingCall> calls;
+  std::vector<Fault> faults;
+  std::vector<ProcessEvent> processes;
+  std::uint64_t settled = 0;
+};
+
+std::string temporary_path(const char* name) {
+  return (testing::TempDir() + "/" + name + "-" + std::to_string(getpid()));
+}
+
+TEST(Raw, RecordsWrittenAreReplayedAsTheyWere) {
+  const std::string path = temporary_path("raw.gz");
+  Collected passed_on;
+  MappingCall call;
+  call.kind = CallKind::mremap;
+  call.pid = 5;
+  call.tid = 6;
+  call.enter_ns = 100;
+  call.exit_ns = 250;
+  for (int i = 0; i < 6; ++i) call.args[i] = 1000 + static_cast<std::uint64_t>(i);
+  call.result = -12;
+  call.stack = 9;
+  {
+    RawWriter writer(path, passed_on);
+    ASSERT_TRUE(writer.error().empty()) << writer.error();
+    writer.process({ProcessChange::fork, 5, 4, 50, "child"});
+    writer.call(call);
+    for (std::uint64_t i = 0; i < 1000; ++i) writer.fault({5, 6, 300 + i, 0x7f0000000000 + i * 4096, 3, i % 2 == 0});
+    writer.close();
+    ASSERT_TRUE(writer.error().empty()) << writer.error();
+  }
+  EXPECT_EQ(passed_on.faults.size(), 1000U);  // the writer passes everything on as it writes
+
+  Collected replayed;
+  std::string error;
+  ASSERT_TRUE(replay(path, replayed, error)) << error;
+  ASSERT_EQ(replayed.processes.size(), 1U);
+  EXPECT_EQ(replayed.processes[0].change, ProcessChange::fork);
+  EXPECT_EQ(replayed.processes[0].parent, 4);
+  EXPECT_EQ(replayed.processes[0].name, "child");
+  ASSERT_EQ(replayed.calls.size(), 1U);
+  const MappingCall& back = replayed.calls[0];
+  EXPECT_EQ(back.kind, CallKind::mremap);
+  EXPECT_EQ(back.exit_ns, 250U);
+  EXPECT_EQ(back.args[5], 1005U);
+  EXPECT_EQ(back.result, -12);
+  EXPECT_EQ(back.stack, 9U);
+  ASSERT_EQ(replayed.faults.size(), 1000U);
+  for (std::size_t i = 0; i < 1000; ++i) {
+    EXPECT_EQ(replayed.faults[i].address, 0x7f0000000000 + i * 4096);
+    EXPECT_EQ(replayed.faults[i].user_mode, i % 2 == 0);
+  }
+  EXPECT_EQ(replayed.settled, UINT64_MAX);
+  std::remove(path.c_str());
+}
+
+TEST(Raw, AFileThatIsNotOneIsRefusedWithAReason) {
+  const std::string path = temporary_path("not-raw");
+  std::ofstream(path) << "hello\n";
+  Collected replayed;
+  std::string error;
+  EXPECT_FALSE(replay(path, replayed, error));
+  EXPECT_FALSE(error.empty());
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace memcost::trace
