@@ -1,5 +1,5 @@
 /* The preload library's records, as preload_linux.c writes them into its pipe and the tracer
-   (preload.hpp, python_frames.hpp) reads them: defined once, for C and C++. */
+   (preload_reader.cpp, python_frames.hpp) reads them: defined once, for C and C++. */
 #ifndef MEMCOST_TRACE_PRELOAD_ABI_H
 #define MEMCOST_TRACE_PRELOAD_ABI_H
 

@@ -14,7 +14,7 @@
       stack into each mmap's sample, and the tracer finds the block there: no pipe, no join.
 
    It calls the kernel and glibc's own allocator entry points directly (syscall(), __libc_*), so
-   the interposers cannot recurse into themselves. Layouts: see preload.hpp. */
+   the interposers cannot recurse into themselves. Layouts: see preload_abi.h. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>

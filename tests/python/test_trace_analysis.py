@@ -124,6 +124,45 @@ def test_the_processes_table_names_each_program_a_pid_ran():
     assert by_name[(7, "sh")]["faults"] == 10
 
 
+def touch_samples(*rows):
+    """rows: (allocation stack, allocation call, touching stack, pid, program, samples, faults they stand for)."""
+    columns = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "samples", "faults")
+    return {"case": {"record": "touch_samples"},
+            "metrics": {name: [row[i] for row in rows] for i, name in enumerate(columns)}}
+
+
+def counted_in_kernel():
+    """A site counted exactly in the kernel (10,000 faults), its touching stacks sampled: 300 samples
+    standing for 7,500 faults by `writer`, 100 for 2,500 by `reader`."""
+    return [stack(1, "maker", "main"), stack(2, "writer"), stack(4, "reader"),
+            faults((1, "mmap", 0, 7, 0, False, 10_000)),
+            touch_samples((1, "mmap", 2, 7, 0, 300, 7_500), (1, "mmap", 4, 7, 0, 100, 2_500)),
+            origin(1, 1, 0, 64 * MIB, 10_000), run()]
+
+
+def test_counted_in_the_kernel_the_touching_sites_share_the_exact_count_by_their_samples():
+    summary = analysis.summarize(counted_in_kernel(), COST)
+    [row] = summary["rows"]
+    assert row["faults"] == 10_000  # exact: the kernel's count, not the samples'
+    touching = {r["site"].split(" ")[0]: r for r in summary["touching"]}
+    assert touching["writer"]["faults"] == 7_500 and touching["reader"]["faults"] == 2_500
+    assert touching["writer"]["samples"] == 300
+    assert touching["writer"]["faults_error"] == pytest.approx(7_500 / 300 ** 0.5)
+
+
+def test_counted_in_the_kernel_the_exports_total_the_exact_count(tmp_path):
+    from memcost.export import folded, pprof
+    samples = counted_in_kernel()
+    document = {"samples": samples, "summary": analysis.summarize(samples, COST)}
+    folded.write(document, tmp_path / "f.txt")
+    lines = [line for line in (tmp_path / "f.txt").read_text().split("\n") if line]
+    assert sorted(int(line.rsplit(" ", 1)[1]) for line in lines) == [2_500, 7_500]
+    pprof.write(document, tmp_path / "p.pb.gz")
+    profile = pprof._profile_class()()
+    profile.ParseFromString(gzip.decompress((tmp_path / "p.pb.gz").read_bytes()))
+    assert sum(sample.value[0] for sample in profile.sample) == 10_000
+
+
 def test_exports_total_what_the_summary_counts(tmp_path):
     from memcost.export import folded, pprof
     samples = churn(5)
