@@ -48,6 +48,9 @@ void signal_tree(pid_t root, int signal) {
 
 void Hold::hold() {
   if (!held_.empty()) return;
+  // The root first, at once: looking through /proc for the rest takes a millisecond or more, in
+  // which a small buffer can fill.
+  if (kill(root_, SIGSTOP) == 0) held_.push_back(root_);
   for (int round = 0; round < 16; ++round) {
     bool added = false;
     for (pid_t pid : process_tree(root_)) {

@@ -37,9 +37,9 @@ std::uint64_t RecordReader::drain(bool final, const std::function<void()>& behin
           }
         }
         at += header.size;
-        if (samples && ++handled % 256 == 0) {
+        if (samples && ++handled % check_every == 0) {
           __atomic_store_n(&meta->data_tail, at, __ATOMIC_RELEASE);
-          if (behind && fullest() > 0.25) behind();
+          if (behind && fullest() > behind_at) behind();
         }
       }
       if (samples) __atomic_store_n(&meta->data_tail, at, __ATOMIC_RELEASE);

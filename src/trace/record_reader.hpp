@@ -19,6 +19,10 @@ class RecordReader {
   std::vector<RingBuffer> buffers;
   std::uint64_t lost = 0;
   const KernelSymbols* kernel = nullptr;  // for classifying CPU samples
+  // How full a buffer may get before `behind` is called, looked at every `check_every` samples
+  // read: small buffers (no privilege to lock more) fill within a millisecond, so they are watched closely.
+  double behind_at = 0.25;
+  std::size_t check_every = 256;
 
   // Everything the buffers hold now. The records that describe the address space (mappings,
   // forks, execs) go first, from every CPU's buffer, so that a sample finds the modules it needs

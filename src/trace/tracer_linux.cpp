@@ -205,6 +205,10 @@ class Tracing {
     // A small buffer (no privilege to lock more) overflows within one slow step: hold before each.
     // A large one only once it is filling.
     const bool small_buffers = buffer_pages_ * page_ < (32U << 20);
+    if (small_buffers) {
+      reader_.behind_at = 1.0 / 8;
+      reader_.check_every = 64;
+    }
     reader_.unwinder().before_slow_work = [&] {
       if (small_buffers || reader_.fullest() > 1.0 / 16) hold.hold();
     };
@@ -215,7 +219,7 @@ class Tracing {
       poll(polls.data(), polls.size(), counter_ ? 10 : 1);
       // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching
       // up, rather than lose records. It is told nothing.
-      if (reader_.fullest() > 0.25) hold.hold();
+      if (reader_.fullest() > reader_.behind_at) hold.hold();
       std::uint64_t settled = reader_.drain(false, [&] { hold.hold(); });
       if (preloading_) preload_.drain();
       const std::uint64_t now = monotonic_ns();
@@ -364,7 +368,7 @@ class Tracing {
     attr.comm_exec = 1;
     attr.task = 1;
     attr.watermark = 1;
-    attr.wakeup_watermark = static_cast<std::uint32_t>(buffer_pages_ * page_ / 8);
+    attr.wakeup_watermark = static_cast<std::uint32_t>(buffer_pages_ * page_ / 32);
     attr.exclude_kernel = kernel_faults_ ? 0 : 1;
     int fault_fd = open_event(attr, target, cpu);
     if (fault_fd < 0 && kernel_faults_ && (errno == EACCES || errno == EPERM)) {
