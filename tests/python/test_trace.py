@@ -73,6 +73,39 @@ def test_the_touching_site_is_the_writer_not_memset_or_the_allocator(traced):
 
 
 @needs_tracing
+def test_the_run_says_faults_were_counted_in_the_kernel_where_it_can(traced):
+    """As root on a kernel with BTF (this machine, make test), the default path is the BPF counter."""
+    _, document, _ = traced
+    totals = document["summary"]["totals"]
+    if os.geteuid() != 0 or not Path("/sys/kernel/btf/vmlinux").exists():
+        assert not totals["counted_in_kernel"] and totals["kernel_counting"]  # and says why not
+        return
+    assert totals["counted_in_kernel"], totals["kernel_counting"]
+    assert totals["faults_uncounted"] == 0 and totals["touch_samples"] > 0
+    assert totals["faults"] == pytest.approx(totals["kernel_faults"], abs=20)
+
+
+@needs_tracing
+def test_a_record_per_fault_gives_the_same_sites_and_counts(traced, sites_program, golden_results, tmp_path):
+    """The perf path (--fault-counting perf), which runs wherever BPF cannot load, charges the same
+    faults to the same sites as the in-kernel counter, and its touching counts are exact."""
+    _, counted, _ = traced
+    root = tmp_path / "results"
+    shutil.copytree(golden_results, root)
+    result = run_memcost("--results-dir", str(root), "trace", "--fault-counting", "perf", "--",
+                         str(sites_program), "fresh", "3")
+    assert result.returncode == 3, result.stderr  # the program's own exit code, passed on
+    recorded = load_document(root / "latest" / "trace.json")
+    assert not recorded["summary"]["totals"]["counted_in_kernel"]
+    assert recorded["summary"]["totals"]["kernel_counting"] == "not asked for"
+    for function in ("site_a_frames", "site_b_allocate"):
+        assert _row(recorded, function)["faults"] == pytest.approx(_row(counted, function)["faults"], abs=20)
+    touching = {row["site"].split(" ")[0].split(".")[0]: row for row in recorded["summary"]["touching"]}
+    assert "samples" not in touching["site_b_writer"]  # exact: no sampling error to show
+    assert touching["site_b_writer"]["faults"] == pytest.approx(65536, rel=0.02)
+
+
+@needs_tracing
 def test_reuse_advice_for_the_churning_site_only(traced):
     _, document, _ = traced
     a, b = _row(document, "site_a_frames"), _row(document, "site_b_allocate")
