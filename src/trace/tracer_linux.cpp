@@ -175,28 +175,7 @@ class Tracing {
     (void)setpriority(PRIO_PROCESS, 0, -10);
     if (options_.window_opened) options_.window_opened();
     started_ns_ = monotonic_ns();
-    if (attaching_) {
-      stat_before_ = stat_last_ = read_process_stat(child_);
-      std::string name = read_text("/proc/" + std::to_string(child_) + "/comm");
-      if (!name.empty() && name.back() == '\n') name.pop_back();
-      reader_.started(child_, started_ns_, name);
-      report_existing_mappings(child_, started_ns_, sink_);
-      if (counter_ && !counter_->trace(child_, false)) return abandon(failed("adding the process to the in-kernel counter"));
-      for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
-    } else {
-      reader_.started(child_, started_ns_, options_.command[0].substr(options_.command[0].rfind('/') + 1));
-      (void)!write(go_[1], "x", 1);
-      close(std::exchange(go_[1], -1));
-      if (read(exec_error_[0], &result_.faults_before_exec, sizeof(result_.faults_before_exec)) !=
-          static_cast<ssize_t>(sizeof(result_.faults_before_exec))) {
-        result_.faults_before_exec = 0;
-      }
-      int exec_errno = 0;
-      if (read(exec_error_[0], &exec_errno, sizeof(exec_errno)) == static_cast<ssize_t>(sizeof(exec_errno))) {
-        waitpid(child_, nullptr, 0);
-        return fail(Failure{exec_errno, "cannot run " + options_.command[0], FailureKind::command_not_started});
-      }
-    }
+    if (!(attaching_ ? start_watching() : let_the_command_through())) return false;
     result_.started = true;
 
     std::vector<pollfd> polls;
@@ -310,6 +289,35 @@ class Tracing {
       closedir(tasks);
     }
     return targets;
+  }
+
+  // Attached: the process's counters and mappings as the window opens, its events enabled.
+  bool start_watching() {
+    stat_before_ = stat_last_ = read_process_stat(child_);
+    std::string name = read_text("/proc/" + std::to_string(child_) + "/comm");
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    reader_.started(child_, started_ns_, name);
+    report_existing_mappings(child_, started_ns_, sink_);
+    if (counter_ && !counter_->trace(child_, false)) return abandon(failed("adding the process to the in-kernel counter"));
+    for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+    return true;
+  }
+
+  // The command goes through the door; false with status_ set when it could not be executed.
+  bool let_the_command_through() {
+    reader_.started(child_, started_ns_, options_.command[0].substr(options_.command[0].rfind('/') + 1));
+    (void)!write(go_[1], "x", 1);
+    close(std::exchange(go_[1], -1));
+    if (read(exec_error_[0], &result_.faults_before_exec, sizeof(result_.faults_before_exec)) !=
+        static_cast<ssize_t>(sizeof(result_.faults_before_exec))) {
+      result_.faults_before_exec = 0;
+    }
+    int exec_errno = 0;
+    if (read(exec_error_[0], &exec_errno, sizeof(exec_errno)) == static_cast<ssize_t>(sizeof(exec_errno))) {
+      waitpid(child_, nullptr, 0);
+      return fail(Failure{exec_errno, "cannot run " + options_.command[0], FailureKind::command_not_started});
+    }
+    return true;
   }
 
   // Fault time sampling, where kernel samples and kernel symbols are allowed; result_ says which.
