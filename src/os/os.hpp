@@ -105,7 +105,6 @@ struct Mapping {
 // that, and the caller may choose touch_pages(). Windows: VirtualLock then
 // VirtualUnlock; beyond the working-set quota the working-set minimum is raised by
 // the range for the lock and put back after.
-// Test hook: with MEMCOST_INJECT_FAILURE containing "populate_write" it fails with EINVAL.
 [[nodiscard]] Status populate_write(void* address, std::size_t size_bytes);
 // Write one byte per `stride_bytes` (read-modify-write of the existing value,
 // so contents are unchanged). Always available.

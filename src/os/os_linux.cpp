@@ -211,12 +211,6 @@ Status protect(void* address, std::size_t size_bytes, bool writable) {
 }
 
 Status populate_write(void* address, std::size_t size_bytes) {
-  // A test hook, as on a kernel older than 5.14: the call fails with EINVAL.
-  static const bool injected = [] {
-    const char* failing = std::getenv("MEMCOST_INJECT_FAILURE");
-    return failing && std::strstr(failing, "populate_write");
-  }();
-  if (injected) return Status{EINVAL, "madvise(MADV_POPULATE_WRITE) [failure injected by MEMCOST_INJECT_FAILURE]"};
   if (madvise(address, size_bytes, MADV_POPULATE_WRITE) != 0) return failed("madvise(MADV_POPULATE_WRITE)");
   return {};
 }
