@@ -36,6 +36,10 @@ struct KernelThreadCpu {
   std::uint64_t kworker_ns = 0;
   [[nodiscard]] std::uint64_t total_ns() const { return kswapd_ns + khugepaged_ns + kcompactd_ns + kworker_ns; }
 };
+// The kernel's memory-management threads' CPU time now, by family (kswapd*, khugepaged,
+// kcompactd*, kworker*: the work a program's memory makes the kernel do elsewhere); absent where
+// the OS does not list them (Windows).
+[[nodiscard]] std::optional<KernelThreadCpu> kernel_thread_cpu();
 
 // All CPUs of the machine added together.
 struct MachineCpu {

@@ -12,14 +12,27 @@ std::uint64_t now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
+std::optional<KernelThreadCpu> kernel_thread_cpu() {
+  auto family = [](std::string_view name, KernelThreadCpu& times) -> std::uint64_t* {
+    if (name.rfind("kswapd", 0) == 0) return &times.kswapd_ns;
+    if (name == "khugepaged") return &times.khugepaged_ns;
+    if (name.rfind("kcompactd", 0) == 0) return &times.kcompactd_ns;
+    if (name.rfind("kworker", 0) == 0) return &times.kworker_ns;
+    return nullptr;
+  };
+  KernelThreadCpu times;
+  auto threads = os::processes_cpu([&](std::string_view name) { return family(name, times) != nullptr; });
+  if (!threads) return std::nullopt;
+  for (const os::NamedCpu& thread : *threads) *family(thread.name, times) += thread.cpu_ns;
+  return times;
+}
+
 Snapshot take_snapshot(SnapshotOptions options) {
   Snapshot snapshot;
   // Slow readers first, the clock last: the interval then starts as late and
   // ends (in the "after" snapshot) as early as possible around the region.
   if (options.kernel_threads) {
-    if (auto threads = os::kernel_thread_times()) {
-      snapshot.kernel_threads = KernelThreadCpu{threads->kswapd_ns, threads->khugepaged_ns, threads->kcompactd_ns, threads->kworker_ns};
-    }
+    snapshot.kernel_threads = kernel_thread_cpu();
   }
   if (options.other_tasks) {
     if (auto tasks = os::other_tasks_cpu()) {

@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string_view>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -247,15 +249,14 @@ struct MachineTimes {
 };
 [[nodiscard]] std::optional<MachineTimes> machine_times();
 
-// CPU time of the kernel's memory-management threads, by family (Linux:
-// schedstat nanoseconds where the kernel has them, else stat ticks).
-struct KernelThreadTimes {
-  std::uint64_t kswapd_ns = 0;
-  std::uint64_t khugepaged_ns = 0;
-  std::uint64_t kcompactd_ns = 0;
-  std::uint64_t kworker_ns = 0;
+// CPU time of each process on the machine whose name `wanted` accepts (Linux: the kernel's comm;
+// schedstat nanoseconds where the kernel has them, else stat ticks). Absent where the OS does not
+// list processes this way (Windows). Which names matter is the caller's business.
+struct NamedCpu {
+  std::string name;
+  std::uint64_t cpu_ns = 0;
 };
-[[nodiscard]] std::optional<KernelThreadTimes> kernel_thread_times();
+[[nodiscard]] std::optional<std::vector<NamedCpu>> processes_cpu(const std::function<bool(std::string_view)>& wanted);
 
 // CPU time of every task (thread) on the machine outside this process, as the
 // scheduler counts it, in nanoseconds, by thread id. Linux:
@@ -278,7 +279,7 @@ struct TaskTime {
 // Where vmstat() reads, for messages: "/proc/vmstat", "PDH \Memory counters".
 [[nodiscard]] const char* memory_counters_source();
 // CPU time of the OS's own kernel process, where it has one: Windows' System process (page
-// zeroing runs there). Linux: absent — its kernel threads are kernel_thread_times().
+// zeroing runs there). Linux: absent — its kernel threads are measure::kernel_thread_cpu().
 [[nodiscard]] std::optional<std::uint64_t> kernel_process_cpu_ns();
 
 // One process's fault and CPU counters, cumulative since it started.

@@ -424,30 +424,20 @@ std::optional<MachineTimes> machine_times() {
   return times;
 }
 
-std::optional<KernelThreadTimes> kernel_thread_times() {
+std::optional<std::vector<NamedCpu>> processes_cpu(const std::function<bool(std::string_view)>& wanted) {
   DIR* proc = opendir("/proc");
   if (!proc) return std::nullopt;
-  KernelThreadTimes times;
+  std::vector<NamedCpu> found;
   while (dirent* entry = readdir(proc)) {
     if (!std::isdigit(static_cast<unsigned char>(entry->d_name[0]))) continue;
     auto status = process_status(std::atoi(entry->d_name));
-    if (!status) continue;  // the process ended between readdir and open
-    const std::string& comm = status->name;
-    std::uint64_t* bucket = nullptr;
-    if (comm.rfind("kswapd", 0) == 0) bucket = &times.kswapd_ns;
-    else if (comm == "khugepaged") bucket = &times.khugepaged_ns;
-    else if (comm.rfind("kcompactd", 0) == 0) bucket = &times.kcompactd_ns;
-    else if (comm.rfind("kworker", 0) == 0) bucket = &times.kworker_ns;
-    if (!bucket) continue;
+    if (!status || !wanted(status->name)) continue;  // ended between readdir and open, or not asked for
     // schedstat's run time is in nanoseconds; stat's utime + stime only in ticks.
-    if (auto run_ns = read_number(std::string("/proc/") + entry->d_name + "/schedstat")) {
-      *bucket += *run_ns;
-      continue;
-    }
-    *bucket += ticks_to_ns(status->user_ticks + status->system_ticks);
+    auto run_ns = read_number(std::string("/proc/") + entry->d_name + "/schedstat");
+    found.push_back({status->name, run_ns ? *run_ns : ticks_to_ns(status->user_ticks + status->system_ticks)});
   }
   closedir(proc);
-  return times;
+  return found;
 }
 
 std::optional<ProcessStatus> process_status(int pid) {

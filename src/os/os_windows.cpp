@@ -359,7 +359,7 @@ std::optional<MachineTimes> machine_times() {
   return times;
 }
 
-std::optional<KernelThreadTimes> kernel_thread_times() { return std::nullopt; }
+std::optional<std::vector<NamedCpu>> processes_cpu(const std::function<bool(std::string_view)>&) { return std::nullopt; }
 std::optional<bool> free_page_reporting() { return std::nullopt; }
 std::optional<std::uint64_t> host_reported_bytes() { return std::nullopt; }
 bool top_down_on_request() { return true; }

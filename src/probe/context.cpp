@@ -122,7 +122,7 @@ json machine_context() {
        {{"faults", os::process_times().faults_counted},
         {"machine_cpu", machine.has_value()},
         {"steal", machine && machine->steal_available},
-        {"kernel_threads", os::kernel_thread_times().has_value()},
+        {"kernel_threads", measure::kernel_thread_cpu().has_value()},
         {"perf", perf_counters()}}},
       {"capabilities", {{"populate_write", os::populate_write_works()}, {"legacy_layout_active", os::legacy_layout_active()}}},
       {"build",

@@ -32,7 +32,7 @@ json machine_cpu() {
 }
 
 json kernel_threads() {
-  auto threads = os::kernel_thread_times();
+  auto threads = measure::kernel_thread_cpu();
   if (!threads) return nullptr;
   return {{"kswapd", threads->kswapd_ns}, {"khugepaged", threads->khugepaged_ns},
           {"kcompactd", threads->kcompactd_ns}, {"kworker", threads->kworker_ns}};
