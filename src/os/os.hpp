@@ -161,10 +161,11 @@ struct Wine {
 // The hypervisor this machine runs under, from CPUID ("KVM", "Microsoft Hyper-V", …);
 // "" on bare metal; absent where it cannot be told (not x86).
 [[nodiscard]] std::optional<std::string> hypervisor_vendor();
-// The malloc this process runs on, told by the symbols only it exports ("jemalloc", "mimalloc",
-// "tcmalloc", else the C library's: "glibc"; Windows: "Windows heap"), so that a row measured under a
-// preloaded allocator is known to have been.
-[[nodiscard]] std::string malloc_implementation();
+// Whether this process can find `symbol` where it would find malloc (Linux: dlsym(RTLD_DEFAULT);
+// Windows: never, its heap is not replaced this way).
+[[nodiscard]] bool symbol_present(const char* symbol);
+// The platform's own malloc: "glibc" (Linux), "Windows heap".
+[[nodiscard]] const char* native_malloc_name();
 [[nodiscard]] unsigned logical_cpu_count();
 
 struct MultiSizeThp {

@@ -545,15 +545,9 @@ std::optional<std::string> task_name(int tid) {
   return name;
 }
 
-std::string malloc_implementation() {
-  // Each allocator's own entry points, looked up where malloc itself would be found.
-  static const std::pair<const char*, const char*> signatures[] = {
-      {"mallctl", "jemalloc"}, {"mi_version", "mimalloc"}, {"tc_version", "tcmalloc"}};
-  for (const auto& [symbol, name] : signatures) {
-    if (dlsym(RTLD_DEFAULT, symbol) != nullptr) return name;
-  }
-  return "glibc";
-}
+bool symbol_present(const char* symbol) { return dlsym(RTLD_DEFAULT, symbol) != nullptr; }
+
+const char* native_malloc_name() { return "glibc"; }
 
 std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu() {
   std::ifstream interrupts("/proc/interrupts");

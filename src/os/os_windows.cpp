@@ -468,7 +468,9 @@ std::optional<std::vector<TaskTime>> other_tasks_cpu() {
 const char* other_tasks_method() { return "System process (GetProcessTimes)"; }
 const char* machine_times_method() { return "GetSystemTimes"; }
 
-std::string malloc_implementation() { return "Windows heap"; }
+bool symbol_present(const char*) { return false; }
+
+const char* native_malloc_name() { return "Windows heap"; }
 
 std::optional<std::size_t> last_level_cache_bytes() {
   DWORD bytes = 0;

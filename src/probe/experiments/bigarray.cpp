@@ -111,6 +111,17 @@ using Strategy = std::function<BuiltArray(const StrategyInputs&)>;
 // os::populate_write, with the probe's test hook (tests/python/test_bigarray.py): with
 // MEMCOST_INJECT_FAILURE containing "populate_write" it fails with EINVAL, as on a kernel older
 // than 5.14. A hook of this experiment's, not of the OS layer.
+// The malloc this process runs on, told by the entry points only it exports, so that a row
+// measured under a preloaded allocator is known to have been.
+std::string malloc_implementation() {
+  static const std::pair<const char*, const char*> signatures[] = {
+      {"mallctl", "jemalloc"}, {"mi_version", "mimalloc"}, {"tc_version", "tcmalloc"}};
+  for (const auto& [symbol, name] : signatures) {
+    if (os::symbol_present(symbol)) return name;
+  }
+  return os::native_malloc_name();
+}
+
 os::Status populate_write_or_injected(void* address, std::size_t size_bytes) {
   static const bool injected = [] {
     const char* failing = std::getenv("MEMCOST_INJECT_FAILURE");
@@ -475,7 +486,7 @@ void measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& 
                   {"huge_fraction", backing ? json(backing->huge_fraction()) : json(nullptr)},
                   {"verified", ok},
                   {"page_kind", made.page_kind},
-                  {"malloc", os::malloc_implementation()},
+                  {"malloc", malloc_implementation()},
                   {"events", events}};
   if (made.first_percent_s >= 0) metrics["first_percent_s"] = made.first_percent_s;
   if (!made.auto_choice.empty()) {
