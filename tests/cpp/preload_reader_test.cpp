@@ -11,18 +11,11 @@
 
 #include <gtest/gtest.h>
 
+#include "collecting_sink.hpp"
+
 namespace memcost::trace {
 namespace {
 
-class Collected : public Sink {
- public:
-  void stack(std::uint32_t id, const std::vector<Frame>& frames) override { stacks[id] = frames; }
-  void call(const MappingCall& call) override { calls.push_back(call); }
-  void fault(const Fault&) override {}
-  void process(const ProcessEvent&) override {}
-  std::map<std::uint32_t, std::vector<Frame>> stacks;
-  std::vector<MappingCall> calls;
-};
 
 // A malloc record with two return addresses and a Python block of one frame (f at a.py:3).
 std::vector<char> malloc_record() {
@@ -60,7 +53,7 @@ TEST(PreloadReader, ARecordBecomesACallWithItsPythonFrames) {
   int fds[2];
   ASSERT_EQ(pipe2(fds, O_NONBLOCK), 0);
   Options options;
-  Collected sink;
+  CollectingSink sink;
   detail::Unwinder unwinder(options, sink);
   detail::PreloadReader reader(fds[0], unwinder, sink);
   const std::vector<char> record = malloc_record();

@@ -13,17 +13,11 @@
 
 #include <gtest/gtest.h>
 
+#include "collecting_sink.hpp"
+
 namespace memcost::trace {
 namespace {
 
-class Calls : public Sink {
- public:
-  void stack(std::uint32_t, const std::vector<Frame>&) override {}
-  void call(const MappingCall& call) override { calls.push_back(call); }
-  void fault(const Fault&) override {}
-  void process(const ProcessEvent&) override {}
-  std::vector<MappingCall> calls;
-};
 
 // A child that forks a grandchild; both sleep until killed. The grandchild's pid comes back through a pipe.
 std::pair<pid_t, pid_t> child_and_grandchild() {
@@ -84,7 +78,7 @@ TEST(ProcessTree, ReadsAProcesssCountersAndItsMappings) {
   constexpr std::size_t kBytes = 3 << 20;
   void* memory = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(memory, MAP_FAILED);
-  Calls sink;
+  CollectingSink sink;
   detail::report_existing_mappings(getpid(), 42, sink);
   const auto start = reinterpret_cast<std::uint64_t>(memory);
   const bool found = std::any_of(sink.calls.begin(), sink.calls.end(), [&](const MappingCall& call) {

@@ -9,21 +9,11 @@
 
 #include <gtest/gtest.h>
 
+#include "collecting_sink.hpp"
+
 namespace memcost::trace {
 namespace {
 
-class Collected : public Sink {
- public:
-  void stack(std::uint32_t, const std::vector<Frame>&) override {}
-  void call(const MappingCall& call) override { calls.push_back(call); }
-  void fault(const Fault& fault) override { faults.push_back(fault); }
-  void process(const ProcessEvent& event) override { processes.push_back(event); }
-  void settle(std::uint64_t until_ns) override { settled = until_ns; }
-  std::vector<MappingCall> calls;
-  std::vector<Fault> faults;
-  std::vector<ProcessEvent> processes;
-  std::uint64_t settled = 0;
-};
 
 std::string temporary_path(const char* name) {
   return (testing::TempDir() + "/" + name + "-" + std::to_string(getpid()));
@@ -31,7 +21,7 @@ std::string temporary_path(const char* name) {
 
 TEST(Raw, RecordsWrittenAreReplayedAsTheyWere) {
   const std::string path = temporary_path("raw.gz");
-  Collected passed_on;
+  CollectingSink passed_on;
   MappingCall call;
   call.kind = CallKind::mremap;
   call.pid = 5;
@@ -52,7 +42,7 @@ TEST(Raw, RecordsWrittenAreReplayedAsTheyWere) {
   }
   EXPECT_EQ(passed_on.faults.size(), 1000U);  // the writer passes everything on as it writes
 
-  Collected replayed;
+  CollectingSink replayed;
   std::string error;
   ASSERT_TRUE(replay(path, replayed, error)) << error;
   ASSERT_EQ(replayed.processes.size(), 1U);
@@ -78,7 +68,7 @@ TEST(Raw, RecordsWrittenAreReplayedAsTheyWere) {
 TEST(Raw, AFileThatIsNotOneIsRefusedWithAReason) {
   const std::string path = temporary_path("not-raw");
   std::ofstream(path) << "hello\n";
-  Collected replayed;
+  CollectingSink replayed;
   std::string error;
   EXPECT_FALSE(replay(path, replayed, error));
   EXPECT_FALSE(error.empty());

@@ -7,19 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include "collecting_sink.hpp"
+
 namespace memcost::trace {
 namespace {
 
-class Collected : public Sink {
- public:
-  void stack(std::uint32_t, const std::vector<Frame>&) override {}
-  void call(const MappingCall& call) override { calls.push_back(call); }
-  void fault(const Fault& fault) override { faults.push_back(fault); }
-  void process(const ProcessEvent& event) override { processes.push_back(event); }
-  std::vector<MappingCall> calls;
-  std::vector<Fault> faults;
-  std::vector<ProcessEvent> processes;
-};
 
 constexpr std::size_t kPage = 4096;
 constexpr std::size_t kData = 4096;  // the data area: a power of two, as the kernel's
@@ -67,7 +59,7 @@ std::vector<std::uint64_t> raw(const std::vector<std::uint64_t>& fields) {
 
 TEST(RecordReader, ReadsFaultsCallsAndLostRecordsAcrossTheBuffersEnd) {
   Options options;
-  Collected sink;
+  CollectingSink sink;
   detail::RecordReader reader(options, sink);
   constexpr std::uint64_t kFaultType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR;
   reader.events[kFaultId] = detail::Event{detail::EventKind::fault, CallKind::mmap, kFaultType, {}};
@@ -113,7 +105,7 @@ TEST(RecordReader, TouchingSamplesCarryTheirPeriod) {
   // Counting in the kernel, perf's fault event samples touching stacks in frequency mode: each
   // sample says how many faults it stands for.
   Options options;
-  Collected sink;
+  CollectingSink sink;
   detail::RecordReader reader(options, sink);
   constexpr std::uint64_t kType =
       PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR | PERF_SAMPLE_PERIOD;
@@ -132,7 +124,7 @@ TEST(RecordReader, TouchingSamplesCarryTheirPeriod) {
 
 TEST(RecordReader, ACallWhoseEntryCameBeforeTracingIsDropped) {
   Options options;
-  Collected sink;
+  CollectingSink sink;
   detail::RecordReader reader(options, sink);
   reader.events[kExitId] = detail::Event{detail::EventKind::exit, CallKind::munmap, detail::kExitSampleType, {16}};
   FakeBuffer buffer(0);

@@ -2,6 +2,8 @@
 // truncated stacks and registers, run under AddressSanitizer by `make test-asan`), it unwinds a real
 // one, and names read as people write them (C++, Rust legacy and v0, JIT code from perf maps).
 #include <gtest/gtest.h>
+
+#include "collecting_sink.hpp"
 #include <unistd.h>
 
 #include <cstring>
@@ -17,14 +19,6 @@
 namespace memcost::trace {
 namespace {
 
-class CollectingSink : public Sink {
- public:
-  void stack(std::uint32_t id, const std::vector<Frame>& frames) override { stacks[id] = frames; }
-  void call(const MappingCall&) override {}
-  void fault(const Fault&) override {}
-  void process(const ProcessEvent&) override {}
-  std::map<std::uint32_t, std::vector<Frame>> stacks;
-};
 
 std::vector<detail::FileMapping> code_mappings() { return detail::executable_file_mappings(getpid()); }
 

@@ -1,0 +1,27 @@
+// A tracer sink for the tracer's unit tests: keeps every record it is given.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "trace/tracer.hpp"
+
+namespace memcost::trace {
+
+class CollectingSink : public Sink {
+ public:
+  void stack(std::uint32_t id, const std::vector<Frame>& frames) override { stacks[id] = frames; }
+  void call(const MappingCall& call) override { calls.push_back(call); }
+  void fault(const Fault& fault) override { faults.push_back(fault); }
+  void process(const ProcessEvent& event) override { processes.push_back(event); }
+  void settle(std::uint64_t until_ns) override { settled = until_ns; }
+
+  std::map<std::uint32_t, std::vector<Frame>> stacks;
+  std::vector<MappingCall> calls;
+  std::vector<Fault> faults;
+  std::vector<ProcessEvent> processes;
+  std::uint64_t settled = 0;
+};
+
+}  // namespace memcost::trace
