@@ -142,6 +142,14 @@ int BPF_PROG(on_exec, struct task_struct* task, int old_pid, void* binprm) {
   return 0;
 }
 
+// A process's end (its leader's): its regions' generation ends, so the reader takes them out at
+// its next sweep instead of holding them to the end of the trace.
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct* task) {
+  if (BPF_CORE_READ(task, pid) == BPF_CORE_READ(task, tgid)) next_generation((__u32)BPF_CORE_READ(task, tgid));
+  return 0;
+}
+
 // A new process of a traced one is traced (a new thread shares its process's generation).
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
