@@ -93,6 +93,13 @@ void FaultCounter::stop_counting() {
 }
 
 void FaultCounter::sweep(Sweep what, std::vector<RegionFaults>& out) {
+  // No generation ended since the last look: nothing to take out, and walking every region (a
+  // program that touched 64 GiB has 32,768) would be work for nothing.
+  if (what == Sweep::ended) {
+    const std::uint64_t ended = generations();
+    if (ended == generations_seen_) return;
+    generations_seen_ = ended;
+  }
   bpf_map* regions = kernel_->skeleton->maps.regions;
   bpf_map* generations = kernel_->skeleton->maps.generations;
   // Every key first, then each looked up: deleting while walking would skip keys.

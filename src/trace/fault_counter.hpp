@@ -62,6 +62,7 @@ class FaultCounter {
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, Delivered> delivered_;
   std::size_t most_regions_ = 0;
   std::uint64_t faults_read_ = 0;  // the sum of what sweeps delivered
+  std::uint64_t generations_seen_ = 0;  // generations() at the last sweep of ended ones
 };
 
 // What a region record read from the kernel adds to what was delivered of it: the new faults and
