@@ -19,6 +19,17 @@ def _unraisable(report) -> None:
     sys.__unraisablehook__(report)
 
 
+def _from_interrupt(error: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among the causes of `error`."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def main() -> int:
     # SIGTERM takes the same clean path as Ctrl-C: pools and settings restored.
     signal.signal(signal.SIGINT, interrupts.handle)
@@ -34,6 +45,13 @@ def main() -> int:
         code = run_command()
     except KeyboardInterrupt:
         sys.stderr.write("memcost: error: interrupted; finished results were kept\n")
+        code = 130
+    except RuntimeError as error:
+        # An interrupt that landed inside a class's creation while a module loaded (a dataclass
+        # field's __set_name__) comes out wrapped in a RuntimeError: it is still the interrupt.
+        if not _from_interrupt(error):
+            raise
+        sys.stderr.write("memcost: error: interrupted before anything was done\n")
         code = 130
     if interrupts.interrupted:
         # Python ends a process by the signal itself when a KeyboardInterrupt passed through C code

@@ -169,3 +169,18 @@ def test_every_command_line_ends_in_a_documented_exit_code(sandbox, monkeypatch,
             json.loads(written.read_text())  # no half-written results
     assert not list(root.rglob("*.tmp")), argv
     assert _hugetlb_pages() == pools
+
+
+def test_an_interrupt_wrapped_by_python_is_still_the_interrupt():
+    """Ctrl-C landing in a dataclass field's __set_name__ while a module loads reaches the entry point
+    as a RuntimeError caused by the KeyboardInterrupt: it is the interrupt (exit 130), and any other
+    RuntimeError is not."""
+    from memcost import entry
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__") from interrupt
+    except RuntimeError as wrapped:
+        assert entry._from_interrupt(wrapped)
+    assert not entry._from_interrupt(RuntimeError("a bug"))
