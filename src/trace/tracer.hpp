@@ -8,9 +8,12 @@
 //   Or it attaches to `attach_pid`: events on each of its threads (and what they start later),
 //   the mappings it already has reported as `existing`, until it exits, the time is up, or this
 //   process gets SIGINT or SIGTERM; the process is left running.
-// - Page faults: the kernel's software page-fault event, every fault (sample_period 1) unless
-//   told otherwise. Faults taken in kernel mode on the command's behalf (read() into a fresh
-//   buffer) are included where the caller may see kernel samples.
+// - Page faults: with count_in_kernel, where the BPF counter loads (fault_counter.hpp), every
+//   fault is counted in the kernel and delivered as RegionFaults, and the kernel's software
+//   page-fault event samples only the touching stacks (Fault.counted false, with its period).
+//   Otherwise that event records every fault (sample_period 1) unless told otherwise. Faults taken
+//   in kernel mode on the command's behalf (read() into a fresh buffer) are included where the
+//   caller may see kernel samples.
 // - Mapping calls (mmap, munmap, mremap, brk, madvise): the syscalls tracepoints, entry and exit,
 //   so each call's duration is measured. They need tracefs and the right to read tracepoints
 //   (root or perf_event_paranoid -1). Without them, a dynamically linked command gets the
