@@ -22,9 +22,11 @@ RUNS = {
     "scaling": ["scaling", "--counts", "100,200", "--block-sizes", "64K", "--reps", "1"],
     "bigarray": ["bigarray", "--size", "32M", "--reps", "1", "--limit-reps", "1", "--repeat", "2"],
     "monitor": ["monitor", "--duration", "0.1", "--interval-ms", "50", "--pid", "1"],
-    # A command that maps and touches memory: calls, faults and stacks as well as the run.
-    "trace": ["trace", "--window-seconds", "1", "--", "/bin/sh", "-c",
-              "head -c 20000000 /dev/zero | cat > /dev/null; sleep 1.3"],
+    # A command that maps and touches memory: calls, faults and stacks as well as the run. dd's
+    # 64 MiB buffer takes 16,384 faults, so the CPU sampled every 100 us lands in the fault handler
+    # (fault_time) every time, not by luck.
+    "trace": ["trace", "--window-seconds", "1", "--cpu-sample-us", "100", "--", "/bin/sh", "-c",
+              "dd if=/dev/zero of=/dev/null bs=64M count=2 2>/dev/null; sleep 1.3"],
 }
 
 
