@@ -5,12 +5,12 @@ import json
 
 from conftest import run_memcost
 from memcost import exit_codes
-from memcost.cli.info import notes
+from memcost.experiments.info import notes
 from memcost.results import load_document
 
 
 def test_info_json_round_trips(tmp_path):
-    result = run_memcost("info", "--json")
+    result = run_memcost("--results-dir", str(tmp_path / "results"), "info", "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     path = tmp_path / "info.json"
@@ -20,14 +20,16 @@ def test_info_json_round_trips(tmp_path):
     assert document["context"]["schema_version"] == 1
     assert "type" not in document["context"]
     assert document["summary"]["notes"]
+    # Stored like every experiment's document, the same as printed.
+    assert load_document(tmp_path / "results" / "latest" / "info.json")["context"] == document["context"]
 
 
-def test_info_renders_without_a_terminal():
-    result = run_memcost("info")
+def test_info_renders_without_a_terminal(tmp_path):
+    result = run_memcost("--results-dir", str(tmp_path), "info")
     assert result.returncode == 0, result.stderr
-    assert "memcost info" in result.stdout
-    assert "memcost budget" in result.stdout
-    assert "Notes" in result.stdout
+    assert "Machine" in result.stdout and "memcost budget" in result.stdout
+    assert "memcost will use at most" in result.stdout  # a note under the table
+    assert "In short:" in result.stdout and "Results:" in result.stdout
     assert "\x1b[" not in result.stdout  # no escape codes when stdout is not a terminal
 
 

@@ -36,10 +36,8 @@ class ImportCommand(Command):
         from ..experiments import REGISTRY
         from ..experiments.shared import finish
         from ..probe import read_capture
-        from ..results import RunDirectory, machine_label, make_document, reading
-        from .info import notes as info_notes
-        # `info` (the machine alone) is no experiment: its document is the context and its notes.
-        importable = sorted(["info", *(name for name, experiment in REGISTRY.items() if experiment.analyze)])
+        from ..results import RunDirectory, machine_label, reading
+        importable = sorted(name for name, experiment in REGISTRY.items() if experiment.analyze or experiment.from_context)
         # Everything is read and checked before anything is written: a bad file leaves no results.
         captures = []
         seen: dict[tuple[str, str], Path] = {}
@@ -56,7 +54,7 @@ class ImportCommand(Command):
             if name not in importable:
                 what = f"'{name}'" if name else "an unnamed experiment (a probe older than this memcost)"
                 raise MemcostError(f"{path} holds {what}; memcost import reads {', '.join(importable)}", exit_codes.FAILURE)
-            if name != "info" and not run.samples:  # info is the machine alone: a context line
+            if not REGISTRY[name].from_context and not run.samples:  # info is the machine alone: a context line
                 raise MemcostError(f"{path} holds no sample: the probe did not get to measure", exit_codes.FAILURE)
             host = run.context.get("host", "")
             if (host, name) in seen:
@@ -66,12 +64,12 @@ class ImportCommand(Command):
             captures.append([path, run, name, None, None])
         # Experiments priced by another's summary of the same machine (trace by costs) come last.
         analyzed: dict[tuple[str, str], dict] = {}
-        for capture in sorted(captures, key=lambda c: c[2] != "info" and bool(REGISTRY[c[2]].prices_from)):
+        for capture in sorted(captures, key=lambda c: bool(REGISTRY[c[2]].prices_from)):
             path, run, name = capture[:3]
             host = run.context.get("host", "")
             with reading(str(path)):
-                if name == "info":
-                    capture[3:] = [{"notes": info_notes(run.context)}, []]
+                if REGISTRY[name].from_context:
+                    capture[3:] = [REGISTRY[name].from_context(run.context), []]
                 elif REGISTRY[name].prices_from:
                     capture[3:] = REGISTRY[name].analyze(run.samples, self._prices(REGISTRY[name].prices_from, host,
                                                                                    analyzed, args.results_dir, path))
@@ -83,12 +81,8 @@ class ImportCommand(Command):
             host = run.context.get("host", "")
             directory = directories.setdefault(host, RunDirectory(args.results_dir))
             params = {"imported_from": str(path.resolve()), "probe_settings": run.settings}
-            if name == "info":
-                document = make_document("info", run.context, params, [], summary, run.warnings)
-                document["path"] = str(directory.write(document))
-            else:
-                document = finish(REGISTRY[name], run.context, params, run.samples, summary, run.warnings + warnings,
-                                  directory)
+            document = finish(REGISTRY[name], run.context, params, run.samples, summary, run.warnings + warnings,
+                              directory)
             console.print(f"{name} from {machine_label(run.context)}: {document['path']}", markup=False)
         for directory in directories.values():
             console.print(f"Report: memcost report {directory.path}", markup=False)

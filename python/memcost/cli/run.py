@@ -17,7 +17,6 @@ from ..runner import suite_progress
 from ..experiments import REGISTRY, Experiment
 from ..report import terminal
 from .. import arguments
-from . import info
 from .base import Command
 from .report import write_report
 
@@ -31,22 +30,6 @@ class SuiteEntry:
     headline: Callable[[dict], Optional[str]]
 
 
-def _run_info(directory: RunDirectory, full: bool) -> dict:
-    document = info.collect()
-    document["path"] = str(directory.write(document))
-    info.render(document)
-    return document
-
-
-def _info_headline(document: dict) -> str:
-    context = document["context"]
-    thp = context["pages"]["thp"]
-    pools = [p for p in context["pages"]["hugetlb"] if p["total_pages"]]
-    return (f"{context['cpu']['logical_cpus']} CPUs, THP {thp['enabled'] if thp['present'] else 'absent'}, "
-            f"{'hugetlb pools ready' if pools else 'no hugetlb pages'}, "
-            f"budget {document['context']['memory']['budget_bytes'] / (1 << 30):.1f} GiB")
-
-
 def _experiment_runner(experiment: Experiment) -> Callable[[RunDirectory, bool], dict]:
     """Its quick mode (the full one with --full), measured, stored and printed."""
     def run(directory: RunDirectory, full: bool) -> dict:
@@ -56,7 +39,7 @@ def _experiment_runner(experiment: Experiment) -> Callable[[RunDirectory, bool],
     return run
 
 
-SUITE = [SuiteEntry("info", _run_info, _info_headline)] + [
+SUITE = [
     SuiteEntry(experiment.name, _experiment_runner(experiment), lambda document: document["summary"].get("headline"))
     for experiment in REGISTRY.values() if experiment.in_suite]
 

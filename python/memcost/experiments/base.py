@@ -78,6 +78,9 @@ class Experiment:
     # From the probe's samples alone: the summary and the warnings it adds. What `measure` uses,
     # and what `memcost import` uses on a stream captured elsewhere (None: not importable).
     analyze: Optional[Callable[[list], tuple[dict, list]]] = None
+    # An experiment of the machine alone (info): its summary from the probe's context line, which is
+    # all it reports; what `memcost import` uses on a captured one.
+    from_context: Optional[Callable[[dict], dict]] = None
     # The experiment whose summary of the same machine prices this one's (trace: costs); analyze
     # then takes that summary as its second argument.
     prices_from: Optional[str] = None

@@ -8,13 +8,12 @@ from ..results import ResultsError, load_document
 
 from ..experiments import REGISTRY
 
-EXPERIMENT_ORDER = ["info", *REGISTRY]
-INFO_TITLE = "The machine"
+EXPERIMENT_ORDER = list(REGISTRY)
 
 
 def title_of(name: str) -> str:
-    """A report section's title: the machine's, or the experiment's own."""
-    return INFO_TITLE if name == "info" else REGISTRY[name].title if name in REGISTRY else name
+    """A report section's title: the experiment's own."""
+    return REGISTRY[name].title if name in REGISTRY else name
 
 
 def load_run(directory: Path) -> dict[str, dict]:

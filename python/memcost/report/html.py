@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..results import machine_label, write_atomically
 from ..experiments import REGISTRY
-from . import tables, title_of
+from . import title_of
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en">
@@ -77,7 +77,7 @@ def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
             "images": images,
             # Drawn here, from our own data and escaped text: safe to inline.
             "drawings": experiment.drawings(document) if experiment else [],
-            "tables": experiment.tables(document["summary"]) if experiment else tables.info(document),
+            "tables": experiment.tables(document["summary"]) if experiment else [],
             "notes": experiment.notes(document["summary"]) if experiment else document["summary"].get("notes", []),
             "warnings": [w["message"] for w in document.get("warnings", [])],
         })

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..results import machine_label, write_atomically
 from ..experiments import REGISTRY
-from . import tables, title_of
+from . import title_of
 
 
 def table_markdown(caption: str, headings: list[str], rows: list[list[str]]) -> str:
@@ -24,7 +24,7 @@ def render(documents: dict[str, dict]) -> str:
         experiment = REGISTRY.get(name)
         parts.append(f"## {title_of(name)}\n")
         parts += [sentence + "\n" for sentence in (experiment.interpret(document["summary"]) if experiment else [])]
-        found = experiment.tables(document["summary"]) if experiment else tables.info(document)
+        found = experiment.tables(document["summary"]) if experiment else []
         parts += [table_markdown(*table) for table in found]
     return "\n".join(parts)
 

@@ -10,7 +10,7 @@ from ..experiments.base import Table
 
 # Columns of names, read left-aligned; the rest are figures, right-aligned.
 TEXT_HEADINGS = {"page", "route", "size", "strategy", "block", "placement", "shape", "commit", "class", "site", "call",
-                 "who wrote it", "memory allocated at", "churn", "variant"}
+                 "who wrote it", "memory allocated at", "churn", "variant", "what", "value"}
 
 
 # Columns that hold names of code (call paths): wide enough that a name wraps between its parts,
