@@ -67,10 +67,10 @@ struct MapRequest {
   // page). Linux maps a larger range and unmaps the slack; Windows ignores it
   // (its allocations start at 64 KB multiples, and large pages are aligned).
   std::size_t alignment_bytes = 0;
-  // Fault the range in for writing before map() returns. system and hugetlb: MAP_POPULATE.
-  // base and thp: MADV_POPULATE_WRITE after the page-kind advice, because
-  // MAP_POPULATE would fault the pages in before the advice could apply.
-  // Windows: populate_write() after VirtualAlloc. Where populating fails, map() fails with its error.
+  // Fault the range in for writing inside the call that maps it. Linux: MAP_POPULATE, so the pages
+  // come before any page-kind advice does (thp's MADV_HUGEPAGE, base's MADV_NOHUGEPAGE): a caller
+  // that needs the advice first maps without it and calls populate_write(). Windows:
+  // populate_write() after VirtualAlloc. Where populating fails, map() fails with its error.
   bool populate = false;
 };
 

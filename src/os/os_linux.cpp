@@ -166,13 +166,8 @@ Status decommit(void* address, std::size_t size_bytes) {
 }
 
 Mapping map(const MapRequest& request) {
-  // The THP advice must be in place before MAP_POPULATE faults the range in,
-  // so a populated base/THP mapping is created first and populated after.
-  bool populate_after = request.populate && (request.kind == PageKind::base || request.kind == PageKind::thp);
-  MapRequest first = request;
-  if (populate_after) first.populate = false;
   const std::size_t slack = request.alignment_bytes > base_page_size() ? request.alignment_bytes : 0;
-  void* mapped = mmap(request.address_hint, request.size_bytes + slack, PROT_READ | PROT_WRITE, mmap_flags(first), -1, 0);
+  void* mapped = mmap(request.address_hint, request.size_bytes + slack, PROT_READ | PROT_WRITE, mmap_flags(request), -1, 0);
   if (mapped == MAP_FAILED) return {nullptr, 0, failed("mmap")};
   void* address = mapped;
   if (slack) {
@@ -186,11 +181,6 @@ Mapping map(const MapRequest& request) {
   if (!advised.ok()) {
     munmap(address, request.size_bytes);
     return {nullptr, 0, advised};
-  }
-  if (populate_after && madvise(address, request.size_bytes, MADV_POPULATE_WRITE) != 0) {
-    Status populate_failed = failed("madvise(MADV_POPULATE_WRITE)");
-    munmap(address, request.size_bytes);
-    return {nullptr, 0, populate_failed};
   }
   return {address, request.size_bytes, {}};
 }

@@ -48,6 +48,18 @@ TEST(OsContract, ReleaseLowersResidentSize) {
   EXPECT_GE(before - after, size * 9 / 10);
 }
 
+TEST(OsContract, MapWithPopulateFaultsTheRangeInBeforeItReturns) {
+  constexpr std::size_t size = 32 * MiB;
+  os::MapRequest request{size, os::PageKind::system};
+  request.populate = true;
+  auto before = os::process_times().rss_bytes;
+  ScopedMapping mapping(request);
+  ASSERT_TRUE(mapping.mapping.status.ok()) << mapping.mapping.status.message();
+  auto after = os::process_times().rss_bytes;
+  EXPECT_GE(after - before, size * 9 / 10);
+  EXPECT_EQ(mapping.bytes()[size - 1], 0);
+}
+
 TEST(OsContract, PopulateRaisesResidentSizeWithoutTouching) {
   constexpr std::size_t size = 32 * MiB;
   ScopedMapping mapping(os::MapRequest{size, os::PageKind::base});

@@ -218,7 +218,8 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
     std::string suffix = kind == os::PageKind::system ? "" : std::string(" [") + os::page_kind_name(kind) + "]";
     list.push_back({"mmap + memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, false, false); }});
     list.push_back({"mmap + parallel memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, false); }});
-    // With THP the advice must precede the faults, which MAP_POPULATE cannot do.
+    // MAP_POPULATE faults the range in before the THP advice applies (os::MapRequest::populate):
+    // a thp row would get base pages, so it is not offered.
     if (kind != os::PageKind::thp) {
       list.push_back({os::populate_at_map_call() + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); }});
     }
