@@ -30,3 +30,28 @@ def spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
         return None
     q1, median, q3 = np.percentile(measured, [25, 50, 75])
     return Spread(float(median), float(q1), float(q3), int(measured.size))
+
+
+def interleaved_order(names: list, rounds: int, seed: int) -> list[list]:
+    """Repetitions measured round by round across the rows, each round in its own order, shuffled
+    from `seed`: a slow minute of the host lands on every row alike instead of on whichever rows
+    ran then. The same seed gives the same order (it is recorded with the results)."""
+    import random
+    generator = random.Random(seed)
+    order = []
+    for _ in range(rounds):
+        round_order = list(names)
+        generator.shuffle(round_order)
+        order.append(round_order)
+    return order
+
+
+def bootstrap_median_interval(values: Iterable[float], resamples: int = 2000, confidence: float = 0.95,
+                              seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval of the median of `values` (paired differences, say)."""
+    data = np.array(list(values), dtype=float)
+    generator = np.random.default_rng(seed)
+    medians = np.median(data[generator.integers(0, data.size, size=(resamples, data.size))], axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)

@@ -1,4 +1,4 @@
-/* libmemcost-preload.so, loaded into a dynamically linked command with LD_PRELOAD. Two jobs:
+/* libmemcost-preload.so, loaded into a dynamically linked command with LD_PRELOAD. Three jobs:
 
    1. Reporting (MEMCOST_PRELOAD_FD set): what `memcost trace` uses instead of the kernel's syscall
       tracepoints when it may not read them (not root). It reports every mmap, munmap, mremap and
@@ -12,6 +12,8 @@
       function per frame, by CPython's public frame API) into a block on this C stack frame for
       the length of the call, behind a magic word. As root the kernel's tracepoints copy the
       stack into each mmap's sample, and the tracer finds the block there: no pipe, no join.
+   3. Applying advice (MEMCOST_APPLY_FILE set): `memcost trace --verify` runs the command again
+      with advice applied to the call paths the trace named (preload_apply.c).
 
    It calls the kernel and glibc's own allocator entry points directly (syscall(), __libc_*), so
    the interposers cannot recurse into themselves. Layouts: see preload_abi.h. */
@@ -37,6 +39,7 @@ extern void *__libc_memalign(size_t alignment, size_t size);
 extern void __libc_free(void *pointer);
 
 #include "trace/preload_abi.h"
+#include "trace/preload_apply.h"
 
 enum { MAX_FRAMES = MEMCOST_PRELOAD_MAX_FRAMES, SKIPPED_FRAMES = 2, TABLE_SIZE = 1 << 16 };
 enum { PYTHON_FILE_BYTES = 120, PYTHON_FUNCTION_BYTES = 80 };
@@ -127,6 +130,7 @@ __attribute__((constructor)) static void start(void) {
   if (fd) out_fd = atoi(fd);
   if (bytes) min_bytes = strtoull(bytes, NULL, 10);
   if (!python || strcmp(python, "0") != 0) find_python();
+  memcost_apply_start();
 }
 
 /* A long name keeps its end, where a path has the file's name. */
@@ -240,7 +244,7 @@ static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *ar
 }
 
 /* Not inlined: its own frame is the first the unwinder reports, and is skipped with the others. */
-__attribute__((noinline)) static uint32_t return_addresses(uint64_t *pcs, uint32_t most, uint32_t skip) {
+__attribute__((noinline)) uint32_t memcost_return_addresses(uint64_t *pcs, uint32_t most, uint32_t skip) {
   struct walk walk = {pcs, 0, most, skip, 0};
   _Unwind_Backtrace(unwind_step, &walk);
   uintptr_t frame = walk.frame_pointer;
@@ -263,7 +267,7 @@ static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0
   int saved_errno = errno;
   struct record r;
   struct memcost_preload_header *h = &r.header;
-  h->frames = return_addresses(r.pcs, MAX_FRAMES, SKIPPED_FRAMES + 1);
+  h->frames = memcost_return_addresses(r.pcs, MAX_FRAMES, SKIPPED_FRAMES + 1);
   h->kind = kind;
   h->pid = (uint32_t)getpid();
   h->tid = (uint32_t)syscall(SYS_gettid);
@@ -291,6 +295,11 @@ static long checked(long result) {
 }
 
 void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offset) {
+  if (!address && fd == -1 && (flags & (MAP_ANONYMOUS | MAP_PRIVATE | MAP_SHARED | MAP_FIXED)) == (MAP_ANONYMOUS | MAP_PRIVATE)
+      && length >= memcost_apply_min_bytes()) {
+    void *advised = memcost_apply_mmap(length, prot, flags);
+    if (advised) return advised;
+  }
   uint64_t enter = now_ns();
   long result = syscall(SYS_mmap, address, length, prot, flags, fd, offset);
   uint64_t exit = now_ns();
@@ -303,6 +312,7 @@ void *mmap64(void *address, size_t length, int prot, int flags, int fd, off_t of
     __attribute__((alias("mmap")));
 
 int munmap(void *address, size_t length) {
+  if (memcost_apply_munmap(address, length)) return 0; /* kept for the advice's next call */
   uint64_t enter = now_ns();
   long result = syscall(SYS_munmap, address, length);
   if (length >= min_bytes) emit(MEMCOST_CALL_MUNMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, length, 0, 0, result, NULL);
@@ -317,6 +327,7 @@ void *mremap(void *address, size_t old_length, size_t new_length, int flags, ...
     new_address = __builtin_va_arg(extra, void *);
     __builtin_va_end(extra);
   }
+  memcost_apply_forget(address);
   uint64_t enter = now_ns();
   long result = syscall(SYS_mremap, address, old_length, new_length, flags, new_address);
   emit(MEMCOST_CALL_MREMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, old_length, new_length, (uint64_t)flags, result, NULL);
@@ -404,6 +415,8 @@ static void allocated(void *pointer, size_t size, uint64_t enter, const struct p
 }
 
 void *malloc(size_t size) {
+  void *advised = size >= memcost_apply_min_bytes() ? memcost_apply_malloc(size, 0) : NULL;
+  if (advised) return advised;
   if (size < min_bytes) SMALL_CALL(__libc_malloc(size));
   BIG_CALL(__libc_malloc(size), allocated(result, size, enter, &python));
 }
@@ -411,6 +424,8 @@ void *malloc(size_t size) {
 void *calloc(size_t count, size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes) || bytes < min_bytes) SMALL_CALL(__libc_calloc(count, size));
+  void *advised = bytes >= memcost_apply_min_bytes() ? memcost_apply_malloc(bytes, 1) : NULL;
+  if (advised) return advised;
   BIG_CALL(__libc_calloc(count, size), allocated(result, bytes, enter, &python));
 }
 
@@ -429,6 +444,7 @@ int posix_memalign(void **out, size_t alignment, size_t size) {
 }
 
 void free(void *pointer) {
+  if (memcost_apply_free(pointer)) return; /* kept for the advice's next call */
   if (out_fd >= 0 && pointer && forget(pointer)) {
     uint64_t enter = now_ns();
     __libc_free(pointer);
@@ -447,6 +463,7 @@ static void reallocated(void *old, size_t size, int tracked, void *result, uint6
 }
 
 void *realloc(void *pointer, size_t size) {
+  memcost_apply_forget(pointer);
   int tracked = out_fd >= 0 && pointer && forget(pointer);
   if (!tracked && size < min_bytes) SMALL_CALL(__libc_realloc(pointer, size));
   BIG_CALL(__libc_realloc(pointer, size), reallocated(pointer, size, tracked, result, enter, &python));

@@ -38,6 +38,7 @@ class Option:
     flag_only: bool = False                       # a switch (store_true)
     to_probe: Optional[Callable[[Any], str]] = str  # None: the front end uses it, the probe never sees it
     set_by_preset: bool = False                   # a `--preset` chooses it: not given with one
+    const: Any = UNSET                            # the flag's value may be left out: then it is this
 
     @property
     def flag(self) -> str:
@@ -48,7 +49,9 @@ class Option:
             parser.add_argument(self.flag, action="store_true", help=self.help)
             return
         # No argparse default: a flag not given keeps the mode's value (full or quick).
-        parser.add_argument(self.flag, type=self.parse, metavar=self.metavar, choices=self.choices, help=self.help)
+        optional = {} if self.const is UNSET else {"nargs": "?", "const": self.const}
+        parser.add_argument(self.flag, type=self.parse, metavar=self.metavar, choices=self.choices, help=self.help,
+                            **optional)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,10 @@ OPTIONS = [
            to_probe=None),
     Option("overhead", "run the command a second time, untraced, and report the tracing overhead", flag_only=True,
            to_probe=None),
+    Option("verify", "after the trace, run the command again untraced with each advice applied through the preload "
+           "library, interleaved with runs without it, N rounds (default 5, fewer when that would take over 10 times "
+           "the command's time), and measure the saving (docs/trace.md, Verifying advice)",
+           parse=arguments.positive_int, metavar="N", const=True, to_probe=None),
     Option("skip_frames", "also skip frames whose function matches REGEX when naming a site (beside the default list of "
            "allocators, runtimes and standard libraries: docs/trace.md)", parse=arguments.regex, metavar="REGEX",
            to_probe=None),
@@ -150,7 +154,42 @@ def measure(values: dict, directory) -> dict:
     # What was recorded is written whole: a Ctrl-C from here on is noted, and ends the command
     # with 130 once the document is stored.
     with interrupts.held():
-        return _store(values, directory, run, cost, raw, windows, notes)
+        document = _store(values, directory, run, cost, raw, windows, notes)
+    if values.get("verify") and values.get("command") and not document["summary"]["totals"]["interrupted"]:
+        # The trace is stored first: a Ctrl-C while verifying ends with 130 and keeps it as it is.
+        _verify(document, values)
+    return document
+
+
+def _corrected_by_verification(summary: dict, results_root: Path, host: str) -> None:
+    """Estimates corrected by what `--verify` measured on this host before (analysis/verify.py)."""
+    from ..analysis.verify import correct_estimates, learned_ratios
+    from ..results import documents_of_host
+    correct_estimates(summary, learned_ratios(document for _, document in documents_of_host(results_root, "trace", host)))
+
+
+def _verify(document: dict, values: dict) -> None:
+    """Measure each advice's saving (verify.py), then store the document again with what was measured."""
+    import json
+    from ..console import console
+    from ..results import write_atomically
+    from ..verify import verify
+    verification = verify(document["samples"], document["summary"], values,
+                          lambda text: console.print(f"  {text}", markup=False, style="dim"))
+    with interrupts.held():
+        document["summary"]["verification"] = verification
+        measured = {(v["site"], v["kind"]): v for v in verification["variants"]}
+        for row in document["summary"]["rows"]:
+            for item in row["advice"]:
+                found = measured.get((row["site"], item["kind"]))
+                item["estimated_saving_ms"] = item["saving_ms"]
+                item["verified"] = bool(found and found["verified"])
+                if found:
+                    item.update(measured_saving_ms=found["measured_saving_ms"],
+                                measured_saving_interval_ms=found["measured_saving_interval_ms"],
+                                verdict=found["verdict"])
+        stored = {key: value for key, value in document.items() if key != "path"}
+        write_atomically(Path(document["path"]), json.dumps(stored, indent=1) + "\n")
 
 
 def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dict:
@@ -158,6 +197,7 @@ def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dic
     if windows:
         windows.finish(run.samples)
     summary, warnings = analyze(run.samples, cost=cost, params=values)
+    _corrected_by_verification(summary, directory.root, run.context.get("host", ""))
     summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
     summary["totals"]["interrupted"] = summary["totals"]["interrupted"] or interrupts.interrupted
     if values.get("overhead") and values.get("command") and not summary["totals"]["interrupted"]:
@@ -239,13 +279,75 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
                           ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", *measured_headers,
                            "fault ms (est.)", "free ms", "churn", "% wall", "% CPU"], sites),
                          ("Touching sites — where the pages were faulted in",
-                          ["site", "faults", "fault ms (est.)", "memory allocated at"], touching)]
+                          ["site", "faults", "fault ms (est.)", "memory allocated at"], touching)] \
+        + verification_tables(summary)
+
+
+def _interval(pair, digits: int = 1) -> str:
+    return f"[{pair[0]:,.{digits}f}, {pair[1]:,.{digits}f}]" if pair else "-"
+
+
+def verification_tables(summary: dict) -> list[Table]:
+    """`--verify`: per advice, the saving measured by rerunning the command with it applied."""
+    from ..analysis.trace import readable
+    verification = summary.get("verification")
+    if not verification or not (verification["variants"] or verification["unverifiable"]):
+        return []
+    rows = [[readable(v["site"]), v["kind"], number(v["estimated_saving_ms"], 1),
+             f"{number(v['measured_saving_ms'], 1)} {_interval(v['measured_saving_interval_ms'])}",
+             f"{number(v['measured_cpu_saving_ms'], 1)} {_interval(v['measured_cpu_saving_interval_ms'])}",
+             number(v["measured_faults_saved"]),
+             f"{v['estimate_ratio']:.2f}" if v.get("estimate_ratio") else "-", v["verdict"]]
+            for v in verification["variants"]]
+    rows += [[readable(u["site"]), u["kind"], number(u["estimated_saving_ms"], 1), "-", "-", "-", "-",
+              f"unverified: {u['reason']}"] for u in verification["unverifiable"]]
+    return [(f"Advice verified by experiment — the command run again, untraced, {verification['rounds']} rounds of each "
+             "advice alone and of no advice, interleaved (medians of the paired differences, 95% bootstrap intervals)",
+             ["site", "advice", "estimated ms", "measured wall ms saved", "CPU ms saved", "faults saved",
+              "estimate ÷ measured", "verdict"], rows)]
+
+
+def verification_lines(summary: dict) -> list[str]:
+    verification = summary.get("verification")
+    if not verification:
+        return []
+    if verification.get("refused"):
+        return [f"Not verified: the command was refused, {verification['refused']}."]
+    if not verification["variants"]:
+        return ["Verified: no advice could be applied from outside the program (the table says why)."
+                if verification["unverifiable"] else "Verified: no advice was worth a rerun."]
+    baseline = verification["baseline"]
+    applied = "; ".join(sorted({f"{v['kind']}: {v['applied']}" for v in verification["variants"]}))
+    return [f"How it was verified: {verification['rounds']} rounds, each running the command once without advice and "
+            f"once per advice (the order shuffled each round from seed {verification['seed']}), after one run that "
+            "timed it; every run untraced with memcost's preload library loaded, the advice its only difference, the "
+            "site found by its call path (the return addresses the trace saw); its standard output hashed and compared, "
+            f"its standard error dropped. Without advice it ran {min(baseline['wall_ms']):,.0f}–"
+            f"{max(baseline['wall_ms']):,.0f} ms (spread {baseline['spread']:.0%}). What was applied: {applied}."]
+
+
+def _ranked_saving(item: dict) -> float:
+    """Advice ranks by its measured saving where verification measured one, else by its estimate;
+    advice that proved unsafe ranks last."""
+    if item.get("verdict", "").startswith("unsafe"):
+        return float("-inf")
+    return item["measured_saving_ms"] if item.get("verified") else item["saving_ms"]
 
 
 def advice_lines(summary: dict) -> list[str]:
     from ..analysis.trace import readable
     advice = [(readable(row["site"]), item) for row in summary["rows"] for item in row["advice"]]
-    return [f"{site}: {item['text']}" for site, item in sorted(advice, key=lambda pair: pair[1]["saving_ms"], reverse=True)]
+    lines = []
+    for site, item in sorted(advice, key=lambda pair: _ranked_saving(pair[1]), reverse=True):
+        line = f"{site}: {item['text']}"
+        if "verdict" in item:
+            interval = _interval(item.get("measured_saving_interval_ms"))
+            line += (f"; measured: {item['verdict']}, {item['measured_saving_ms']:,.1f} ms {interval}"
+                     if item.get("measured_saving_ms") is not None else f"; {item['verdict']}")
+            if item["verdict"].startswith("unsafe"):
+                line += " — do not apply"
+        lines.append(line)
+    return lines
 
 
 def totals_lines(summary: dict) -> list[str]:
@@ -297,14 +399,15 @@ def totals_lines(summary: dict) -> list[str]:
 def notes(summary: dict) -> list[str]:
     advice = advice_lines(summary)
     return ((["Advice (what-if figures from this machine's measured costs):"] + [f" • {line}" for line in advice])
-            if advice else ["No advice: no site's allocations cost enough to be worth changing."]) + totals_lines(summary)
+            if advice else ["No advice: no site's allocations cost enough to be worth changing."]) \
+        + verification_lines(summary) + totals_lines(summary)
 
 
 def interpret(summary: dict) -> list[str]:
     sentences = [f"{' '.join(summary['totals'].get('command', []))}: {summary['headline']}."
                  if summary["totals"].get("command") else summary["headline"] + "."]
     sentences += [f"At {line}." for line in advice_lines(summary)]
-    return sentences + totals_lines(summary)
+    return sentences + verification_lines(summary) + totals_lines(summary)
 
 
 def flamegraph(document: dict) -> list[str]:

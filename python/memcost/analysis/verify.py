@@ -1,0 +1,210 @@
+"""`trace --verify`: which advice the preload library can apply from outside the program, the
+call-path keys that find its site again in an untraced run, and what the interleaved runs
+measured (docs/trace.md, "Verifying advice"). The runs themselves: verify.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Optional
+
+# The runtime's own code, left out of call paths on both sides: the same list as
+# src/trace/preload_apply.c's runtime_module().
+RUNTIME_MODULES = ("libc.so", "libc-", "ld-linux", "ld64.so", "libmemcost-preload", "libstdc++", "libgcc_s",
+                   "libpthread")
+KEY_FRAMES = 4            # MEMCOST_APPLY_MAX_FRAMES
+MIN_SAVING_MS = 1.0       # advice estimated below this is not worth a rerun
+SPREAD_LIMIT = 0.20       # the baseline's interquartile range over its median, above which runs are not compared
+MIN_BYTES = 64 << 10      # calls smaller than this are never advised (the preload library's reporting floor)
+HUGE_MIN_BYTES = 4 << 20  # huge pages are advised for mappings of two huge pages or more
+POPULATE_MIN_BYTES = 64 << 20
+# What the preload library does for each kind of advice (preload_apply.h).
+ACTIONS = {"huge_pages": "huge", "reuse": "reuse", "parallel": "populate"}
+WHAT_IS_APPLIED = {
+    "huge": "MADV_HUGEPAGE on the site's mappings, mmap's aligned to 2 MiB as make_big_array aligns them "
+            "(a malloc block: its 2 MiB-aligned inside)",
+    "reuse": "freed blocks of the site kept (two at most) and handed back to it, cleared to zero first as fresh "
+             "memory reads: the clearing is part of the measured cost",
+    "populate": "the site's blocks faulted in at allocation with MADV_POPULATE_WRITE on {threads} threads",
+}
+
+
+@dataclass
+class Variant:
+    """One advice applied alone in its runs."""
+    id: int
+    site: str
+    kind: str
+    action: str
+    estimated_saving_ms: float
+    page_kind: str            # the site's: base or thp (its row's "kind")
+    min_bytes: int
+    threads: int
+    keys: list = field(default_factory=list)  # call paths, each a list of "module:hexoffset"
+
+    def spec_lines(self) -> list[str]:
+        return [f"{self.id} {self.action} {self.min_bytes} {self.threads} {' '.join(key)}" for key in self.keys]
+
+
+def call_path_key(frames: list) -> Optional[list[str]]:
+    """The innermost native frames outside the runtime, as the preload library sees them: the
+    module's file name and the return address's offset from the module's start (a frame's
+    address is the call, one byte before it). None when no such frame has a module."""
+    key, last = [], None
+    for frame in frames:
+        if frame.get("kind", "native") != "native":
+            continue  # inlined frames share their caller's address; Python and JIT frames have none to match
+        module = Path(frame.get("module") or "").name
+        if not module:
+            break  # code in no module (JIT-compiled): nothing further is matchable
+        if module.startswith(RUNTIME_MODULES):
+            continue
+        entry = f"{module}:{frame['module_offset'] + 1:x}"
+        if entry != last:
+            key.append(entry)
+            last = entry
+        if len(key) == KEY_FRAMES:
+            break
+    return key or None
+
+
+def plan(samples: list, summary: dict, params: dict, threads: int) -> tuple[list[Variant], list[dict]]:
+    """The advice to verify, one variant each, and the advice that cannot be, each with its reason."""
+    from . import trace as analysis
+    trace = analysis.read(samples)
+    names = analysis.allocation_names(trace, analysis.frames_of(params))
+    stacks_of: dict[str, list[int]] = {}
+    for origin in trace.origins:
+        stacks_of.setdefault(analysis.allocation_site(names, origin["stack"], origin["call"]), []).append(origin["stack"])
+    variants, unverifiable = [], []
+    for row in summary["rows"]:
+        for item in row["advice"]:
+            if item["saving_ms"] < MIN_SAVING_MS:
+                continue
+            reason = _why_not(row, item)
+            keys = [] if reason else _unique(call_path_key(trace.stacks.get(stack, [])) for stack in stacks_of.get(row["site"], []))
+            if not reason and not keys:
+                reason = "its call path runs through no module the preload library can find again (JIT-compiled code)"
+            if reason:
+                unverifiable.append({"site": row["site"], "kind": item["kind"], "estimated_saving_ms": item["saving_ms"],
+                                     "verified": False, "reason": reason})
+                continue
+            action = ACTIONS[item["kind"]]
+            least = {"huge": HUGE_MIN_BYTES, "reuse": max(row["churn_bytes"], MIN_BYTES),
+                     "populate": POPULATE_MIN_BYTES}[action]
+            variants.append(Variant(len(variants) + 1, row["site"], item["kind"], action, item["saving_ms"],
+                                    row["kind"], least, threads, keys))
+    return variants, unverifiable
+
+
+def _why_not(row: dict, item: dict) -> Optional[str]:
+    if item["kind"] == "growth":
+        return ("only the source can reserve the final size (reserve() before the growth): when the first buffer is "
+                "made, nothing outside the program knows how large it will grow")
+    if row.get("runtime") == "jvm":
+        return "the JVM's own flags apply it (named in the advice); memcost does not restart the JVM with other flags"
+    if item["kind"] not in ACTIONS:
+        return f"memcost cannot apply {item['kind']} advice from outside the program"
+    return None
+
+
+def _unique(keys) -> list:
+    seen, result = set(), []
+    for key in keys:
+        if key and tuple(key) not in seen:
+            seen.add(tuple(key))
+            result.append(key)
+    return result
+
+
+def spread_of(values: list[float]) -> float:
+    """Interquartile range over the median: the baseline's own noise."""
+    from ..stats import spread
+    measured = spread(values)
+    return measured.iqr / measured.median if measured and measured.median > 0 else 0.0
+
+
+def refusal(baseline: list[dict], first: Optional[dict] = None) -> Optional[str]:
+    """Why the command's runs cannot be compared, or None: `baseline` the runs without advice,
+    `first` the run that timed the command (its exit code counts, its time does not: it may have
+    read files the later runs find cached)."""
+    codes = sorted({run["exit_code"] for run in baseline + ([first] if first else [])})
+    if len(codes) > 1:
+        return (f"its exit code differs between identical runs ({', '.join(map(str, codes))}): the advised runs cannot "
+                "be told apart from its own variation")
+    walls = [run["wall_ms"] for run in baseline]
+    if len(walls) >= 3 and spread_of(walls) > SPREAD_LIMIT:
+        return (f"its own run time varies too much to compare (interquartile range {spread_of(walls):.0%} of the median "
+                f"over {len(walls)} identical runs; the limit is {SPREAD_LIMIT:.0%})")
+    return None
+
+
+def evaluate(variant: Variant, baseline: dict[int, dict], advised: dict[int, dict], applied: bool, seed: int) -> dict:
+    """Paired by round: the baseline's run minus the advised run, for wall time, CPU time and
+    faults; the median saving with its bootstrap interval."""
+    from ..stats import bootstrap_median_interval
+    rounds = sorted(set(baseline) & set(advised))
+    result = {"id": variant.id, "site": variant.site, "kind": variant.kind, "page_kind": variant.page_kind,
+              "action": variant.action,
+              "applied": WHAT_IS_APPLIED[variant.action].format(threads=variant.threads),
+              "estimated_saving_ms": variant.estimated_saving_ms, "rounds": len(rounds)}
+    reference = baseline[rounds[0]] if rounds else None
+    changed = [advised[r] for r in rounds if (advised[r]["exit_code"], advised[r]["stdout_sha256"])
+               != (reference["exit_code"], reference["stdout_sha256"])] if reference else []
+    for name, key in (("saving_ms", "wall_ms"), ("cpu_saving_ms", "cpu_ms"), ("faults_saved", "faults")):
+        differences = [baseline[r][key] - advised[r][key] for r in rounds]
+        result[f"measured_{name}"] = median(differences) if differences else None
+        result[f"measured_{name.replace('_ms', '')}_interval{'_ms' if name.endswith('_ms') else ''}"] = (
+            list(bootstrap_median_interval(differences, seed=seed)) if len(differences) >= 2 else None)
+    low, high = result["measured_saving_interval_ms"] or (None, None)
+    if not applied:
+        result.update(verified=False, verdict="not applied: its call path was not found again")
+    elif changed:
+        result.update(verified=False, unsafe=True,
+                      verdict=f"unsafe: exit code or output changed ({len(changed)} of {len(rounds)} runs)")
+    elif low is not None and low > 0:
+        result.update(verified=True, verdict="saving shown")
+    elif high is not None and high < 0:
+        result.update(verified=True, verdict="slower, shown")
+    else:
+        result.update(verified=False, verdict="not shown by measurement")
+    measured = result["measured_saving_ms"]
+    result["estimate_ratio"] = (variant.estimated_saving_ms / measured
+                                if result["verified"] and measured and measured > 0 else None)
+    return result
+
+
+LEARNED_FROM = 10  # the newest verified traces of this host an estimate is corrected by
+
+
+def learned_ratios(documents) -> dict[tuple[str, str], tuple[float, int]]:
+    """(advice kind, page kind) -> (median estimate ÷ measured, how many) over the advice that
+    earlier verifications of this host measured (`documents`: its trace documents, newest first)."""
+    ratios: dict[tuple[str, str], list[float]] = {}
+    used = 0
+    for document in documents:
+        verification = document.get("summary", {}).get("verification") or {}
+        found = [v for v in verification.get("variants", []) if v.get("verified") and v.get("estimate_ratio")]
+        for variant in found:
+            ratios.setdefault((variant["kind"], variant.get("page_kind", "base")), []).append(variant["estimate_ratio"])
+        used += bool(found)
+        if used == LEARNED_FROM:
+            break
+    return {key: (median(values), len(values)) for key, values in ratios.items()}
+
+
+def correct_estimates(summary: dict, ratios: dict[tuple[str, str], tuple[float, int]]) -> None:
+    """Each advice's estimate divided by what verification on this host found the estimates of
+    its kind to be worth, and said so in its text."""
+    for row in summary["rows"]:
+        for item in row["advice"]:
+            found = ratios.get((item["kind"], row["kind"]))
+            if not found:
+                continue
+            ratio, count = found
+            item["corrected_saving_ms"] = item["saving_ms"] / ratio
+            item["correction"] = {"estimate_ratio": ratio, "verified_advice": count}
+            item["text"] += (f" (corrected: ≈ {item['corrected_saving_ms']:,.1f} ms, as {count} earlier verification"
+                             f"{'s' if count > 1 else ''} of {item['kind']} advice on this host measured "
+                             f"{1 / ratio:.2f}× the estimate)")

@@ -1,0 +1,140 @@
+"""`memcost trace --verify`: the command run again, untraced, with each advice applied through the
+preload library, interleaved with runs without it, and the saving measured (analysis/verify.py
+decides what is applied and what the runs show; docs/trace.md, "Verifying advice")."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from .analysis import verify as analysis
+from .stats import interleaved_order
+
+DEFAULT_ROUNDS = 5
+BUDGET_COMMAND_TIMES = 10  # the verification takes at most about this many times the command's own time
+PT_INTERP = 3
+
+
+def preload_library() -> Path:
+    from .probe import probe_path
+    return probe_path().parent / "libmemcost-preload.so"
+
+
+def dynamically_linked(command: list[str]) -> Optional[str]:
+    """None when the command's program loads shared libraries (the preload library can enter it),
+    else why not. A script is judged by its interpreter."""
+    path = shutil.which(command[0]) or command[0]
+    for _ in range(2):  # the script, then its interpreter
+        try:
+            with open(path, "rb") as program:
+                head = program.read(64)
+                if head.startswith(b"#!"):
+                    path = head[2:].split(b"\n")[0].strip().split(b" ")[0].decode()
+                    continue
+                if head[:4] != b"\x7fELF" or head[4] != 2:
+                    return f"{command[0]} is not a 64-bit ELF program"
+                phoff, = struct.unpack_from("<Q", head, 0x20)
+                entry_size, count = struct.unpack_from("<HH", head, 0x36)
+                program.seek(phoff)
+                headers = program.read(entry_size * count)
+        except OSError as error:
+            return f"{path}: {error.strerror}"
+        types = [struct.unpack_from("<I", headers, i * entry_size)[0] for i in range(count)]
+        return None if PT_INTERP in types else (f"{Path(path).name} is statically linked: no preload library can "
+                                                "enter it")
+    return f"{command[0]}: a script whose interpreter is a script"
+
+
+def run_once(command: list[str], env: dict) -> dict:
+    """One run: wall time, the CPU time and faults the kernel counted for it (wait4), its exit
+    code and a hash of its standard output (not shown; its standard error is dropped)."""
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               env=env)
+    digest = hashlib.sha256()
+    try:
+        with process.stdout:
+            for chunk in iter(lambda: process.stdout.read(1 << 16), b""):
+                digest.update(chunk)
+        _, status, usage = os.wait4(process.pid, 0)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return {"wall_ms": (time.monotonic() - started) * 1e3, "cpu_ms": (usage.ru_utime + usage.ru_stime) * 1e3,
+            "faults": usage.ru_minflt + usage.ru_majflt, "exit_code": process.returncode,
+            "stdout_sha256": digest.hexdigest()}
+
+
+def rounds_for(asked, variants: int) -> int:
+    """N pairs as asked; by default 5, fewer when that would take more than about 10 × the
+    command's own time (never fewer than 3: a median of 2 says little)."""
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:  # --verify alone gives True
+        return asked
+    return max(3, min(DEFAULT_ROUNDS, BUDGET_COMMAND_TIMES // (variants + 1)))
+
+
+def verify(samples: list, summary: dict, params: dict, progress: Callable[[str], None]) -> dict:
+    """Run the verification and return what the results keep under summary["verification"]."""
+    command = params["command"]
+    variants, unverifiable = analysis.plan(samples, summary, params, os.cpu_count() or 1)
+    result = {"variants": [], "unverifiable": unverifiable, "refused": None, "seed": None, "rounds": 0, "runs": []}
+    if not variants:
+        return result
+    reason = dynamically_linked(command)
+    if reason:
+        result["unverifiable"] += [{"site": v.site, "kind": v.kind, "estimated_saving_ms": v.estimated_saving_ms,
+                                    "verified": False, "reason": reason} for v in variants]
+        return result
+    with tempfile.TemporaryDirectory(prefix="memcost-verify-") as folder:
+        spec = Path(folder) / "advice"
+        base_env = {**os.environ, "LD_PRELOAD": " ".join(filter(None, [str(preload_library()),
+                                                                       os.environ.get("LD_PRELOAD")])),
+                    "MEMCOST_PRELOAD_PYTHON": "0"}
+        for key in ("MEMCOST_PRELOAD_FD", "MEMCOST_APPLY_FILE", "MEMCOST_APPLY_REPORT"):
+            base_env.pop(key, None)
+
+        def env_for(variant: Optional[analysis.Variant], report: Path) -> dict:
+            if variant is None:
+                return base_env  # the library loaded, no advice: the only difference is the advice
+            spec.write_text("\n".join(variant.spec_lines()) + "\n")
+            return {**base_env, "MEMCOST_APPLY_FILE": str(spec), "MEMCOST_APPLY_REPORT": str(report)}
+
+        progress("verifying: a first run, untraced, to time the command")
+        sizing = run_once(command, base_env)
+        rounds = rounds_for(params.get("verify"), len(variants))
+        seed = int.from_bytes(os.urandom(4), "little")
+        order = interleaved_order([0] + [v.id for v in variants], rounds, seed)
+        result.update(seed=seed, rounds=rounds, sizing_run=sizing)
+        by_id = {v.id: v for v in variants}
+        measured: dict[int, dict[int, dict]] = {0: {}, **{v.id: {} for v in variants}}
+        applied: set[int] = set()
+        total = rounds * (len(variants) + 1)
+        for number, (round_index, variant_id) in enumerate(((r, v) for r, names in enumerate(order) for v in names), 1):
+            variant = by_id.get(variant_id)
+            progress(f"verifying: run {number} of {total} (round {round_index + 1}: "
+                     f"{'no advice' if variant is None else variant.kind + ' at ' + variant.site})")
+            report = Path(folder) / f"report-{number}"
+            run = run_once(command, env_for(variant, report))
+            if variant is not None and report.exists() and f"applied {variant_id} " in report.read_text():
+                applied.add(variant_id)
+            result["runs"].append({"round": round_index, "variant": variant_id, **run})
+            measured[variant_id][round_index] = run
+            if variant is None and run["exit_code"] != sizing["exit_code"]:
+                break  # refused below at once: no later run could make its runs comparable
+    baseline = [measured[0][r] for r in sorted(measured[0])]
+    result["baseline"] = {"wall_ms": [run["wall_ms"] for run in baseline], "exit_codes": sorted({r["exit_code"] for r in baseline}),
+                          "spread": analysis.spread_of([run["wall_ms"] for run in baseline])}
+    result["refused"] = analysis.refusal(baseline, sizing)
+    if result["refused"]:
+        return result
+    result["variants"] = [analysis.evaluate(v, measured[0], measured[v.id], v.id in applied, seed) for v in variants]
+    return result

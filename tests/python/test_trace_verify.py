@@ -1,0 +1,155 @@
+"""memcost trace --verify on programs whose advice is known (tests/python/data/verify_sites.c,
+vector_growth.cpp): each advice applied through the preload library in untraced reruns,
+interleaved with runs without it, and its saving measured."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from memcost import exit_codes
+from memcost.results import load_document
+
+from conftest import finish, needs_tracing, run_memcost, start_memcost
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def verify_program(c_program) -> Path:
+    return c_program("verify_sites")
+
+
+def _root(golden_results, tmp_path) -> Path:
+    root = tmp_path / "results"
+    shutil.copytree(golden_results, root)
+    return root
+
+
+def _variant(document, site_prefix, kind):
+    return next(v for v in document["summary"]["verification"]["variants"]
+                if v["site"].startswith(site_prefix) and v["kind"] == kind)
+
+
+@pytest.fixture(scope="module")
+def verified(verify_program, golden_results, tmp_path_factory):
+    root = _root(golden_results, tmp_path_factory.mktemp("verify"))
+    result = run_memcost("--results-dir", str(root), "trace", "--verify", "7", "--", str(verify_program))
+    return result, load_document(root / "latest" / "trace.json"), root
+
+
+@needs_tracing
+def test_reuse_and_huge_pages_are_each_measured_to_save_time(verified):
+    result, document, _ = verified
+    assert result.returncode == 0, result.stderr
+    verification = document["summary"]["verification"]
+    assert verification["refused"] is None and verification["rounds"] == 7
+    reuse = _variant(document, "frames", "reuse")
+    huge = _variant(document, "table", "huge_pages")
+    for variant in (reuse, huge):
+        assert variant["verified"] and variant["verdict"] == "saving shown", variant
+        assert variant["measured_saving_interval_ms"][0] > 0 and variant["measured_saving_ms"] > 0
+        assert not variant.get("unsafe")
+    # What was applied shows in the kernel's own count: reuse takes 59 of 60 buffers' faults away
+    # (2,048 each), huge pages all but about one fault in 512 of the table's 131,072.
+    assert reuse["measured_faults_saved"] >= 59 * 2048 * 0.95
+    assert huge["measured_faults_saved"] >= 131072 * 0.9
+    assert "Advice verified by experiment" in result.stdout and "saving shown" in result.stdout
+
+
+@needs_tracing
+def test_every_advised_run_printed_what_the_plain_runs_printed(verified):
+    """The program prints how many of its fresh buffers read as zeros: a reused buffer handed back
+    uncleared would change its output."""
+    _, document, _ = verified
+    runs = document["summary"]["verification"]["runs"]
+    assert len({run["stdout_sha256"] for run in runs}) == 1 and {run["exit_code"] for run in runs} == {0}
+    assert len(runs) == 7 * (1 + len(document["summary"]["verification"]["variants"]))
+
+
+@needs_tracing
+def test_the_advice_carries_its_measured_saving_beside_its_estimate(verified):
+    _, document, _ = verified
+    frames = next(row for row in document["summary"]["rows"] if row["site"].startswith("frames"))
+    reuse = next(item for item in frames["advice"] if item["kind"] == "reuse")
+    assert reuse["verified"] is True and reuse["estimated_saving_ms"] == reuse["saving_ms"]
+    assert reuse["measured_saving_ms"] > 0 and len(reuse["measured_saving_interval_ms"]) == 2
+
+
+@needs_tracing
+def test_the_next_trace_corrects_its_estimates_by_what_was_measured(verified, verify_program):
+    _, document, root = verified
+    result = run_memcost("--results-dir", str(root), "trace", "--", str(verify_program))
+    assert result.returncode == 0, result.stderr
+    again = load_document(root / "latest" / "trace.json")
+    measured = _variant(document, "frames", "reuse")["measured_saving_ms"]
+    frames = next(row for row in again["summary"]["rows"] if row["site"].startswith("frames"))
+    reuse = next(item for item in frames["advice"] if item["kind"] == "reuse")
+    assert "corrected" in reuse["text"]
+    assert abs(reuse["corrected_saving_ms"] - measured) <= 0.25 * measured
+
+
+@needs_tracing
+def test_growth_advice_is_left_unverified_with_the_reason(golden_results, tmp_path):
+    program = tmp_path / "vector_growth"
+    subprocess.run(["c++", "-O2", "-g", "-o", str(program), str(DATA / "vector_growth.cpp")], check=True)
+    root = _root(golden_results, tmp_path)
+    result = run_memcost("--results-dir", str(root), "trace", "--verify", "3", "--", str(program))
+    assert result.returncode == 0, result.stderr
+    unverifiable = load_document(root / "latest" / "trace.json")["summary"]["verification"]["unverifiable"]
+    growth = next(item for item in unverifiable if item["kind"] == "growth")
+    assert "reserve" in growth["reason"] and growth["verified"] is False
+    assert "unverified" in result.stdout  # its row in the table (wrapped to the terminal)
+
+
+@needs_tracing
+def test_a_command_with_a_random_exit_code_is_refused(verify_program, golden_results, tmp_path):
+    root = _root(golden_results, tmp_path)
+    result = run_memcost("--results-dir", str(root), "trace", "--verify", "3", "--", str(verify_program), "random")
+    verification = load_document(root / "latest" / "trace.json")["summary"]["verification"]
+    assert "exit code differs" in verification["refused"] and verification["variants"] == []
+    assert "Not verified: the command was refused" in result.stdout
+    assert len(verification["runs"]) < 3 * 4  # refused as soon as two plain runs disagreed
+
+
+@needs_tracing
+def test_a_statically_linked_program_cannot_be_entered_and_says_so(golden_results, tmp_path):
+    program = tmp_path / "verify_static"
+    built = subprocess.run(["cc", "-O2", "-g", "-static", "-o", str(program), str(DATA / "verify_sites.c")],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        pytest.skip("no static C library to link with: " + built.stderr[-200:])
+    root = _root(golden_results, tmp_path)
+    result = run_memcost("--results-dir", str(root), "trace", "--verify", "--", str(program))
+    assert result.returncode == 0, result.stderr
+    verification = load_document(root / "latest" / "trace.json")["summary"]["verification"]
+    assert verification["variants"] == [] and verification["runs"] == []
+    assert all("statically linked" in item["reason"] for item in verification["unverifiable"])
+
+
+def test_verify_refuses_a_service_given_by_pid():
+    result = run_memcost("trace", "--verify", "--pid", str(os.getpid()))
+    assert result.returncode == exit_codes.BAD_ARGUMENTS
+    assert "cannot be restarted" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_tracing
+def test_ctrl_c_while_verifying_ends_with_130_and_keeps_the_trace(verify_program, golden_results, tmp_path):
+    root = _root(golden_results, tmp_path)
+    process = start_memcost("--results-dir", str(root), "trace", "--verify", "50", "--", str(verify_program),
+                            folder=tmp_path, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (root / "latest" / "trace.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # into the reruns
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal does: the whole group
+    stdout, stderr = finish(process, timeout=60)
+    assert process.returncode == exit_codes.INTERRUPTED, stdout[-2000:] + stderr
+    assert "Traceback" not in stderr
+    document = load_document(root / "latest" / "trace.json")
+    assert document["summary"]["rows"] and "verification" not in document["summary"]
+    assert not list(root.glob("**/.*.tmp")) and not list(Path("/tmp").glob("memcost-verify-*/advice"))

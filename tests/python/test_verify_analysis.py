@@ -1,0 +1,110 @@
+"""trace --verify's decisions without running anything: call-path keys, what cannot be applied,
+the refusal rules, the verdicts, and the interleaving and bootstrap helpers (stats.py)."""
+
+from memcost.analysis import verify
+from memcost.stats import bootstrap_median_interval, interleaved_order
+
+
+def _frame(module, offset, kind="native"):
+    return {"kind": kind, "module": module, "module_offset": offset, "address": 0, "function": "", "file": "", "line": 0}
+
+
+def test_a_call_path_key_is_the_return_addresses_outside_the_runtime():
+    frames = [_frame("/usr/lib/x86_64-linux-gnu/libc.so.6", 0x100),        # the syscall wrapper
+              _frame("/tmp/prog", 0x1233, kind="inlined"),                 # inlined: its caller's address
+              _frame("/tmp/prog", 0x1233),
+              _frame("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", 0x50),
+              _frame("/tmp/prog", 0x2000),
+              _frame("", 0, kind="python"),
+              _frame("/usr/lib/libfoo.so", 0x10), _frame("/usr/lib/libfoo.so", 0x20), _frame("/tmp/prog", 0x99)]
+    # A frame's address is the call, one byte before the return address the preload library sees.
+    assert verify.call_path_key(frames) == ["prog:1234", "prog:2001", "libfoo.so:11", "libfoo.so:21"]
+
+
+def test_code_in_no_module_ends_the_key():
+    assert verify.call_path_key([_frame("/tmp/prog", 0x10), _frame("", 0x7f00, kind="native")]) == ["prog:11"]
+    assert verify.call_path_key([_frame("", 0x7f00)]) is None
+
+
+def test_growth_and_the_jvm_are_not_applied_from_outside_and_say_why():
+    assert "reserve" in verify._why_not({"runtime": None}, {"kind": "growth"})
+    assert "JVM" in verify._why_not({"runtime": "jvm"}, {"kind": "huge_pages"})
+    assert verify._why_not({"runtime": None}, {"kind": "reuse"}) is None
+
+
+def _run(wall, code=0, output="a", faults=100):
+    return {"wall_ms": wall, "cpu_ms": wall, "faults": faults, "exit_code": code, "stdout_sha256": output}
+
+
+def test_a_command_whose_exit_code_varies_is_refused():
+    assert "exit code differs" in verify.refusal([_run(100, 0), _run(100, 3), _run(100, 0)])
+    assert "exit code differs" in verify.refusal([_run(100), _run(100)], first=_run(100, 1))
+
+
+def test_a_command_whose_own_time_spreads_over_a_fifth_is_refused():
+    assert "varies too much" in verify.refusal([_run(100), _run(150), _run(100), _run(160), _run(90)])
+    assert verify.refusal([_run(100), _run(103), _run(99), _run(101), _run(100)]) is None
+
+
+def _variant():
+    return verify.Variant(1, "site", "reuse", "reuse", 50.0, "base", 1 << 20, 2, [["prog:10"]])
+
+
+def test_a_saving_whose_interval_excludes_zero_is_shown_and_its_ratio_kept():
+    baseline = {r: _run(200 + r) for r in range(7)}
+    advised = {r: _run(150 + r, faults=10) for r in range(7)}
+    result = verify.evaluate(_variant(), baseline, advised, applied=True, seed=1)
+    assert result["verified"] and result["verdict"] == "saving shown"
+    assert result["measured_saving_ms"] == 50 and result["measured_saving_interval_ms"][0] > 0
+    assert result["measured_faults_saved"] == 90 and result["estimate_ratio"] == 1.0
+
+
+def test_a_saving_within_the_noise_is_not_shown_by_measurement():
+    baseline = {r: _run(200 + (7 * r) % 11) for r in range(7)}
+    advised = {r: _run(200 + (5 * r) % 11) for r in range(7)}
+    result = verify.evaluate(_variant(), baseline, advised, applied=True, seed=1)
+    assert not result["verified"] and result["verdict"] == "not shown by measurement"
+    assert result["estimate_ratio"] is None
+
+
+def test_advice_that_changes_the_output_is_unsafe_however_fast():
+    baseline = {r: _run(200) for r in range(5)}
+    advised = {r: _run(100, output="b" if r == 2 else "a") for r in range(5)}
+    result = verify.evaluate(_variant(), baseline, advised, applied=True, seed=1)
+    assert result["unsafe"] and not result["verified"] and result["verdict"].startswith("unsafe")
+
+
+def test_advice_never_applied_is_not_credited():
+    baseline = {r: _run(200) for r in range(5)}
+    result = verify.evaluate(_variant(), baseline, {r: _run(150) for r in range(5)}, applied=False, seed=1)
+    assert not result["verified"] and result["verdict"].startswith("not applied")
+
+
+def test_estimates_are_corrected_by_earlier_verifications_of_their_kind():
+    earlier = [{"summary": {"verification": {"variants": [
+        {"kind": "reuse", "page_kind": "base", "verified": True, "estimate_ratio": 2.0},
+        {"kind": "reuse", "page_kind": "base", "verified": False, "estimate_ratio": None},
+        {"kind": "huge_pages", "page_kind": "base", "verified": True, "estimate_ratio": 0.5}]}}}]
+    ratios = verify.learned_ratios(earlier)
+    assert ratios == {("reuse", "base"): (2.0, 1), ("huge_pages", "base"): (0.5, 1)}
+    summary = {"rows": [{"kind": "base", "advice": [{"kind": "reuse", "saving_ms": 100.0, "text": "reuse it"},
+                                                    {"kind": "parallel", "saving_ms": 10.0, "text": "threads"}]}]}
+    verify.correct_estimates(summary, ratios)
+    reuse, parallel = summary["rows"][0]["advice"]
+    assert reuse["corrected_saving_ms"] == 50.0 and "corrected" in reuse["text"]
+    assert "corrected_saving_ms" not in parallel
+
+
+def test_the_interleaved_order_is_a_permutation_each_round_and_follows_its_seed():
+    order = interleaved_order(["a", "b", "c", "d"], 6, seed=42)
+    assert len(order) == 6 and all(sorted(round_order) == ["a", "b", "c", "d"] for round_order in order)
+    assert order == interleaved_order(["a", "b", "c", "d"], 6, seed=42)
+    assert order != interleaved_order(["a", "b", "c", "d"], 6, seed=43)
+    assert len({tuple(round_order) for round_order in order}) > 1  # not one order repeated
+
+
+def test_the_bootstrap_interval_holds_the_median_and_tightens_with_agreement():
+    low, high = bootstrap_median_interval([10, 11, 12, 13, 14, 15, 16], seed=1)
+    assert low <= 13 <= high
+    tight = bootstrap_median_interval([13] * 7, seed=1)
+    assert tight == (13.0, 13.0)
