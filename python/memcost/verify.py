@@ -105,6 +105,8 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
         def env_for(variant: Optional[analysis.Variant], report: Path) -> dict:
             if variant is None:
                 return base_env  # the library loaded, no advice: the only difference is the advice
+            if variant.environment:
+                return {**base_env, **variant.environment}
             spec.write_text("\n".join(variant.spec_lines()) + "\n")
             return {**base_env, "MEMCOST_APPLY_FILE": str(spec), "MEMCOST_APPLY_REPORT": str(report)}
 
@@ -124,8 +126,9 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
                      f"{'no advice' if variant is None else variant.kind + ' at ' + variant.site})")
             report = Path(folder) / f"report-{number}"
             run = run_once(command, env_for(variant, report))
-            if variant is not None and report.exists() and f"applied {variant_id} " in report.read_text():
-                applied.add(variant_id)
+            if variant is not None and (variant.environment or (report.exists() and
+                                                                f"applied {variant_id} " in report.read_text())):
+                applied.add(variant_id)  # a tunable is glibc's to apply: its faults saved say whether it did
             result["runs"].append({"round": round_index, "variant": variant_id, **run})
             measured[variant_id][round_index] = run
             if variant is None and run["exit_code"] != sizing["exit_code"]:

@@ -184,3 +184,13 @@ def test_an_interrupt_wrapped_by_python_is_still_the_interrupt():
     except RuntimeError as wrapped:
         assert entry._from_interrupt(wrapped)
     assert not entry._from_interrupt(RuntimeError("a bug"))
+
+
+def test_the_run_summary_keeps_text_that_looks_like_markup():
+    """A strategy is named `parallel MADV_POPULATE_WRITE [thp]`: rich must not take `[thp]` for a style."""
+    from rich.console import Console
+    from memcost.cli.run import summary_table
+    console = Console(width=200, record=True)
+    console.print(summary_table([("bigarray", "parallel MADV_POPULATE_WRITE [thp], 7× faster", "/r/[x]/bigarray.json")]))
+    text = console.export_text()
+    assert "parallel MADV_POPULATE_WRITE [thp], 7× faster" in text and "/r/[x]/bigarray.json" in text

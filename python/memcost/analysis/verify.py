@@ -27,7 +27,12 @@ WHAT_IS_APPLIED = {
     "reuse": "freed blocks of the site kept (two at most) and handed back to it, cleared to zero first as fresh "
              "memory reads: the clearing is part of the measured cost",
     "populate": "the site's blocks faulted in at allocation with MADV_POPULATE_WRITE on {threads} threads",
+    "tunable": "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 for the whole command: glibc's malloc asks for huge pages "
+               "(madvise) on the memory it maps, no code changed",
 }
+MALLOC_CALLS = ("malloc", "realloc")  # the site's memory came through malloc: a malloc tunable may do the job
+MALLOC_FUNCTIONS = ("malloc", "calloc", "realloc", "__libc_malloc", "__libc_calloc", "__libc_realloc", "sysmalloc",
+                    "_int_malloc")
 
 
 @dataclass
@@ -44,7 +49,12 @@ class Variant:
     keys: list = field(default_factory=list)  # call paths, each a list of "module:hexoffset"
 
     def spec_lines(self) -> list[str]:
+        """For the preload library (preload_apply.h); a tunable needs none."""
         return [f"{self.id} {self.action} {self.min_bytes} {self.threads} {' '.join(key)}" for key in self.keys]
+
+    @property
+    def environment(self) -> dict:
+        return {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"} if self.action == "tunable" else {}
 
 
 def call_path_key(frames: list) -> Optional[list[str]]:
@@ -95,7 +105,18 @@ def plan(samples: list, summary: dict, params: dict, threads: int) -> tuple[list
                      "populate": POPULATE_MIN_BYTES}[action]
             variants.append(Variant(len(variants) + 1, row["site"], item["kind"], action, item["saving_ms"],
                                     row["kind"], least, threads, keys))
+            if item["kind"] == "huge_pages" and _through_malloc(row, [trace.stacks.get(s, []) for s in stacks_of[row["site"]]]):
+                variants.append(Variant(len(variants) + 1, row["site"], item["kind"], "tunable", item["saving_ms"],
+                                        row["kind"], least, threads, []))
     return variants, unverifiable
+
+
+def _through_malloc(row: dict, stacks: list[list]) -> bool:
+    """The site's memory came through malloc: called so (the preload library saw the call), or the
+    kernel saw glibc's own mmap inside malloc."""
+    return row["call"] in MALLOC_CALLS or any(
+        frame.get("function", "").split("@")[0] in MALLOC_FUNCTIONS and Path(frame.get("module") or "").name.startswith("libc")
+        for frames in stacks for frame in frames)
 
 
 def _why_not(row: dict, item: dict) -> Optional[str]:

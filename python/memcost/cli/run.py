@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from rich.markup import escape
 from rich.table import Table
 
 from .. import exit_codes
@@ -42,6 +43,18 @@ def _experiment_runner(experiment: Experiment) -> Callable[[RunDirectory, bool],
 SUITE = [
     SuiteEntry(experiment.name, _experiment_runner(experiment), lambda document: document["summary"].get("headline"))
     for experiment in REGISTRY.values() if experiment.in_suite]
+
+
+def summary_table(findings: list[tuple[str, str, str]]) -> Table:
+    """One row per experiment: its finding and where its results are. The findings come from data
+    (a strategy named `... [thp]`), so they are shown as text, never read as markup."""
+    table = Table(title="memcost run — summary", title_justify="left")
+    table.add_column("experiment", style="bold")
+    table.add_column("finding")
+    table.add_column("results")
+    for name, finding, path in findings:
+        table.add_row(escape(name), escape(finding), escape(path))
+    return table
 
 
 class RunCommand(Command):
@@ -93,14 +106,8 @@ class RunCommand(Command):
                 fail(f"interrupted; the finished experiments' results and report are in {directory.path} ({page.name})")
                 return exit_codes.INTERRUPTED
             raise
-        table = Table(title="memcost run — summary", title_justify="left")
-        table.add_column("experiment", style="bold")
-        table.add_column("finding")
-        table.add_column("results")
-        for name, finding, path in findings:
-            table.add_row(name, finding, path)
         console.rule()
-        console.print(table)
+        console.print(summary_table(findings))
         if directory.path is not None:
             page, summary = write_report(directory.path)
             console.print(f"Report: {page}   (Markdown: {summary.name})", markup=False)

@@ -178,7 +178,8 @@ def _verify(document: dict, values: dict) -> None:
                           lambda text: console.print(f"  {text}", markup=False, style="dim"))
     with interrupts.held():
         document["summary"]["verification"] = verification
-        measured = {(v["site"], v["kind"]): v for v in verification["variants"]}
+        # The preload library's variant speaks for the advice; a malloc tunable is shown beside it.
+        measured = {(v["site"], v["kind"]): v for v in verification["variants"] if v["action"] != "tunable"}
         for row in document["summary"]["rows"]:
             for item in row["advice"]:
                 found = measured.get((row["site"], item["kind"]))
@@ -293,7 +294,8 @@ def verification_tables(summary: dict) -> list[Table]:
     verification = summary.get("verification")
     if not verification or not (verification["variants"] or verification["unverifiable"]):
         return []
-    rows = [[readable(v["site"]), v["kind"], number(v["estimated_saving_ms"], 1),
+    rows = [[readable(v["site"]), v["kind"] + (" (glibc tunable)" if v["action"] == "tunable" else ""),
+             number(v["estimated_saving_ms"], 1),
              f"{number(v['measured_saving_ms'], 1)} {_interval(v['measured_saving_interval_ms'])}",
              f"{number(v['measured_cpu_saving_ms'], 1)} {_interval(v['measured_cpu_saving_interval_ms'])}",
              number(v["measured_faults_saved"]),

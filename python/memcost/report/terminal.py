@@ -21,7 +21,7 @@ NAME_MIN_WIDTH = 32
 
 def print_table(table: Table) -> None:
     caption, headings, rows = table
-    shown = RichTable(title=caption, title_justify="left")
+    shown = RichTable(title=escape(caption), title_justify="left")
     for column, heading in enumerate(headings):
         if heading in NAME_HEADINGS:
             longest = max((len(str(row[column])) for row in rows), default=0)
