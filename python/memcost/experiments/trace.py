@@ -302,7 +302,7 @@ def verification_tables(summary: dict) -> list[Table]:
              f"{v['estimate_ratio']:.2f}" if v.get("estimate_ratio") else "-", v["verdict"]]
             for v in verification["variants"]]
     rows += [[readable(u["site"]), u["kind"], number(u["estimated_saving_ms"], 1), "-", "-", "-", "-",
-              f"unverified: {u['reason']}"] for u in verification["unverifiable"]]
+              "unverified (below)"] for u in verification["unverifiable"]]
     return [(f"Advice verified by experiment — the command run again, untraced, {verification['rounds']} rounds of each "
              "advice alone and of no advice, interleaved (medians of the paired differences, 95% bootstrap intervals)",
              ["site", "advice", "estimated ms", "measured wall ms saved", "CPU ms saved", "faults saved",
@@ -315,9 +315,10 @@ def verification_lines(summary: dict) -> list[str]:
         return []
     if verification.get("refused"):
         return [f"Not verified: the command was refused, {verification['refused']}."]
+    from ..analysis.trace import readable
+    unverified = [f"Unverified: {u['kind']} at {readable(u['site'])}: {u['reason']}." for u in verification["unverifiable"]]
     if not verification["variants"]:
-        return ["Verified: no advice could be applied from outside the program (the table says why)."
-                if verification["unverifiable"] else "Verified: no advice was worth a rerun."]
+        return unverified or ["Verified: no advice was worth a rerun."]
     baseline = verification["baseline"]
     applied = "; ".join(sorted({f"{v['kind']}: {v['applied']}" for v in verification["variants"]}))
     return [f"How it was verified: {verification['rounds']} rounds, each running the command once without advice and "
@@ -325,7 +326,8 @@ def verification_lines(summary: dict) -> list[str]:
             "timed it; every run untraced with memcost's preload library loaded, the advice its only difference, the "
             "site found by its call path (the return addresses the trace saw); its standard output hashed and compared, "
             f"its standard error dropped. Without advice it ran {min(baseline['wall_ms']):,.0f}–"
-            f"{max(baseline['wall_ms']):,.0f} ms (spread {baseline['spread']:.0%}). What was applied: {applied}."]
+            f"{max(baseline['wall_ms']):,.0f} ms (spread {baseline['spread']:.0%}). What was applied: {applied}."] \
+        + unverified
 
 
 def _ranked_saving(item: dict) -> float:
