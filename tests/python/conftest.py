@@ -26,7 +26,7 @@ def kvm_context() -> dict:
 # The two groups of the Python suite (tests/README.md): unit tests read hand-made or recorded data
 # and need only the package; every other module runs the real probe or the `memcost` command.
 UNIT_MODULES = {"test_cli_properties", "test_costs_analysis", "test_import_cycles", "test_results",
-                "test_scaling_analysis", "test_stats", "test_trace_analysis", "test_units"}
+                "test_scaling_analysis", "test_stats", "test_trace_analysis", "test_units", "test_verify_analysis"}
 
 
 def pytest_collection_modifyitems(items):

@@ -108,3 +108,14 @@ def test_the_bootstrap_interval_holds_the_median_and_tightens_with_agreement():
     assert low <= 13 <= high
     tight = bootstrap_median_interval([13] * 7, seed=1)
     assert tight == (13.0, 13.0)
+
+
+def test_compare_shows_a_measured_saving_as_a_row_of_its_site():
+    from memcost.experiments.trace import compared_rows
+    row = {"site": "frames (a.c:3)", "faults": 10, "fault_ms": 1.0, "free_ms": 0.5}
+    document = {"summary": {"rows": [row], "verification": {"variants": [
+        {"site": "frames (a.c:3)", "kind": "reuse", "action": "reuse", "measured_saving_ms": 42.0},
+        {"site": "frames (a.c:3)", "kind": "huge_pages", "action": "tunable", "measured_saving_ms": 9.0}]}}}
+    rows = compared_rows(document)
+    assert rows[("frames (a.c:3)", "reuse saving ms (measured)")] == [42.0]
+    assert rows[("frames (a.c:3)", "faults")] == [10.0] and len(rows) == 4

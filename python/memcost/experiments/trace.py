@@ -432,8 +432,13 @@ COMPARED = (("faults", "faults"), ("fault ms (est.)", "fault_ms"), ("free ms", "
 
 def compared_rows(document: dict) -> dict[tuple, list[float]]:
     """Per allocation site: its faults, estimated fault time and measured free time (one value
-    each: a trace is one run of the program; counts are exact, so no noise test applies)."""
-    return {(row["site"], figure): [float(row[key])] for row in document["summary"]["rows"] for figure, key in COMPARED}
+    each: a trace is one run of the program; counts are exact, so no noise test applies); and,
+    where --verify measured it, each advice's measured saving (the median of its rounds)."""
+    rows = {(row["site"], figure): [float(row[key])] for row in document["summary"]["rows"] for figure, key in COMPARED}
+    for variant in (document["summary"].get("verification") or {}).get("variants", []):
+        if variant.get("measured_saving_ms") is not None and variant["action"] != "tunable":
+            rows[(variant["site"], f"{variant['kind']} saving ms (measured)")] = [float(variant["measured_saving_ms"])]
+    return rows
 
 
 EXPERIMENT = Experiment(
