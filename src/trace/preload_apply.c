@@ -22,6 +22,7 @@
 
 extern void *__libc_malloc(size_t size);
 extern void *__libc_calloc(size_t count, size_t size);
+extern void *__libc_memalign(size_t alignment, size_t size);
 extern void __libc_free(void *pointer);
 
 enum { MAX_ADVICE = 64, KEPT_PER_ADVICE = 2, MAX_OUTSTANDING = 1024, STACK_FRAMES = 24, MAX_THREADS = 64 };
@@ -326,10 +327,12 @@ void *memcost_apply_malloc(size_t size, int zero) {
   int a = advice_for(size, HUGE, REUSE, POPULATE);
   if (a < 0) return NULL;
   void *result = advice[a].action == REUSE ? take_kept(a, size, -1) : NULL;
+  /* Huge pages for malloc: the block starts on a 2 MiB boundary, as make_big_array's do. calloc
+     keeps glibc's block (it knows when fresh memory needs no clearing) and gets its inside. */
+  if (!result && advice[a].action == HUGE && !zero) result = __libc_memalign(HUGE_BYTES, size);
   if (!result) result = zero ? __libc_calloc(1, size) : __libc_malloc(size);
   if (!result) return NULL;
   if (advice[a].action == REUSE) hand_out(result, size, -1, a);
-  /* A malloc block starts just after glibc's header: huge pages for its 2 MiB-aligned inside. */
   if (advice[a].action == HUGE) advise_huge_inside(result, size);
   if (advice[a].action == POPULATE) populate(result, size, advice[a].threads);
   applied(a);

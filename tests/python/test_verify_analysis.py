@@ -80,18 +80,22 @@ def test_advice_never_applied_is_not_credited():
     assert not result["verified"] and result["verdict"].startswith("not applied")
 
 
-def test_estimates_are_corrected_by_earlier_verifications_of_their_kind():
-    earlier = [{"summary": {"verification": {"variants": [
-        {"kind": "reuse", "page_kind": "base", "verified": True, "estimate_ratio": 2.0},
-        {"kind": "reuse", "page_kind": "base", "verified": False, "estimate_ratio": None},
-        {"kind": "huge_pages", "page_kind": "base", "verified": True, "estimate_ratio": 0.5}]}}}]
+def test_estimates_are_corrected_by_earlier_verifications_of_the_site_else_of_their_kind():
+    earlier = [{"summary": {"totals": {"command": ["/tmp/prog", "x"]}, "verification": {"variants": [
+        {"site": "frames", "kind": "reuse", "page_kind": "base", "action": "reuse", "verified": True, "estimate_ratio": 2.0},
+        {"site": "frames", "kind": "reuse", "page_kind": "base", "action": "reuse", "verified": False, "estimate_ratio": None},
+        {"site": "table", "kind": "huge_pages", "page_kind": "base", "action": "huge", "verified": True,
+         "estimate_ratio": 0.5}]}}}]
     ratios = verify.learned_ratios(earlier)
-    assert ratios == {("reuse", "base"): (2.0, 1), ("huge_pages", "base"): (0.5, 1)}
-    summary = {"rows": [{"kind": "base", "advice": [{"kind": "reuse", "saving_ms": 100.0, "text": "reuse it"},
-                                                    {"kind": "parallel", "saving_ms": 10.0, "text": "threads"}]}]}
+    assert ratios[("prog", "frames", "reuse")] == (2.0, 1) and ratios[("huge_pages", "base")] == (0.5, 1)
+    summary = {"totals": {"command": ["./prog"]},
+               "rows": [{"site": "frames", "kind": "base", "advice": [{"kind": "reuse", "saving_ms": 100.0, "text": "a"},
+                                                                     {"kind": "parallel", "saving_ms": 10.0, "text": "b"}]},
+                        {"site": "other", "kind": "base", "advice": [{"kind": "huge_pages", "saving_ms": 10.0, "text": "c"}]}]}
     verify.correct_estimates(summary, ratios)
-    reuse, parallel = summary["rows"][0]["advice"]
-    assert reuse["corrected_saving_ms"] == 50.0 and "corrected" in reuse["text"]
+    (reuse, parallel), (huge,) = summary["rows"][0]["advice"], summary["rows"][1]["advice"]
+    assert reuse["corrected_saving_ms"] == 50.0 and "this site's verification" in reuse["text"]
+    assert huge["corrected_saving_ms"] == 20.0 and "huge_pages advice on base pages" in huge["text"]
     assert "corrected_saving_ms" not in parallel
 
 

@@ -22,8 +22,8 @@ POPULATE_MIN_BYTES = 64 << 20
 # What the preload library does for each kind of advice (preload_apply.h).
 ACTIONS = {"huge_pages": "huge", "reuse": "reuse", "parallel": "populate"}
 WHAT_IS_APPLIED = {
-    "huge": "MADV_HUGEPAGE on the site's mappings, mmap's aligned to 2 MiB as make_big_array aligns them "
-            "(a malloc block: its 2 MiB-aligned inside)",
+    "huge": "MADV_HUGEPAGE on the site's blocks, started on a 2 MiB boundary as make_big_array starts them "
+            "(a calloc block: its 2 MiB-aligned inside)",
     "reuse": "freed blocks of the site kept (two at most) and handed back to it, cleared to zero first as fresh "
              "memory reads: the clearing is part of the measured cost",
     "populate": "the site's blocks faulted in at allocation with MADV_POPULATE_WRITE on {threads} threads",
@@ -199,15 +199,24 @@ def evaluate(variant: Variant, baseline: dict[int, dict], advised: dict[int, dic
 LEARNED_FROM = 10  # the newest verified traces of this host an estimate is corrected by
 
 
-def learned_ratios(documents) -> dict[tuple[str, str], tuple[float, int]]:
-    """(advice kind, page kind) -> (median estimate ÷ measured, how many) over the advice that
-    earlier verifications of this host measured (`documents`: its trace documents, newest first)."""
-    ratios: dict[tuple[str, str], list[float]] = {}
+def _program(summary: dict) -> str:
+    command = summary.get("totals", {}).get("command") or [""]
+    return Path(command[0]).name
+
+
+def learned_ratios(documents) -> dict[tuple, tuple[float, int]]:
+    """Estimate ÷ measured, as a median and how many, over the advice that earlier verifications
+    of this host measured (`documents`: its trace documents, newest first), keyed two ways: by
+    (program, site, advice kind), and by (advice kind, page kind) for sites never verified."""
+    ratios: dict[tuple, list[float]] = {}
     used = 0
     for document in documents:
-        verification = document.get("summary", {}).get("verification") or {}
-        found = [v for v in verification.get("variants", []) if v.get("verified") and v.get("estimate_ratio")]
+        summary = document.get("summary", {})
+        verification = summary.get("verification") or {}
+        found = [v for v in verification.get("variants", [])
+                 if v.get("verified") and v.get("estimate_ratio") and v.get("action") != "tunable"]
         for variant in found:
+            ratios.setdefault((_program(summary), variant["site"], variant["kind"]), []).append(variant["estimate_ratio"])
             ratios.setdefault((variant["kind"], variant.get("page_kind", "base")), []).append(variant["estimate_ratio"])
         used += bool(found)
         if used == LEARNED_FROM:
@@ -215,17 +224,22 @@ def learned_ratios(documents) -> dict[tuple[str, str], tuple[float, int]]:
     return {key: (median(values), len(values)) for key, values in ratios.items()}
 
 
-def correct_estimates(summary: dict, ratios: dict[tuple[str, str], tuple[float, int]]) -> None:
-    """Each advice's estimate divided by what verification on this host found the estimates of
-    its kind to be worth, and said so in its text."""
+def correct_estimates(summary: dict, ratios: dict[tuple, tuple[float, int]]) -> None:
+    """Each advice's estimate divided by what verification on this host found it worth: this
+    site's own verifications where there are some, else those of its kind of advice and page
+    kind; said so in its text."""
+    program = _program(summary)
     for row in summary["rows"]:
         for item in row["advice"]:
-            found = ratios.get((item["kind"], row["kind"]))
+            own = ratios.get((program, row["site"], item["kind"]))
+            found = own or ratios.get((item["kind"], row["kind"]))
             if not found:
                 continue
             ratio, count = found
             item["corrected_saving_ms"] = item["saving_ms"] / ratio
-            item["correction"] = {"estimate_ratio": ratio, "verified_advice": count}
-            item["text"] += (f" (corrected: ≈ {item['corrected_saving_ms']:,.1f} ms, as {count} earlier verification"
-                             f"{'s' if count > 1 else ''} of {item['kind']} advice on this host measured "
+            item["correction"] = {"estimate_ratio": ratio, "verified_advice": count, "same_site": bool(own)}
+            whose = (f"this site's verification{'s' if count > 1 else ''}" if own else
+                     f"{count} earlier verification{'s' if count > 1 else ''} of {item['kind']} advice on "
+                     f"{row['kind']} pages")
+            item["text"] += (f" (corrected: ≈ {item['corrected_saving_ms']:,.1f} ms, as {whose} on this host measured "
                              f"{1 / ratio:.2f}× the estimate)")
