@@ -95,7 +95,9 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
                                     "verified": False, "reason": reason} for v in variants]
         return result
     with tempfile.TemporaryDirectory(prefix="memcost-verify-") as folder:
-        spec = Path(folder) / "advice"
+        spec, plain_spec = Path(folder) / "advice", Path(folder) / "no-advice"
+        # Without advice, every site is still looked for (and left alone): the search costs the same.
+        plain_spec.write_text("\n".join(line for v in variants for line in v.spec_lines("none")) + "\n")
         base_env = {**os.environ, "LD_PRELOAD": " ".join(filter(None, [str(preload_library()),
                                                                        os.environ.get("LD_PRELOAD")])),
                     "MEMCOST_PRELOAD_PYTHON": "0"}
@@ -104,14 +106,14 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
 
         def env_for(variant: Optional[analysis.Variant], report: Path) -> dict:
             if variant is None:
-                return base_env  # the library loaded, no advice: the only difference is the advice
+                return {**base_env, "MEMCOST_APPLY_FILE": str(plain_spec)}
             if variant.environment:
-                return {**base_env, **variant.environment}
+                return {**base_env, **variant.environment, "MEMCOST_APPLY_FILE": str(plain_spec)}
             spec.write_text("\n".join(variant.spec_lines()) + "\n")
             return {**base_env, "MEMCOST_APPLY_FILE": str(spec), "MEMCOST_APPLY_REPORT": str(report)}
 
         progress("verifying: a first run, untraced, to time the command")
-        sizing = run_once(command, base_env)
+        sizing = run_once(command, env_for(None, Path(folder) / "report-0"))
         rounds = rounds_for(params.get("verify"), len(variants))
         seed = int.from_bytes(os.urandom(4), "little")
         order = interleaved_order([0] + [v.id for v in variants], rounds, seed)

@@ -29,7 +29,7 @@ enum { MAX_ADVICE = 64, KEPT_PER_ADVICE = 2, MAX_OUTSTANDING = 1024, STACK_FRAME
 enum { PAGE_BYTES = 4096 };
 static const size_t HUGE_BYTES = 2u << 20;
 
-enum action { HUGE, REUSE, POPULATE };
+enum action { HUGE, REUSE, POPULATE, NONE };
 
 struct kept {
   void *pointer;
@@ -103,8 +103,12 @@ static void parse(char *text) {
     char action[16], *rest = NULL;
     int consumed = 0;
     if (sscanf(line, "%d %15s %zu %d %n", &a->id, action, &a->min_bytes, &a->threads, &consumed) != 4) continue;
-    a->action = strcmp(action, "huge") == 0 ? HUGE : strcmp(action, "reuse") == 0 ? REUSE : POPULATE;
-    if (strcmp(action, "populate") != 0 && a->action == POPULATE) continue;
+    a->action = strcmp(action, "huge") == 0       ? HUGE
+                : strcmp(action, "reuse") == 0    ? REUSE
+                : strcmp(action, "populate") == 0 ? POPULATE
+                : strcmp(action, "none") == 0     ? NONE
+                                                  : (enum action)-1;
+    if ((int)a->action < 0) continue;
     for (char *frame = strtok_r(line + consumed, " ", &rest); frame && a->frames < MEMCOST_APPLY_MAX_FRAMES;
          frame = strtok_r(NULL, " ", &rest)) {
       char *colon = strrchr(frame, ':');
@@ -185,12 +189,17 @@ static void applied(int a) {
   append_report(line, snprintf(line, sizeof(line), "applied %d %d\n", advice[a].id, pid));
 }
 
-static int advice_for(size_t bytes, enum action first, enum action second, enum action third) {
+/* The advice for this call, or -1. `none` is matched like the others and does nothing: the runs
+   without advice pay for the same search, so that the advice is the only difference. */
+static int advice_for(size_t bytes) {
   if (applying || advice_count == 0 || bytes < smallest) return -1;
   applying = 1;
   int a = matching(bytes);
   applying = 0;
-  if (a < 0 || (advice[a].action != first && advice[a].action != second && advice[a].action != third)) return -1;
+  if (a >= 0 && advice[a].action == NONE) {
+    applied(a);
+    return -1;
+  }
   return a;
 }
 
@@ -288,7 +297,7 @@ static void advise_huge_inside(void *pointer, size_t size) {
 }
 
 void *memcost_apply_mmap(size_t length, int prot, int flags) {
-  int a = advice_for(length, HUGE, REUSE, POPULATE);
+  int a = advice_for(length);
   if (a < 0) return NULL;
   void *result = NULL;
   if (advice[a].action == REUSE) {
@@ -324,7 +333,7 @@ int memcost_apply_munmap(void *address, size_t length) {
 }
 
 void *memcost_apply_malloc(size_t size, int zero) {
-  int a = advice_for(size, HUGE, REUSE, POPULATE);
+  int a = advice_for(size);
   if (a < 0) return NULL;
   void *result = advice[a].action == REUSE ? take_kept(a, size, -1) : NULL;
   /* Huge pages for malloc: the block starts on a 2 MiB boundary, as make_big_array's do. calloc

@@ -5,7 +5,8 @@
      <id> <action> <min_bytes> <threads> <frame> [<frame> ...]
    action: `huge` (MADV_HUGEPAGE, mmap's mappings aligned to 2 MiB), `reuse` (freed blocks kept
    per advice and handed back to the same call path, cleared to zero first), `populate`
-   (MADV_POPULATE_WRITE on <threads> threads at allocation); a frame is <module basename>:<hex
+   (MADV_POPULATE_WRITE on <threads> threads at allocation), `none` (found, nothing done: what the
+   runs without advice use, so they pay for the same search); a frame is <module basename>:<hex
    offset of the return address from the module's start>, innermost first, the frames of the C
    library, the dynamic loader, libstdc++, libgcc and this library left out. A call of at least
    min_bytes whose return addresses begin with those frames gets the advice.

@@ -48,9 +48,11 @@ class Variant:
     threads: int
     keys: list = field(default_factory=list)  # call paths, each a list of "module:hexoffset"
 
-    def spec_lines(self) -> list[str]:
-        """For the preload library (preload_apply.h); a tunable needs none."""
-        return [f"{self.id} {self.action} {self.min_bytes} {self.threads} {' '.join(key)}" for key in self.keys]
+    def spec_lines(self, action: Optional[str] = None) -> list[str]:
+        """For the preload library (preload_apply.h); a tunable needs none. `action` "none": found
+        and left alone, as the runs without advice do."""
+        return [f"{self.id} {action or self.action} {self.min_bytes} {self.threads} {' '.join(key)}"
+                for key in self.keys]
 
     @property
     def environment(self) -> dict:
@@ -101,7 +103,9 @@ def plan(samples: list, summary: dict, params: dict, threads: int) -> tuple[list
                                      "verified": False, "reason": reason})
                 continue
             action = ACTIONS[item["kind"]]
-            least = {"huge": HUGE_MIN_BYTES, "reuse": max(row["churn_bytes"], MIN_BYTES),
+            # A churned size is the mapping's; the call that asked for it may be smaller (malloc's
+            # header, page rounding): half of it finds the calls, the kept blocks match sizes exactly.
+            least = {"huge": HUGE_MIN_BYTES, "reuse": max(row["churn_bytes"] // 2, MIN_BYTES),
                      "populate": POPULATE_MIN_BYTES}[action]
             variants.append(Variant(len(variants) + 1, row["site"], item["kind"], action, item["saving_ms"],
                                     row["kind"], least, threads, keys))
