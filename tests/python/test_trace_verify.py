@@ -93,7 +93,7 @@ def test_the_next_trace_corrects_its_estimates_by_what_was_measured(verified, ve
     measured = _variant(document, "frames", "reuse")["measured_saving_ms"]
     frames = next(row for row in again["summary"]["rows"] if row["site"].startswith("frames"))
     reuse = next(item for item in frames["advice"] if item["kind"] == "reuse")
-    assert "corrected" in reuse["text"]
+    assert "corrected" in reuse["text"] and reuse["correction"]["same_site"]
     assert abs(reuse["corrected_saving_ms"] - measured) <= 0.25 * measured
 
 

@@ -198,8 +198,8 @@ def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dic
     if windows:
         windows.finish(run.samples)
     summary, warnings = analyze(run.samples, cost=cost, params=values)
-    _corrected_by_verification(summary, directory.root, run.context.get("host", ""))
     summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
+    _corrected_by_verification(summary, directory.root, run.context.get("host", ""))
     summary["totals"]["interrupted"] = summary["totals"]["interrupted"] or interrupts.interrupted
     if values.get("overhead") and values.get("command") and not summary["totals"]["interrupted"]:
         started = time.monotonic()
