@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,41 @@ void memcost_apply_start(void) {
 
 size_t memcost_apply_min_bytes(void) { return smallest; }
 
+/* A module's file name as the trace knows it: the file itself, not the link it was opened by
+   (liblzma.so.5 is liblzma.so.5.4.1), resolved once per module. */
+enum { NAMED_MODULES = 128 };
+static struct {
+  uintptr_t base;
+  uint64_t name;
+} named[NAMED_MODULES];
+static pthread_mutex_t named_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t module_name(const Dl_info *info) {
+  const char *name = base_name(info->dli_fname);
+  /* The executable's name is argv[0] to dladdr (a link, a relative path): /proc/self/exe's is its file. */
+  if (!strstr(name, ".so") && executable_name) return executable_name;
+  uintptr_t base = (uintptr_t)info->dli_fbase;
+  uint64_t found = 0;
+  pthread_mutex_lock(&named_lock);
+  for (int i = 0; i < NAMED_MODULES && named[i].base; ++i) {
+    if (named[i].base == base) found = named[i].name;
+  }
+  pthread_mutex_unlock(&named_lock);
+  if (found) return found;
+  char resolved[PATH_MAX];
+  if (realpath(info->dli_fname, resolved)) name = base_name(resolved);
+  found = name_hash(name, strlen(name));
+  pthread_mutex_lock(&named_lock);
+  for (int i = 0; i < NAMED_MODULES; ++i) {
+    if (!named[i].base || named[i].base == base) {
+      named[i].base = base, named[i].name = found;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&named_lock);
+  return found;
+}
+
 /* The advice whose call path this call's return addresses begin with (-1: none). */
 static int matching(size_t bytes) {
   uint64_t pcs[STACK_FRAMES], module[MEMCOST_APPLY_MAX_FRAMES], offset[MEMCOST_APPLY_MAX_FRAMES];
@@ -165,11 +201,8 @@ static int matching(size_t bytes) {
       module[kept] = 0, offset[kept++] = pcs[i];
       continue;
     }
-    const char *name = base_name(info.dli_fname);
-    if (runtime_module(name)) continue;
-    /* The executable's name is argv[0] to dladdr (a link, a relative path); the trace knows its file. */
-    int executable = !strstr(name, ".so");
-    module[kept] = executable && executable_name ? executable_name : name_hash(name, strlen(name));
+    if (runtime_module(base_name(info.dli_fname))) continue;
+    module[kept] = module_name(&info);
     offset[kept++] = pcs[i] - (uint64_t)(uintptr_t)info.dli_fbase;
   }
   for (int a = 0; a < advice_count; ++a) {

@@ -182,3 +182,25 @@ def test_a_numpy_scripts_huge_page_advice_is_applied_and_measured(golden_results
     assert interposed["measured_faults_saved"] > 0.2 * site["faults_base"]
     assert not any(v.get("unsafe") for v in variants)
     assert all(v["verdict"] in ("saving shown", "slower, shown", "not shown by measurement") for v in variants)
+
+
+@needs_tracing
+@pytest.mark.skipif(shutil.which("xz") is None, reason="xz is not installed")
+def test_xz_advice_is_found_in_a_library_opened_by_its_soname(golden_results, tmp_path):
+    """xz's buffer is made inside liblzma.so.5, a link to liblzma.so.5.x.y: the trace names the
+    file, the loader the link; the advice must find it all the same."""
+    import random
+    generator = random.Random(5)
+    words = ["".join(generator.choice("abcdefghijklmnop") for _ in range(generator.randint(3, 9))) for _ in range(3000)]
+    text = tmp_path / "text"
+    text.write_text("\n".join(" ".join(generator.choice(words) for _ in range(6)) for _ in range(300_000)))
+    subprocess.run(["xz", "-T1", "--lzma2=preset=1,dict=64MiB", "-k", str(text)], check=True)
+    root = _root(golden_results, tmp_path)
+    result = run_memcost("--results-dir", str(root), "trace", "--verify", "3", "--", "xz", "-d", "-c",
+                         str(text) + ".xz")
+    assert result.returncode == 0, result.stderr
+    variants = load_document(root / "latest" / "trace.json")["summary"]["verification"]["variants"]
+    interposed = [v for v in variants if v["site"].startswith("liblzma") and v["action"] == "huge"]
+    assert interposed, variants
+    assert interposed[0]["verdict"] != "not applied: its call path was not found again"
+    assert interposed[0]["measured_faults_saved"] > 1000 and not interposed[0].get("unsafe")
