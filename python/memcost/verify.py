@@ -70,6 +70,7 @@ def run_once(command: list[str], env: dict) -> dict:
         raise
     process.returncode = os.waitstatus_to_exitcode(status)
     return {"wall_ms": (time.monotonic() - started) * 1e3, "cpu_ms": (usage.ru_utime + usage.ru_stime) * 1e3,
+            "user_ms": usage.ru_utime * 1e3, "system_ms": usage.ru_stime * 1e3,
             "faults": usage.ru_minflt + usage.ru_majflt, "exit_code": process.returncode,
             "stdout_sha256": digest.hexdigest()}
 
