@@ -25,6 +25,7 @@
 #include "os/os.hpp"
 #include "probe/arguments.hpp"
 #include "probe/experiment.hpp"
+#include "probe/rounds.hpp"
 
 namespace memcost::probe {
 namespace {
@@ -382,6 +383,7 @@ struct Settings {
   unsigned threads = 0;
   bool libc_only = false;
   int repeat = 10;  // iterations of the repeat scenario (0: leave it out)
+  std::uint64_t order_seed = probe::fresh_seed();  // the ranked rows' order, round by round
 };
 
 bool verified(const WorkItem* items, std::size_t count, bool zero) {
@@ -457,6 +459,8 @@ void declare(CLI::App& command, Settings& s) {
   command.add_option("--repeat", s.repeat, "iterations of the repeat scenario: allocate, initialize, free (0: none)")
       ->check(CLI::Range(0, 1000));
   command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
+  command.add_option("--order-seed", s.order_seed, "seed of the order the strategies run in, shuffled each round "
+                     "(default: a new one, recorded in the settings line)")->capture_default_str();
 }
 
 // One strategy's repetition: allocate and initialize, check, free, and report.
@@ -664,14 +668,17 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
   }
 }
 
-// Every chosen strategy, for each initialization asked for, --reps times.
+// Every chosen strategy, for each initialization asked for, --reps times: round by round, each
+// round's order shuffled from --order-seed (probe/rounds.hpp), so that the host's slow minutes fall
+// on every strategy alike.
 void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter,
                         const std::shared_ptr<std::vector<NamedStrategy>>& chosen, std::size_t count, unsigned threads) {
   auto failed = std::make_shared<std::set<std::string>>();  // strategies already reported as failed
+  const auto order = probe::interleaved_order(chosen->size(), s.reps, s.order_seed);
   for (const std::string& init : s.inits) {
     const bool zero_init = init == "zero";
-    for (std::size_t index = 0; index < chosen->size(); ++index) {
-      for (int rep = 0; rep < s.reps; ++rep) {
+    for (int rep = 0; rep < s.reps; ++rep) {
+      for (std::size_t index : order[static_cast<std::size_t>(rep)]) {
         steps.push_back({(*chosen)[index].name + (zero_init ? " (zero)" : " (value)"),
                          [&emitter, &s, chosen, failed, index, count, threads, zero_init, rep] {
                            measure_strategy(emitter, s, (*chosen)[index], count, threads, zero_init, rep, *failed);
