@@ -11,3 +11,28 @@ def test_spread_skips_unmeasured_values_and_handles_none_at_all():
     assert spread([None, 2.0, None]).median == 2.0
     assert spread([None]) is None
     assert spread([]) is None
+
+
+def _strategy_samples(name: str, times: list[float]) -> list[dict]:
+    return [{"case": {"part": "strategy", "strategy": name, "init": "zero", "family": "os", "size_bytes": 1 << 30,
+                      "rep": rep},
+             "metrics": {"elapsed_s": elapsed, "minor_faults": 262144, "free_s": 0.01, "system_s": 0.1,
+                         "verified": True}} for rep, elapsed in enumerate(times)]
+
+
+def test_rows_within_noise_of_the_fastest_share_its_rank():
+    from memcost.analysis.bigarray import summarize
+    samples = (_strategy_samples("a", [0.30, 0.24, 0.31, 0.25, 0.30])
+               + _strategy_samples("b", [0.29, 0.26, 0.30, 0.27, 0.29])     # the same, within noise
+               + _strategy_samples("c", [0.60, 0.50, 0.62, 0.49, 0.61]))    # twice as slow, every round
+    rows = {row["strategy"]: row for row in summarize(samples)["rows"]}
+    assert rows["a"]["rank"] == 1 and rows["b"]["rank"] == 1 and rows["b"]["tied"]
+    assert rows["c"]["rank"] == 3 and not rows["c"].get("tied") and rows["c"]["vs_fastest_interval"][0] > 1.5
+
+
+def test_a_row_slower_in_every_round_is_not_tied_however_close():
+    from memcost.analysis.bigarray import summarize
+    samples = _strategy_samples("a", [0.30, 0.24, 0.31, 0.25, 0.30]) + _strategy_samples(
+        "b", [0.31, 0.25, 0.32, 0.26, 0.31])
+    rows = {row["strategy"]: row for row in summarize(samples)["rows"]}
+    assert rows["b"]["rank"] == 2 and not rows["b"].get("tied")

@@ -46,13 +46,44 @@ def summarize(samples: list) -> dict:
     # Rows that reused memory an earlier row freed are not fresh allocations: listed, not ranked.
     rows.sort(key=lambda r: (r["init"] != "zero", reused(r), r["median_s"]))
     for init in ("zero", "value"):
-        for rank, row in enumerate((r for r in rows if r["init"] == init and not reused(r)), start=1):
+        ranked = [r for r in rows if r["init"] == init and not reused(r)]
+        for rank, row in enumerate(ranked, start=1):
             row["rank"] = rank
+        _ties_with_the_fastest(ranked, {row["strategy"]: groups[(row["strategy"], init)] for row in ranked})
     for row in rows:
         row.setdefault("rank", None)
     return {"limit_gb_per_s": limit, "rows": rows, "auto_choice": auto_choice(samples, rows),
             "repeat": summarize_repeat(samples, limit), "fills": summarize_fills(samples, limit),
             "outliers": find_outliers(samples), "headline": headline(rows)}
+
+
+TIE_MIN_ROUNDS = 3  # fewer paired rounds than this cannot tell a tie from a difference
+
+
+def _ties_with_the_fastest(ranked: list[dict], samples_of: dict[str, list]) -> None:
+    """A row is tied with the fastest when its time, divided by the fastest's in the same round
+    (the rounds interleave the rows), is not shown to be above 1: the 95 % bootstrap interval of
+    the median of those ratios reaches 1. Tied rows share rank 1 ("tied"); the others keep their
+    place, with the interval that shows them slower."""
+    from ..stats import bootstrap_median_interval
+    if len(ranked) < 2:
+        return
+    fastest = ranked[0]
+
+    def by_round(name: str) -> dict[int, float]:
+        return {s["case"].get("rep", i): s["metrics"]["elapsed_s"] for i, s in enumerate(samples_of[name])}
+    best = by_round(fastest["strategy"])
+    for row in ranked[1:]:
+        mine = by_round(row["strategy"])
+        ratios = [mine[r] / best[r] for r in sorted(set(mine) & set(best)) if best[r] > 0]
+        if len(ratios) < TIE_MIN_ROUNDS:
+            continue
+        low, high = bootstrap_median_interval(ratios, seed=len(ratios))
+        row["vs_fastest_interval"] = [low, high]
+        if low <= 1.0:
+            row["rank"], row["tied"] = 1, True
+    if any(row.get("tied") for row in ranked):
+        fastest["tied"] = True
 
 
 OUTLIER_TIMES = 3.0  # a repetition this many times the median of its group is explained, or said unexplained
@@ -255,7 +286,9 @@ def auto_choice(samples: list, rows: list[dict]) -> Optional[dict]:
         auto = next((r for r in ranked if r["strategy"] == AUTO), None)
         if auto and ranked:
             fastest = ranked[0]
-            result[init] = {"rank": ranked.index(auto) + 1, "of": len(ranked), "fastest": fastest["strategy"],
+            result[init] = {"rank": auto["rank"], "tied": bool(auto.get("tied")) and auto is not fastest,
+                            "of": len(ranked),
+                            "fastest": fastest["strategy"],
                             "slower_than_fastest_percent": 100.0 * (auto["median_s"] / fastest["median_s"] - 1.0)}
     why = "; ".join(result["fallbacks"]) if result["fallbacks"] else "the first rung of the ladder was available"
     result["why"] = f"chose {result['page_kind']}: {why}"
@@ -275,7 +308,10 @@ def headline(rows: list[dict]) -> Optional[str]:
     fastest = zero[0]
     vector = next((r for r in zero if r["strategy"] == "std::vector"), None)
     size_gib = fastest["size_bytes"] / (1 << 30)
+    tied = [r["strategy"] for r in zero[1:] if r.get("tied")]
     text = f"fastest {size_gib:g} GiB zero-init: {fastest['median_s']:.2f} s via {fastest['strategy']}"
+    if tied:
+        text += f" (tied within noise with {', '.join(tied[:3])}{' and others' if len(tied) > 3 else ''})"
     if vector and vector is not fastest:
         text += f", {vector['median_s'] / fastest['median_s']:.0f}× faster than std::vector"
     return text

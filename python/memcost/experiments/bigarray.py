@@ -104,7 +104,7 @@ def tables(summary: dict) -> list[Table]:
             caption = (f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked (limit {limit:.1f} GB/s)"
                        if limit else f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked")
             result.append((caption, ["#", "strategy", "seconds", "GB/s", "of limit", "faults", "huge", "first 1 %", "free s"],
-                           [["reuse" if r["rank"] is None else str(r["rank"]), r["strategy"], number(r["median_s"], 3), number(r["gb_per_s"], 1),
+                           [["reuse" if r["rank"] is None else f"{r['rank']}{' (tied)' if r.get('tied') else ''}", r["strategy"], number(r["median_s"], 3), number(r["gb_per_s"], 1),
                              "n/a" if r["ratio_to_limit"] is None else f"{r['ratio_to_limit']:.0%}", number(r["faults"]),
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
                              "" if r["first_percent_s"] is None else f"{r['first_percent_s']:.3f} s",
@@ -187,7 +187,8 @@ def notes(summary: dict) -> list[str]:
     for init in INITS:
         if init in choice:
             placed = choice[init]
-            lines.append(f"  {init}: rank {placed['rank']} of {placed['of']}, "
+            where = "tied with the fastest" if placed.get("tied") else f"rank {placed['rank']} of {placed['of']}"
+            lines.append(f"  {init}: {where}, "
                          f"{placed['slower_than_fastest_percent']:+.0f}% against the fastest ({placed['fastest']})")
     return lines
 
@@ -199,8 +200,9 @@ def interpret(summary: dict) -> list[str]:
     sentences = [summary["headline"][0].upper() + summary["headline"][1:] + "."]
     choice = summary.get("auto_choice")
     if choice and "zero" in choice:
-        sentences.append(f"memcost::make_big_array {choice['why']}, and ranked {choice['zero']['rank']} of "
-                         f"{choice['zero']['of']} for zero initialization.")
+        placed = choice["zero"]
+        where = "was tied with the fastest" if placed.get("tied") else f"ranked {placed['rank']} of {placed['of']}"
+        sentences.append(f"memcost::make_big_array {choice['why']}, and {where} for zero initialization.")
     zero = [r for r in rows if r["init"] == "zero"]
     if zero and summary.get("limit_gb_per_s"):
         sentences.append(f"The best zero initialization reached {zero[0]['ratio_to_limit']:.0%} of this machine's "
