@@ -36,3 +36,13 @@ def test_a_row_slower_in_every_round_is_not_tied_however_close():
         "b", [0.31, 0.25, 0.32, 0.26, 0.31])
     rows = {row["strategy"]: row for row in summarize(samples)["rows"]}
     assert rows["b"]["rank"] == 2 and not rows["b"].get("tied")
+
+
+def test_ranked_repetitions_taken_again_are_counted_in_the_notes():
+    from memcost.analysis.bigarray import summarize
+    from memcost.experiments.bigarray import notes
+    samples = _strategy_samples("a", [0.30, 0.31, 0.30])
+    samples[1]["metrics"]["raced_with_host_reporting"] = [{"elapsed_s": 1.1, "host_reported_bytes": 700 << 20}]
+    summary = summarize(samples)
+    assert len(summary["retaken_repetitions"]) == 1
+    assert any("1 ranked repetition taken again" in line and "700 MiB" in line for line in notes(summary))

@@ -52,7 +52,10 @@ def summarize(samples: list) -> dict:
         _ties_with_the_fastest(ranked, {row["strategy"]: groups[(row["strategy"], init)] for row in ranked})
     for row in rows:
         row.setdefault("rank", None)
-    return {"limit_gb_per_s": limit, "rows": rows, "auto_choice": auto_choice(samples, rows),
+    retaken = [{"strategy": row_name(s["case"]), "init": s["case"]["init"], "rep": s["case"].get("rep", 0), **attempt}
+               for s in samples if s["case"]["part"] == "strategy"
+               for attempt in s["metrics"].get("raced_with_host_reporting") or []]
+    return {"limit_gb_per_s": limit, "rows": rows, "retaken_repetitions": retaken, "auto_choice": auto_choice(samples, rows),
             "repeat": summarize_repeat(samples, limit), "fills": summarize_fills(samples, limit),
             "outliers": find_outliers(samples), "headline": headline(rows)}
 

@@ -161,6 +161,13 @@ def notes(summary: dict) -> list[str]:
         lines.append(f"{', '.join(kept)}: far fewer faults than the array has pages — the allocator kept the memory an "
                      "earlier row freed and handed it out again; these rows measure reuse, not a fresh allocation, and "
                      "the headline leaves them out")
+    retaken = summary.get("retaken_repetitions") or []
+    if retaken:
+        worst = max(retaken, key=lambda attempt: attempt["elapsed_s"])
+        lines.append(f"{len(retaken)} ranked repetition{'s' if len(retaken) > 1 else ''} taken again: the VM handed "
+                     f"64 MiB or more of free memory to its host during {'them' if len(retaken) > 1 else 'it'} (the "
+                     f"worst: {worst['strategy']}, {worst['init']}, rep {worst['rep'] + 1}, {worst['elapsed_s']:.2f} s "
+                     f"while {worst['host_reported_bytes'] / 2**20:,.0f} MiB went); the ranks use the retakes")
     for fill in summary.get("fills") or []:
         raced = fill.get("raced_with_host_reporting") or []
         if raced:
