@@ -46,3 +46,14 @@ def test_ranked_repetitions_taken_again_are_counted_in_the_notes():
     summary = summarize(samples)
     assert len(summary["retaken_repetitions"]) == 1
     assert any("1 ranked repetition taken again" in line and "700 MiB" in line for line in notes(summary))
+
+
+def test_the_limit_is_the_fastest_way_to_write_faulted_memory():
+    from memcost.analysis.bigarray import machine_limit
+    limit = [{"case": {"part": "limit"}, "metrics": {"gb_per_s": value}} for value in (20.0, 22.0, 21.0)]
+    fills = [{"case": {"part": "fill", "memory": memory, "method": method}, "metrics": {"gb_per_s": value}}
+             for memory, method, value in (("faulted", "nontemporal", 30.0), ("faulted", "nontemporal", 28.0),
+                                           ("fresh", "stores", 50.0), ("faulted", "automatic", 99.0))]
+    assert machine_limit(limit) == (21.0, "parallel memset")
+    assert machine_limit(limit + fills) == (29.0, "parallel nontemporal fill")
+    assert machine_limit([]) == (None, None)
