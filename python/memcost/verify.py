@@ -52,12 +52,32 @@ def dynamically_linked(command: list[str]) -> Optional[str]:
     return f"{command[0]}: a script whose interpreter is a script"
 
 
-def run_once(command: list[str], env: dict) -> dict:
+def standard_input() -> tuple[Optional[str], Optional[str]]:
+    """What each rerun reads: memcost's standard input again when it is a file (the path), nothing
+    when it is a terminal or /dev/null, and why not when it is a pipe or socket (it was read once)."""
+    import stat
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return None, None
+    if stat.S_ISREG(mode):
+        return os.readlink("/proc/self/fd/0"), None
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return None, ("its standard input is a pipe, read once by the traced run: the reruns could not be given it "
+                      "again (redirect a file instead)")
+    return None, None
+
+
+def run_once(command: list[str], env: dict, stdin_path: Optional[str] = None) -> dict:
     """One run: wall time, the CPU time and faults the kernel counted for it (wait4), its exit
     code and a hash of its standard output (not shown; its standard error is dropped)."""
     started = time.monotonic()
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               env=env)
+    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
+    try:
+        process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    finally:
+        if stdin_path:
+            stdin.close()
     digest = hashlib.sha256()
     try:
         with process.stdout:
@@ -90,7 +110,8 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
     result = {"variants": [], "unverifiable": unverifiable, "refused": None, "seed": None, "rounds": 0, "runs": []}
     if not variants:
         return result
-    reason = dynamically_linked(command)
+    stdin_path, reason = standard_input()
+    reason = reason or dynamically_linked(command)
     if reason:
         result["unverifiable"] += [{"site": v.site, "kind": v.kind, "estimated_saving_ms": v.estimated_saving_ms,
                                     "verified": False, "reason": reason} for v in variants]
@@ -114,7 +135,7 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
             return {**base_env, "MEMCOST_APPLY_FILE": str(spec), "MEMCOST_APPLY_REPORT": str(report)}
 
         progress("verifying: a first run, untraced, to time the command")
-        sizing = run_once(command, env_for(None, Path(folder) / "report-0"))
+        sizing = run_once(command, env_for(None, Path(folder) / "report-0"), stdin_path)
         rounds = rounds_for(params.get("verify"), len(variants))
         seed = int.from_bytes(os.urandom(4), "little")
         order = interleaved_order([0] + [v.id for v in variants], rounds, seed)
@@ -128,7 +149,7 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
             progress(f"verifying: run {number} of {total} (round {round_index + 1}: "
                      f"{'no advice' if variant is None else variant.kind + ' at ' + variant.site})")
             report = Path(folder) / f"report-{number}"
-            run = run_once(command, env_for(variant, report))
+            run = run_once(command, env_for(variant, report), stdin_path)
             if variant is not None and (variant.environment or (report.exists() and
                                                                 f"applied {variant_id} " in report.read_text())):
                 applied.add(variant_id)  # a tunable is glibc's to apply: its faults saved say whether it did

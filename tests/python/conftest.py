@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(items):
 def run_memcost(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """The memcost command as a user runs it: a separate process, no terminal."""
     return subprocess.run([sys.executable, "-m", "memcost", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})}, timeout=600)
+                          env={**os.environ, **(env or {})}, timeout=600, stdin=subprocess.DEVNULL)
 
 
 def run_probe(*args: str) -> subprocess.CompletedProcess:
@@ -50,6 +50,7 @@ def start_memcost(*args: str, folder: Path, **popen) -> subprocess.Popen:
     while the test waits fills up (64 KiB) and blocks the command. finish() reads them."""
     stdout = open(folder / f"memcost-{time.monotonic_ns()}.stdout", "w+")
     stderr = open(folder / f"memcost-{time.monotonic_ns()}.stderr", "w+")
+    popen.setdefault("stdin", subprocess.DEVNULL)  # whatever the runner's is (a pipe in CI), not the command's
     process = subprocess.Popen([sys.executable, "-m", "memcost", *args], stdout=stdout, stderr=stderr, text=True,
                                **popen)
     process.output_files = (stdout, stderr)

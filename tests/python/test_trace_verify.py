@@ -204,3 +204,34 @@ def test_xz_advice_is_found_in_a_library_opened_by_its_soname(golden_results, tm
     assert interposed, variants
     assert interposed[0]["verdict"] != "not applied: its call path was not found again"
     assert interposed[0]["measured_faults_saved"] > 1000 and not interposed[0].get("unsafe")
+
+
+def test_a_piped_standard_input_cannot_be_given_to_the_reruns_and_says_so():
+    from memcost import verify
+    read, write = os.pipe()
+    saved = os.dup(0)
+    try:
+        os.dup2(read, 0)
+        path, reason = verify.standard_input()
+    finally:
+        os.dup2(saved, 0)
+        for fd in (read, write, saved):
+            os.close(fd)
+    assert path is None and "pipe" in reason
+
+
+def test_a_file_on_standard_input_is_read_again_by_each_rerun(tmp_path):
+    from memcost import verify
+    data = tmp_path / "input"
+    data.write_text("b\na\n")
+    with open(data) as source:
+        saved = os.dup(0)
+        try:
+            os.dup2(source.fileno(), 0)
+            path, reason = verify.standard_input()
+        finally:
+            os.dup2(saved, 0)
+            os.close(saved)
+    assert reason is None and path == str(data)
+    first, second = (verify.run_once(["sort"], dict(os.environ), path) for _ in range(2))
+    assert first["stdout_sha256"] == second["stdout_sha256"] and first["exit_code"] == 0
