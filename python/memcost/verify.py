@@ -161,7 +161,9 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
     result["baseline"] = {"wall_ms": [run["wall_ms"] for run in baseline], "exit_codes": sorted({r["exit_code"] for r in baseline}),
                           "spread": analysis.spread_of([run["wall_ms"] for run in baseline])}
     result["refused"] = analysis.refusal(baseline, sizing)
-    if result["refused"]:
-        return result
+    if result["refused"] and len(result["runs"]) < total:
+        return result  # stopped early (exit codes that differ): nothing to show per advice
     result["variants"] = [analysis.evaluate(v, measured[0], measured[v.id], v.id in applied, seed) for v in variants]
+    if result["refused"]:
+        result["variants"] = [analysis.not_compared(variant) for variant in result["variants"]]
     return result

@@ -297,3 +297,11 @@ def test_jit_compiled_frames_name_the_program_and_skip_the_runtimes():
 ])
 def test_tables_show_names_as_perf_shortens_them(full, shown):
     assert analysis.readable(full) == shown
+
+
+def test_counted_faults_are_shared_between_sampled_stacks_in_whole_faults_that_add_up():
+    from memcost.analysis.trace import _apportioned
+    shares = _apportioned(184395, [3.0, 1.0, 1.0, 2.0, 7.0])
+    assert sum(shares) == 184395 and all(isinstance(share, int) for share in shares)
+    assert shares[4] > shares[0] > shares[3] > shares[1] >= shares[2]
+    assert _apportioned(2, [1.0, 1.0, 1.0]) in ([1, 1, 0], [1, 0, 1], [0, 1, 1])

@@ -181,7 +181,9 @@ def test_a_numpy_scripts_huge_page_advice_is_applied_and_measured(golden_results
     assert interposed["verdict"] != "not applied: its call path was not found again"
     assert interposed["measured_faults_saved"] > 0.2 * site["faults_base"]
     assert not any(v.get("unsafe") for v in variants)
-    assert all(v["verdict"] in ("saving shown", "slower, shown", "not shown by measurement") for v in variants)
+    # numpy's own huge pages make its run time vary on this kind of VM: a refusal for that is a verdict too.
+    assert all(v["verdict"] in ("saving shown", "slower, shown", "not shown by measurement",
+                                "not compared: the command's own time varies too much") for v in variants)
 
 
 @needs_tracing

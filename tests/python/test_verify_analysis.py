@@ -123,3 +123,11 @@ def test_compare_shows_a_measured_saving_as_a_row_of_its_site():
     rows = compared_rows(document)
     assert rows[("frames (a.c:3)", "reuse saving ms (measured)")] == [42.0]
     assert rows[("frames (a.c:3)", "faults")] == [10.0] and len(rows) == 4
+
+
+def test_a_refused_command_keeps_what_was_applied_but_no_saving():
+    baseline = {r: _run(200 + r) for r in range(5)}
+    result = verify.not_compared(verify.evaluate(_variant(), baseline, {r: _run(150, faults=10) for r in range(5)},
+                                                 applied=True, seed=1))
+    assert result["measured_saving_ms"] is None and result["estimate_ratio"] is None and not result["verified"]
+    assert result["measured_faults_saved"] == 90 and result["verdict"].startswith("not compared")

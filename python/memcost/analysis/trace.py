@@ -121,10 +121,21 @@ def touch_rows(trace: Trace) -> list[dict]:
         if not weight:
             rows.append({**row, "samples": 0})
             continue
-        for touch in touches:
-            rows.append({**row, "touch_stack": touch["touch_stack"], "faults": row["faults"] * touch["faults"] / weight,
-                         "samples": touch["samples"]})
+        for touch, share in zip(touches, _apportioned(row["faults"], [touch["faults"] for touch in touches])):
+            rows.append({**row, "touch_stack": touch["touch_stack"], "faults": share, "samples": touch["samples"]})
     return rows
+
+
+def _apportioned(total: int, weights: list[float]) -> list[int]:
+    """`total` shared in proportion to `weights` in whole faults that add up to it exactly (the
+    largest remainders get the faults left over): every export then sums to the counted total."""
+    whole = sum(weights)
+    exact = [total * weight / whole for weight in weights]
+    shares = [int(value) for value in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: exact[i] - shares[i], reverse=True)
+    for i in by_remainder[:total - sum(shares)]:
+        shares[i] += 1
+    return shares
 
 
 def processes_table(trace: Trace) -> list[dict]:

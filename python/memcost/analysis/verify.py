@@ -200,6 +200,18 @@ def evaluate(variant: Variant, baseline: dict[int, dict], advised: dict[int, dic
     return result
 
 
+def not_compared(result: dict) -> dict:
+    """An advice of a command refused for its own variation: whether it was applied, and the faults
+    it saved (the kernel's count does not drift with the host), but no saving of time."""
+    for key in ("measured_saving_ms", "measured_saving_interval_ms", "measured_cpu_saving_ms",
+                "measured_cpu_saving_interval_ms", "estimate_ratio"):
+        result[key] = None
+    result["verified"] = False
+    if not result["verdict"].startswith(("not applied", "unsafe")):
+        result["verdict"] = "not compared: the command's own time varies too much"
+    return result
+
+
 LEARNED_FROM = 10  # the newest verified traces of this host an estimate is corrected by
 
 

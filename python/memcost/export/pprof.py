@@ -111,8 +111,6 @@ def profile(trace: analysis.Trace, cost, which, *, time_nanos: int = 0, duration
         entry = values[(allocation, touching(row["touch_stack"]), row["pid"])]
         entry[0] += row["faults"] * period
         entry[1] += int(row["faults"] * period * cost.fault_us("thp" if row["huge"] else "base") * 1e3)
-    for entry in values.values():
-        entry[0] = round(entry[0])  # counted in the kernel, shared between sampled touching stacks
     for origin in trace.origins:
         if origin["freed_bytes"]:
             values[(origin["stack"], "", None)][2] += origin["freed_bytes"]
