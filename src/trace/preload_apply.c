@@ -202,8 +202,9 @@ static int matching(size_t bytes) {
       continue;
     }
     if (runtime_module(base_name(info.dli_fname))) continue;
-    module[kept] = module_name(&info);
-    offset[kept++] = pcs[i] - (uint64_t)(uintptr_t)info.dli_fbase;
+    const uint64_t name = module_name(&info), at = pcs[i] - (uint64_t)(uintptr_t)info.dli_fbase;
+    if (kept > 0 && module[kept - 1] == name && offset[kept - 1] == at) continue; /* recursion: once, as the trace keys it */
+    module[kept] = name, offset[kept++] = at;
   }
   for (int a = 0; a < advice_count; ++a) {
     if (bytes < advice[a].min_bytes || advice[a].frames > kept) continue;
