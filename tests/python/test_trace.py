@@ -222,8 +222,12 @@ def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
     summary = analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
     document = {"summary": summary}
     a, b = _row(document, "site_a_frames"), _row(document, "site_b_allocate")
-    assert a["faults"] == pytest.approx(50 * 2048, rel=0.02) and (a["mappings"], a["freed"]) == (50, 50)
-    assert b["faults"] == pytest.approx(65536, rel=0.02)
+    # A lost record is a fault missing from the site it touched (a burst, so usually one site):
+    # each site's count is exact to within what was lost, and never above.
+    lost = run["lost_records"]
+    for row, faults in ((a, 50 * 2048), (b, 65536)):
+        assert 0.98 * faults <= row["faults"] + lost and row["faults"] <= 1.02 * faults, (row["site"], lost)
+    assert (a["mappings"], a["freed"]) == (50, 50)
     assert [item["kind"] for item in a["advice"]].count("reuse") == 1
 
 
