@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "os/perf_linux.hpp"
@@ -29,11 +31,25 @@ enum class EventKind { fault, enter, exit, cpu };
 
 struct Event {
   EventKind kind;
-  CallKind call = CallKind::mmap;
   std::uint64_t sample_type = 0;
-  std::vector<std::uint32_t> offsets;  // raw field offsets (tracepoints)
+  // raw_syscalls tracepoints: where the system call's number is, and its arguments (enter) or
+  // result (exit), in the raw data.
+  std::uint32_t number_offset = 0;
+  std::vector<std::uint32_t> offsets = {};
   bool counted = true;  // faults: false when counted in the kernel, the samples being touching stacks only
 };
+
+// The mapping calls traced, by their system call numbers on this architecture (<sys/syscall.h>).
+inline constexpr std::pair<long, CallKind> kMappingCalls[] = {
+    {SYS_mmap, CallKind::mmap}, {SYS_munmap, CallKind::munmap}, {SYS_mremap, CallKind::mremap},
+    {SYS_brk, CallKind::brk}, {SYS_madvise, CallKind::madvise}};
+
+inline std::optional<CallKind> mapping_call(long number) {
+  for (const auto& [traced, kind] : kMappingCalls) {
+    if (traced == number) return kind;
+  }
+  return std::nullopt;
+}
 
 struct RingBuffer {
   int fd = -1;

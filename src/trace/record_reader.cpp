@@ -162,12 +162,16 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
     return;
   }
   std::uint64_t args[6] = {};
+  std::optional<CallKind> call;
   if (event.sample_type & PERF_SAMPLE_RAW) {
     auto size = in.take<std::uint32_t>();
     const std::uint8_t* raw = in.at;
     for (std::size_t i = 0; i < event.offsets.size() && i < 6; ++i) {
       if (event.offsets[i] + 8 <= size) std::memcpy(&args[i], raw + event.offsets[i], 8);
     }
+    std::int64_t number = -1;
+    if (event.number_offset + 8 <= size) std::memcpy(&number, raw + event.number_offset, 8);
+    call = mapping_call(static_cast<long>(number));
     in.skip(size);
   }
   std::uint32_t stack = 0;
@@ -194,7 +198,8 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
       break;
     case EventKind::enter:
     case EventKind::exit: {
-      SyscallEvent record{time, pid, tid, event.call, event.kind == EventKind::enter, stack, {}};
+      if (!call) break;  // another system call (the kernel's filter keeps these out)
+      SyscallEvent record{time, pid, tid, *call, event.kind == EventKind::enter, stack, {}};
       std::copy(std::begin(args), std::end(args), std::begin(record.args));
       syscalls_.push_back(record);
       break;

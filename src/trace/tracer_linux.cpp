@@ -87,7 +87,7 @@ class Tracing {
         reader_(options, sink), preload_(-1, reader_.unwinder(), sink) {}
 
   ~Tracing() {
-    for (int fd : {preload_pipe_[0], preload_pipe_[1], go_[1], exec_error_[0]}) {
+    for (int fd : {preload_pipe_[0], preload_pipe_[1], go_[1], exec_error_[0], check_fd_}) {
       if (fd >= 0) close(fd);
     }
   }
@@ -95,7 +95,7 @@ class Tracing {
   // Tracepoints for the mapping calls, or else the interposer; decided by the failure's kind.
   bool choose_call_source() {
     Tracefs tracefs;
-    Failure no_kernel_calls = kernel_calls(tracefs, tracepoints_);
+    Failure no_kernel_calls = kernel_calls(tracefs, tracepoints_, check_fd_);
     preloading_ = !no_kernel_calls.ok();
     if (preloading_ && (options_.preload_library.empty() || access(options_.preload_library.c_str(), R_OK) != 0)) {
       return fail(no_kernel_calls);
@@ -112,7 +112,8 @@ class Tracing {
     result_.call_source = preloading_ ? "LD_PRELOAD interposer (mmap, munmap, mremap, madvise; malloc, calloc, realloc, "
                                         "free of at least " + std::to_string(options_.preload_min_bytes) +
                                         " bytes), timed in user space; tracepoints unavailable: " + no_kernel_calls.message()
-                                      : "perf tracepoints syscalls:sys_enter_*/sys_exit_*";
+                                      : "perf tracepoints raw_syscalls:sys_enter and sys_exit, filtered in the kernel to "
+                                        "mmap, munmap, mremap, brk and madvise";
     if (preloading_ && pipe2(preload_pipe_, O_CLOEXEC) != 0) return fail(failed("pipe2"));
     return true;
   }
@@ -150,6 +151,7 @@ class Tracing {
     size_buffers();
     descriptors_.buffers = &reader_.buffers;
     count_in_kernel();  // first: the kernel's symbols, read next, then name its programs too
+    if (counter_) buffer_pages_ = std::min<std::size_t>(buffer_pages_, options_.counting_buffer_pages);
     choose_cpu_sampling();
     const long cpus = sysconf(_SC_NPROCESSORS_CONF);
     for (int cpu = 0; cpu < cpus; ++cpu) {
@@ -163,6 +165,7 @@ class Tracing {
         if (!open_tracepoints(target, cpu, owner_fd)) return false;
       }
     }
+    if (check_fd_ >= 0) close(std::exchange(check_fd_, -1));  // the command's events now hold the tracepoints
     return true;
   }
 
@@ -182,8 +185,8 @@ class Tracing {
     for (const RingBuffer& buffer : reader_.buffers) polls.push_back({buffer.fd, POLLIN, 0});
     Hold hold(child_);
     // A small buffer (no privilege to lock more) overflows within one slow step: hold before each.
-    // A large one only once it is filling.
-    const bool small_buffers = buffer_pages_ * page_ < (32U << 20);
+    // A large one only once it is filling; counting in the kernel, 16 MiB is large (no record per fault).
+    const bool small_buffers = buffer_pages_ * page_ < (counter_ ? (4U << 20) : (32U << 20));
     if (small_buffers) {
       reader_.behind_at = 1.0 / 8;
       reader_.check_every = 64;
@@ -411,7 +414,7 @@ class Tracing {
     }
     std::uint64_t id = 0;
     ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
-    Event event{EventKind::fault, CallKind::mmap, sample_type, {}};
+    Event event{EventKind::fault, sample_type};
     event.counted = counter_ == nullptr;
     reader_.events[id] = event;
     if (cpu_sampling_ && !kernel_faults_) {
@@ -443,7 +446,7 @@ class Tracing {
     if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
     std::uint64_t id = 0;
     ioctl(fd, PERF_EVENT_IOC_ID, &id);
-    reader_.events[id] = Event{EventKind::cpu, CallKind::mmap, kCpuSampleType, {}};
+    reader_.events[id] = Event{EventKind::cpu, kCpuSampleType};
     result_.cpu_sample_period_ns = options_.cpu_sample_period_ns;
     result_.cpu_sampling = "perf software event cpu-clock every " + std::to_string(options_.cpu_sample_period_ns / 1000) +
                            " µs of each thread's CPU time, kernel mode only, with the kernel call chain; "
@@ -453,6 +456,7 @@ class Tracing {
 
   // The syscalls tracepoints of the mapping calls on `target` and `cpu`; false with status_ set.
   bool open_tracepoints(pid_t target, int cpu, int owner_fd) {
+    const std::string filter = mapping_calls_filter();
     for (const auto& [event, format] : tracepoints_) {
       perf_event_attr tp = base_attr(event.sample_type, stack_bytes_);
       tp.type = PERF_TYPE_TRACEPOINT;
@@ -464,6 +468,7 @@ class Tracing {
         return abandon(failed("perf_event_open(syscalls tracepoint)"));
       }
       descriptors_.fds.push_back(fd);
+      if (ioctl(fd, PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_FILTER)"));
       if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
       std::uint64_t id = 0;
       ioctl(fd, PERF_EVENT_IOC_ID, &id);
@@ -608,6 +613,7 @@ class Tracing {
   bool cpu_sampling_ = false;
   std::unique_ptr<KernelSymbols> kernel_;
   std::vector<std::pair<Event, TracepointFormat>> tracepoints_;
+  int check_fd_ = -1;  // kernel_calls' event on this process, closed once the command's are open
   std::unique_ptr<FaultCounter> counter_;
   std::vector<RegionFaults> regions_;
   std::uint64_t last_sweep_ns_ = 0;

@@ -45,12 +45,13 @@ class FakeBuffer {
 
 std::uint64_t pid_tid(std::uint32_t pid, std::uint32_t tid) { return pid | (std::uint64_t{tid} << 32); }
 
-// A syscalls tracepoint's raw data: u32 size, then common fields (8 bytes), __syscall_nr and its
-// padding (8), then the fields (u64 each), padded so that the whole stays 8-byte aligned.
-std::vector<std::uint64_t> raw(const std::vector<std::uint64_t>& fields) {
+// A raw_syscalls tracepoint's raw data: u32 size, then common fields (8 bytes), the system call's
+// number (id, 8), then the fields (u64 each), padded so that the whole stays 8-byte aligned.
+std::vector<std::uint64_t> raw(long number, const std::vector<std::uint64_t>& fields) {
   const std::uint32_t size = 4 + 16 + static_cast<std::uint32_t>(fields.size()) * 8;  // + 4 bytes of padding
   std::vector<std::uint8_t> bytes(4 + size, 0);
   std::memcpy(bytes.data(), &size, 4);
+  std::memcpy(bytes.data() + 4 + 8, &number, 8);
   for (std::size_t i = 0; i < fields.size(); ++i) std::memcpy(bytes.data() + 4 + 16 + i * 8, &fields[i], 8);
   std::vector<std::uint64_t> words(bytes.size() / 8);
   std::memcpy(words.data(), bytes.data(), words.size() * 8);
@@ -62,19 +63,23 @@ TEST(RecordReader, ReadsFaultsCallsAndLostRecordsAcrossTheBuffersEnd) {
   CollectingSink sink;
   detail::RecordReader reader(options, sink);
   constexpr std::uint64_t kFaultType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR;
-  reader.events[kFaultId] = detail::Event{detail::EventKind::fault, CallKind::mmap, kFaultType, {}};
-  reader.events[kEnterId] = detail::Event{detail::EventKind::enter, CallKind::munmap, detail::kExitSampleType, {16, 24}};
-  reader.events[kExitId] = detail::Event{detail::EventKind::exit, CallKind::munmap, detail::kExitSampleType, {16}};
+  reader.events[kFaultId] = detail::Event{detail::EventKind::fault, kFaultType};
+  reader.events[kEnterId] = detail::Event{detail::EventKind::enter, detail::kExitSampleType, 8, {16, 24}};
+  reader.events[kExitId] = detail::Event{detail::EventKind::exit, detail::kExitSampleType, 8, {16}};
   FakeBuffer buffer(kData - 100);  // the third record straddles the end; the rest follow from the start
   for (std::uint64_t i = 0; i < 40; ++i) {
     buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, {kFaultId, pid_tid(7, 8), 1'000 + i, 0x7f0000000000 + i * 4096});
   }
   std::vector<std::uint64_t> enter = {kEnterId, pid_tid(7, 8), 2'000};
-  for (std::uint64_t word : raw({0x7f0000000000, 1 << 20})) enter.push_back(word);
+  for (std::uint64_t word : raw(SYS_munmap, {0x7f0000000000, 1 << 20})) enter.push_back(word);
   buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, enter);
   std::vector<std::uint64_t> exit = {kExitId, pid_tid(7, 8), 2'500};
-  for (std::uint64_t word : raw({0})) exit.push_back(word);
+  for (std::uint64_t word : raw(SYS_munmap, {0})) exit.push_back(word);
   buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, exit);
+  // Another system call (were the kernel's filter not there) is no mapping call.
+  std::vector<std::uint64_t> other = {kEnterId, pid_tid(7, 8), 2'600};
+  for (std::uint64_t word : raw(SYS_read, {3, 0x7f0000000000})) other.push_back(word);
+  buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, other);
   // LOST: the event's id and how many, then sample_id_all's pid/tid, time and identifier.
   buffer.put(PERF_RECORD_LOST, 0, {kFaultId, 5, pid_tid(7, 8), 3'000, kFaultId});
   reader.buffers.push_back(buffer.ring());
@@ -109,7 +114,7 @@ TEST(RecordReader, TouchingSamplesCarryTheirPeriod) {
   detail::RecordReader reader(options, sink);
   constexpr std::uint64_t kType =
       PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR | PERF_SAMPLE_PERIOD;
-  detail::Event event{detail::EventKind::fault, CallKind::mmap, kType, {}};
+  detail::Event event{detail::EventKind::fault, kType};
   event.counted = false;
   reader.events[kFaultId] = event;
   FakeBuffer buffer(0);
@@ -126,10 +131,10 @@ TEST(RecordReader, ACallWhoseEntryCameBeforeTracingIsDropped) {
   Options options;
   CollectingSink sink;
   detail::RecordReader reader(options, sink);
-  reader.events[kExitId] = detail::Event{detail::EventKind::exit, CallKind::munmap, detail::kExitSampleType, {16}};
+  reader.events[kExitId] = detail::Event{detail::EventKind::exit, detail::kExitSampleType, 8, {16}};
   FakeBuffer buffer(0);
   std::vector<std::uint64_t> exit = {kExitId, pid_tid(7, 8), 2'500};
-  for (std::uint64_t word : raw({0})) exit.push_back(word);
+  for (std::uint64_t word : raw(SYS_munmap, {0})) exit.push_back(word);
   buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, exit);
   reader.buffers.push_back(buffer.ring());
   reader.drain(true);

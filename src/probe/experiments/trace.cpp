@@ -180,7 +180,7 @@ void add_trace_options(CLI::App& command, Settings& settings) {
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
   command.add_option("--stack-bytes", settings.stack_bytes, "user stack copied per sample for unwinding (default 4096)")
       ->check(CLI::Range(std::uint32_t{512}, std::uint32_t{65528}));
-  command.add_option("--buffer-pages", settings.buffer_pages, "ring buffer pages per CPU, a power of two (default: 128 MiB per CPU, 512 MiB in all at most)")
+  command.add_option("--buffer-pages", settings.buffer_pages, "ring buffer pages per CPU, a power of two (default: 128 MiB per CPU, 512 MiB in all at most; counting in the kernel 16 MiB per CPU)")
       ->check(CLI::IsMember({8U, 16U, 32U, 64U, 128U, 256U, 512U, 1024U, 2048U, 4096U, 8192U, 16384U, 32768U}));
   command.add_option("--command-stdout-fd", settings.command_stdout_fd,
                      "give the command this open descriptor as its stdout (default: the probe's own)")
@@ -251,6 +251,8 @@ trace::Options tracer_options(const Settings& settings) {
   std::uint32_t pages = 32768;
   while (pages > 64 && std::uint64_t{pages} * os::base_page_size() * cpus > (512ULL << 20)) pages /= 2;
   options.buffer_pages = settings.buffer_pages ? settings.buffer_pages : pages;
+  // 16 MiB per CPU holds four seconds of touching samples at the default rate, read every 10 ms.
+  options.counting_buffer_pages = settings.buffer_pages ? settings.buffer_pages : std::min<std::uint32_t>(pages, 4096);
   options.command_stdout_fd = settings.command_stdout_fd;
   // The preload library lives beside the probe (the build folder, or memcost/_bin).
   options.preload_library = os::executable_directory() + "/libmemcost-preload.so";
