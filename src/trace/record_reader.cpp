@@ -175,8 +175,10 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
     in.skip(size);
   }
   std::uint32_t stack = 0;
+  bool compat = false;  // a 32-bit program: raw_syscalls gives its calls their own numbers
   if (event.sample_type & PERF_SAMPLE_REGS_USER) {
     auto abi = in.take<std::uint64_t>();
+    compat = abi == PERF_SAMPLE_REGS_ABI_32;
     std::uint64_t bp = 0, sp = 0, user_ip = 0;
     if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
       bp = in.take<std::uint64_t>();
@@ -198,7 +200,9 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
       break;
     case EventKind::enter:
     case EventKind::exit: {
-      if (!call) break;  // another system call (the kernel's filter keeps these out)
+      // Another system call (the kernel's filter keeps these out), or a 32-bit program's call whose
+      // number is one of ours (its exit then finds no entry, and is passed over too).
+      if (!call || compat) break;
       SyscallEvent record{time, pid, tid, *call, event.kind == EventKind::enter, stack, {}};
       std::copy(std::begin(args), std::end(args), std::begin(record.args));
       syscalls_.push_back(record);

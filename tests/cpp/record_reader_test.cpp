@@ -141,5 +141,30 @@ TEST(RecordReader, ACallWhoseEntryCameBeforeTracingIsDropped) {
   EXPECT_TRUE(sink.calls.empty());
 }
 
+TEST(RecordReader, ThirtyTwoBitProgramsCallsArePassedOver) {
+  // ia32's call 11 is execve, not munmap: a call whose user registers are 32-bit is not ours.
+  Options options;
+  CollectingSink sink;
+  detail::RecordReader reader(options, sink);
+  reader.events[kEnterId] = detail::Event{detail::EventKind::enter, detail::kEnterSampleType, 8, {16, 24}};
+  reader.events[kExitId] = detail::Event{detail::EventKind::exit, detail::kExitSampleType, 8, {16}};
+  FakeBuffer buffer(0);
+  for (std::uint64_t abi : {std::uint64_t{PERF_SAMPLE_REGS_ABI_32}, std::uint64_t{PERF_SAMPLE_REGS_ABI_64}}) {
+    std::vector<std::uint64_t> enter = {kEnterId, pid_tid(7, 8), 2'000 + abi * 1'000};
+    for (std::uint64_t word : raw(SYS_munmap, {0x7f0000000000, 1 << 20})) enter.push_back(word);
+    for (std::uint64_t word : {abi, std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{0x1000}, std::uint64_t{0}}) {
+      enter.push_back(word);  // the registers (bp, sp, ip), then an empty copy of the stack
+    }
+    buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, enter);
+    std::vector<std::uint64_t> exit = {kExitId, pid_tid(7, 8), 2'500 + abi * 1'000};
+    for (std::uint64_t word : raw(SYS_munmap, {0})) exit.push_back(word);
+    buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, exit);
+  }
+  reader.buffers.push_back(buffer.ring());
+  reader.drain(true);
+  ASSERT_EQ(sink.calls.size(), 1U);  // the 64-bit one
+  EXPECT_EQ(sink.calls[0].enter_ns, 2'000U + PERF_SAMPLE_REGS_ABI_64 * 1'000);
+}
+
 }  // namespace
 }  // namespace memcost::trace
