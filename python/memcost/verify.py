@@ -134,12 +134,12 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
             spec.write_text("\n".join(variant.spec_lines()) + "\n")
             return {**base_env, "MEMCOST_APPLY_FILE": str(spec), "MEMCOST_APPLY_REPORT": str(report)}
 
-        progress("verifying: a first run, untraced, to time the command")
-        sizing = run_once(command, env_for(None, Path(folder) / "report-0"), stdin_path)
+        progress("verifying: a first run, untraced: the exit code every plain run must match")
+        first_run = run_once(command, env_for(None, Path(folder) / "report-0"), stdin_path)
         rounds = rounds_for(params.get("verify"), len(variants))
         seed = int.from_bytes(os.urandom(4), "little")
         order = interleaved_order([0] + [v.id for v in variants], rounds, seed)
-        result.update(seed=seed, rounds=rounds, sizing_run=sizing)
+        result.update(seed=seed, rounds=rounds, first_run=first_run)
         by_id = {v.id: v for v in variants}
         measured: dict[int, dict[int, dict]] = {0: {}, **{v.id: {} for v in variants}}
         applied: set[int] = set()
@@ -155,12 +155,12 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
                 applied.add(variant_id)  # a tunable is glibc's to apply: its faults saved say whether it did
             result["runs"].append({"round": round_index, "variant": variant_id, **run})
             measured[variant_id][round_index] = run
-            if variant is None and run["exit_code"] != sizing["exit_code"]:
+            if variant is None and run["exit_code"] != first_run["exit_code"]:
                 break  # refused below at once: no later run could make its runs comparable
     baseline = [measured[0][r] for r in sorted(measured[0])]
     result["baseline"] = {"wall_ms": [run["wall_ms"] for run in baseline], "exit_codes": sorted({r["exit_code"] for r in baseline}),
                           "spread": analysis.spread_of([run["wall_ms"] for run in baseline])}
-    result["refused"] = analysis.refusal(baseline, sizing)
+    result["refused"] = analysis.refusal(baseline, first_run)
     if result["refused"] and len(result["runs"]) < total:
         return result  # stopped early (exit codes that differ): nothing to show per advice
     result["variants"] = [analysis.evaluate(v, measured[0], measured[v.id], v.id in applied, seed) for v in variants]

@@ -31,6 +31,12 @@ def test_every_strategy_and_init_is_measured_and_verified(bigarray_run):
                      "parallel MADV_POPULATE_WRITE", "make_big_array auto", "make_big_array auto async",
                      "malloc + memset (glibc hugetlb=1)"):
         assert expected in names, expected
+    for row in rows + summary["repeat"]:
+        # Above the machine's limit beyond the noise only with a reason the tool found.
+        above = row["above_limit"]
+        assert above is None or above["reason"], (row.get("strategy") or row["variant"], above)
+    ranked = [r for r in rows if r["allocator"] in (None, "glibc")]  # the main run; allocators run apart
+    assert ranked and all(r["limit_basis"] == "same round" for r in ranked), [r["limit_basis"] for r in ranked]
     for row in rows:
         assert ROW_FIELDS <= set(row)
         assert row["verified"], row["strategy"]

@@ -1,3 +1,5 @@
+import pytest
+
 from memcost.stats import spread
 
 
@@ -57,3 +59,76 @@ def test_the_limit_is_the_fastest_way_to_write_faulted_memory():
     assert machine_limit(limit) == (21.0, "parallel memset")
     assert machine_limit(limit + fills) == (29.0, "parallel nontemporal fill")
     assert machine_limit([]) == (None, None)
+
+
+def _round_limits(values: list[float]) -> list[dict]:
+    return [{"case": {"part": "round_limit", "init": "zero", "rep": rep, "threads": 2},
+             "metrics": {"gb_per_s": value, "memset_gb_per_s": value, "nontemporal_gb_per_s": value / 2}}
+            for rep, value in enumerate(values)]
+
+
+def test_a_rows_share_of_the_limit_is_taken_against_its_own_rounds_limit():
+    from memcost.analysis.bigarray import summarize
+    # 1 GiB in 0.2 s is 5.37 GB/s; the host gave 10 GB/s in rounds 0-2 and 5 in rounds 3-4.
+    samples = _strategy_samples("a", [0.2] * 5) + _round_limits([10.0, 10.0, 10.0, 5.0, 5.0])
+    row = summarize(samples)["rows"][0]
+    assert row["limit_basis"] == "same round"
+    assert [round(r, 3) for r in row["ratio_to_limit_rounds"]] == [0.537, 0.537, 0.537, 1.074, 1.074]
+    assert row["ratio_to_limit"] == pytest.approx(0.537, abs=0.001)
+    assert row["above_limit"] is None  # two rounds above 1 are noise, not a row above the limit
+
+
+def test_a_row_above_its_rounds_limit_without_a_reason_fails_and_is_said():
+    from memcost.analysis.bigarray import summarize
+    from memcost.experiments.bigarray import analyze, tables
+    samples = _strategy_samples("a", [0.05, 0.052, 0.049, 0.051, 0.05]) + _round_limits([10.0, 10.5, 9.5, 10.0, 10.2])
+    summary, warnings = analyze(samples)
+    row = summary["rows"][0]
+    assert row["above_limit"] == {"ratio": pytest.approx(2.1, abs=0.05), "reason": None}
+    assert [w["code"] for w in warnings] == ["above_limit"] and "no reason" in warnings[0]["message"]
+    assert tables(summary)[0][2][0][4].endswith(" !")
+
+
+def test_a_row_above_the_limit_that_reused_memory_says_so():
+    from memcost.analysis.bigarray import summarize
+    from memcost.experiments.bigarray import analyze, notes
+    samples = _strategy_samples("a", [0.05, 0.052, 0.049, 0.051, 0.05]) + _round_limits([10.0] * 5)
+    for sample in samples[:5]:
+        sample["metrics"]["minor_faults"] = 12  # the allocator kept the memory an earlier row freed
+    summary, warnings = analyze(samples)
+    assert summary["rows"][0]["above_limit"]["reason"].startswith("its allocator handed back memory")
+    assert not warnings
+    assert any(line.startswith("* a: ") and "handed back memory" in line for line in notes(summary))
+
+
+def test_a_repeat_variant_is_set_against_the_floor_beside_it_where_the_host_gave_more_then():
+    from memcost.analysis.bigarray import summarize_repeat
+    size = 1 << 30
+    sample = {"case": {"part": "repeat", "variant": "pooled", "size_bytes": size, "iterations": 4},
+              "metrics": {"iteration_ns": [400e6, 100e6, 100e6, 100e6], "iteration_faults": [262144, 0, 0, 0],
+                          "floor_ns": [95e6, 97e6, 96e6]}}
+    # The run's limit (5 GB/s) was measured in a slow minute; the floor just before wrote 11.2 GB/s.
+    row = summarize_repeat([sample], 5.0)[0]
+    assert row["limit_basis"] == "floor beside it"
+    assert row["ratio_to_limit"] == pytest.approx(0.96, abs=0.01) and row["above_limit"] is None
+    assert summarize_repeat([sample], 20.0)[0]["limit_basis"] == "run"
+
+
+def test_an_allocators_rows_run_apart_are_set_against_the_runs_limit():
+    from memcost.analysis.bigarray import summarize
+    samples = _strategy_samples("a", [0.2] * 5) + _round_limits([10.0] * 5)
+    for sample in samples[:5]:
+        sample["case"]["allocator"] = "tcmalloc"  # its own probe, no rounds of limits
+    samples += [{"case": {"part": "limit"}, "metrics": {"gb_per_s": 8.0}}]
+    row = summarize(samples)["rows"][0]
+    assert row["limit_basis"] == "run" and row["ratio_to_limit"] == pytest.approx(5.37 / 8.0, abs=0.01)
+
+
+def test_auto_tied_only_within_a_wide_noise_says_so():
+    from memcost.analysis.bigarray import summarize
+    from memcost.experiments.bigarray import notes
+    samples = (_strategy_samples("fast", [0.10, 0.10, 0.10, 0.10, 0.10])
+               + _strategy_samples("make_big_array auto", [0.09, 0.11, 0.60, 0.65, 0.70]))
+    summary = summarize(samples)
+    line = next(line for line in notes(summary) if line.strip().startswith("zero:"))
+    assert "tied with the fastest within this run's noise" in line and "interval" in line

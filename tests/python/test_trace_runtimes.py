@@ -196,5 +196,8 @@ def test_without_root_an_inlined_helper_is_still_one_site_per_caller(tmp_path):
     summary = _trace_as_nobody(tmp_path, [binary], ["./inlined_mmap"])
     from memcost.analysis.trace import readable
     sites = {readable(row["site"]).split(" ← ")[-1]: row for row in summary["rows"] if " ← " in row["site"]}
-    assert sites["scratch_per_frame"]["faults"] == pytest.approx(40 * 4 * PAGES_PER_MIB, rel=0.02)
-    assert sites["allocate_table"]["faults"] == pytest.approx(192 * PAGES_PER_MIB, rel=0.02)
+    # Without privilege a loaded machine can make the tracer lose records (counted): each site's
+    # count is exact to within what was lost, and never above.
+    lost = summary["totals"]["lost_records"]
+    for name, faults in (("scratch_per_frame", 40 * 4 * PAGES_PER_MIB), ("allocate_table", 192 * PAGES_PER_MIB)):
+        assert 0.98 * faults <= sites[name]["faults"] + lost and sites[name]["faults"] <= 1.02 * faults, (name, lost)

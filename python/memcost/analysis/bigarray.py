@@ -35,8 +35,50 @@ def machine_limit(samples: list) -> tuple[Optional[float], Optional[str]]:
     return candidates[best], best
 
 
+def round_limits(samples: list) -> dict[tuple[str, str, int], float]:
+    """The limit measured at the start of each round of the ranked strategies: (the run's label,
+    init, round) -> GB/s. An allocator's rows run in a probe of their own, without rounds."""
+    return {(s["case"].get("label", "glibc"), s["case"]["init"], s["case"]["rep"]): s["metrics"]["gb_per_s"]
+            for s in samples if s["case"]["part"] == "round_limit" and s["metrics"]["gb_per_s"] > 0}
+
+
+def _same_round_ratios(group: list, limits: dict[tuple[str, str, int], float]) -> list[float]:
+    """Each repetition's GB/s over its own round's limit (empty where rounds had no limit: an
+    allocator's rows, run apart). A libc row carries its run's label as its allocator; the OS's
+    rows carry none and ran in the main run ("glibc")."""
+    ratios = []
+    for sample in group:
+        label = sample["case"].get("allocator") or "glibc"
+        limit = limits.get((label, sample["case"]["init"], sample["case"].get("rep", 0)))
+        elapsed = sample["metrics"]["elapsed_s"]
+        if limit and elapsed > 0:
+            ratios.append(sample["case"]["size_bytes"] / elapsed / 1e9 / limit)
+    return ratios
+
+
+def above_limit(row: dict) -> Optional[dict]:
+    """A row faster than the machine's limit, beyond the noise, and why: its reason when the tool
+    can name one, else None as the reason (a measuring bug, said so). None when it is not above.
+    With the same round's limit, "beyond the noise" is the 95 % bootstrap interval of the median
+    of its per-round ratios lying above 1; with the run's limit alone, the median above 1."""
+    from ..stats import bootstrap_median_interval
+    ratio = row.get("ratio_to_limit")
+    if ratio is None or ratio <= 1.0:
+        return None
+    rounds = row.get("ratio_to_limit_rounds") or []
+    if len(rounds) >= TIE_MIN_ROUNDS and bootstrap_median_interval(rounds, seed=len(rounds))[0] <= 1.0:
+        return None
+    if reused(row):
+        reason = ("its allocator handed back memory the process already had (far fewer faults than the array has "
+                  "pages): nothing was faulted in, and an allocator may skip clearing memory it knows is still zero")
+    else:
+        reason = None
+    return {"ratio": ratio, "reason": reason}
+
+
 def summarize(samples: list) -> dict:
     limit, limit_method = machine_limit(samples)
+    round_limits_ = round_limits(samples)
     groups: dict[tuple, list] = defaultdict(list)
     for sample in samples:
         if sample["case"]["part"] == "strategy":
@@ -49,11 +91,15 @@ def summarize(samples: list) -> dict:
         gb_per_s = size / median_s / 1e9 if median_s > 0 else None
         huge = [m["huge_fraction"] for m in metrics if m.get("huge_fraction") is not None]
         first = [m["first_percent_s"] for m in metrics if "first_percent_s" in m]
+        same_round = _same_round_ratios(group, round_limits_)
         rows.append({
             "strategy": name, "init": init, "allocator": group[0]["case"].get("allocator") or None,
             "family": group[0]["case"]["family"], "size_bytes": size, "reps": len(group),
             "median_s": median_s, "gb_per_s": gb_per_s,
-            "ratio_to_limit": gb_per_s / limit if gb_per_s and limit else None,
+            "ratio_to_limit": (float(np.median(same_round)) if same_round
+                               else gb_per_s / limit if gb_per_s and limit else None),
+            "limit_basis": "same round" if same_round else "run" if limit else None,
+            "ratio_to_limit_rounds": same_round,
             "faults": _median_count([m["minor_faults"] for m in metrics]),
             "huge_fraction": float(np.median(huge)) if huge else None,
             "first_percent_s": float(np.median(first)) if first else None,
@@ -70,6 +116,7 @@ def summarize(samples: list) -> dict:
         _ties_with_the_fastest(ranked, {row["strategy"]: groups[(row["strategy"], init)] for row in ranked})
     for row in rows:
         row.setdefault("rank", None)
+        row["above_limit"] = above_limit(row)
     retaken = [{"strategy": row_name(s["case"]), "init": s["case"]["init"], "rep": s["case"].get("rep", 0), **attempt}
                for s in samples if s["case"]["part"] == "strategy"
                for attempt in s["metrics"].get("raced_with_host_reporting") or []]
@@ -286,12 +333,20 @@ def summarize_repeat(samples: list, limit: Optional[float]) -> list[dict]:
         floor_s = float(np.median(sample["metrics"]["floor_ns"])) / 1e9
         size = sample["case"]["size_bytes"]
         gb_per_s = size / median_s / 1e9 if median_s > 0 else None
+        # The floor writes memory already faulted, just before: where the host gave more bandwidth
+        # then than when the limit was measured, it is the limit beside this row.
+        floor_gb_per_s = size / floor_s / 1e9 if floor_s > 0 else None
+        here = max(filter(None, (limit, floor_gb_per_s)), default=None)
         result.append({"variant": sample["case"]["variant"], "size_bytes": size,
                        "iterations": sample["case"]["iterations"], "median_s": median_s, "gb_per_s": gb_per_s,
-                       "ratio_to_limit": gb_per_s / limit if gb_per_s and limit else None,
+                       "ratio_to_limit": gb_per_s / here if gb_per_s and here else None,
+                       # Each iteration's, for telling a row above the limit from noise.
+                       "ratio_to_limit_rounds": [size / (ns / 1e9) / 1e9 / here for ns in times if ns > 0] if here else [],
+                       "limit_basis": None if not here else "floor beside it" if here != limit else "run",
                        "faults_per_iteration": _median_count(faults),
                        "floor_s": floor_s, "times_floor": median_s / floor_s,
                        "first_s": sample["metrics"]["iteration_ns"][0] / 1e9})
+        result[-1]["above_limit"] = above_limit({**result[-1], "faults": result[-1]["faults_per_iteration"]})
     return result
 
 
@@ -308,6 +363,7 @@ def auto_choice(samples: list, rows: list[dict]) -> Optional[dict]:
         if auto and ranked:
             fastest = ranked[0]
             result[init] = {"rank": auto["rank"], "tied": bool(auto.get("tied")) and auto is not fastest,
+                            "vs_fastest_interval": auto.get("vs_fastest_interval"),
                             "of": len(ranked),
                             "fastest": fastest["strategy"],
                             "slower_than_fastest_percent": 100.0 * (auto["median_s"] / fastest["median_s"] - 1.0)}

@@ -92,6 +92,13 @@ def analyze(samples: list) -> tuple[dict, list]:
     unverified = [{"code": "not_verified", "message": f"{row['strategy']} ({row['init']}): sampled elements did not "
                                                       "hold the expected value; its row is not trustworthy"}
                   for row in summary["rows"] if not row["verified"]]
+    for name, row in [(f"{r['strategy']} ({r['init']})", r) for r in summary["rows"]] + \
+                     [(f"repeat: {r['variant']}", r) for r in summary.get("repeat") or []]:
+        above = row.get("above_limit")
+        if above and above["reason"] is None:
+            unverified.append({"code": "above_limit", "message": f"{name} ran at {above['ratio']:.0%} of the machine's "
+                               "limit, above it beyond the noise, and the tool finds no reason: a measuring error, so "
+                               "its row is not trustworthy"})
     return summary, unverified
 
 
@@ -101,11 +108,13 @@ def tables(summary: dict) -> list[Table]:
     for init in INITS:
         rows = [r for r in summary["rows"] if r["init"] == init]
         if rows:
-            caption = (f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked (limit {limit:.1f} GB/s)"
+            caption = (f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked (limit {limit:.1f} GB/s"
+                       + ("; of limit: each repetition against the limit measured in its own round, median"
+                          if any(r.get("limit_basis") == "same round" for r in rows) else "") + ")"
                        if limit else f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked")
             result.append((caption, ["#", "strategy", "seconds", "GB/s", "of limit", "faults", "huge", "first 1 %", "free s"],
                            [["reuse" if r["rank"] is None else f"{r['rank']}{' (tied)' if r.get('tied') else ''}", r["strategy"], number(r["median_s"], 3), number(r["gb_per_s"], 1),
-                             "n/a" if r["ratio_to_limit"] is None else f"{r['ratio_to_limit']:.0%}", number(r["faults"]),
+                             _of_limit(r), number(r["faults"]),
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
                              "" if r["first_percent_s"] is None else f"{r['first_percent_s']:.3f} s",
                              number(r["free_s"], 3)] for r in rows]))
@@ -126,13 +135,21 @@ def tables(summary: dict) -> list[Table]:
     if repeat:
         result.append((f"{format_bytes(repeat[0]['size_bytes'])} made, initialized and freed {repeat[0]['iterations']} "
                        "times — medians after the first iteration; × floor: against one kept array filled again, "
-                       "measured just before",
+                       "measured just before (of limit: against the limit, or the floor where it was faster)",
                        ["variant", "seconds", "GB/s", "of limit", "× floor", "faults", "first iteration s"],
                        [[r["variant"], number(r["median_s"], 4), number(r["gb_per_s"], 1),
-                         "n/a" if r["ratio_to_limit"] is None else f"{r['ratio_to_limit']:.0%}",
-                         f"{r['times_floor']:.2f}", number(r["faults_per_iteration"]), number(r["first_s"], 4)]
+                         _of_limit(r), f"{r['times_floor']:.2f}", number(r["faults_per_iteration"]), number(r["first_s"], 4)]
                         for r in repeat]))
     return result
+
+
+def _of_limit(row: dict) -> str:
+    """The row's share of the limit; above it beyond the noise, marked: * with its reason in the
+    notes, ! without one (a warning says so)."""
+    if row.get("ratio_to_limit") is None:
+        return "n/a"
+    above = row.get("above_limit")
+    return f"{row['ratio_to_limit']:.0%}" + ("" if not above else " *" if above["reason"] else " !")
 
 
 def _automatic(fill: dict) -> str:
@@ -161,6 +178,11 @@ def notes(summary: dict) -> list[str]:
         lines.append(f"{', '.join(kept)}: far fewer faults than the array has pages — the allocator kept the memory an "
                      "earlier row freed and handed it out again; these rows measure reuse, not a fresh allocation, and "
                      "the headline leaves them out")
+    for row in summary["rows"] + (summary.get("repeat") or []):
+        above = row.get("above_limit")
+        if above and above["reason"]:
+            name = row.get("strategy") or f"repeat: {row['variant']}"
+            lines.append(f"* {name}: {above['ratio']:.0%} of the limit: {above['reason']}")
     retaken = summary.get("retaken_repetitions") or []
     if retaken:
         worst = max(retaken, key=lambda attempt: attempt["elapsed_s"])
@@ -195,6 +217,11 @@ def notes(summary: dict) -> list[str]:
         if init in choice:
             placed = choice[init]
             where = "tied with the fastest" if placed.get("tied") else f"rank {placed['rank']} of {placed['of']}"
+            interval = placed.get("vs_fastest_interval")
+            if placed.get("tied") and interval and interval[1] > 1.5:
+                # Not shown slower, but not shown alike either: the rounds disagreed that much.
+                where += (f" within this run's noise (its time over the fastest's, round by round: 95 % interval "
+                          f"{interval[0]:.2f}–{interval[1]:.1f}×; a quieter run would tell them apart)")
             lines.append(f"  {init}: {where}, "
                          f"{placed['slower_than_fastest_percent']:+.0f}% against the fastest ({placed['fastest']})")
     return lines

@@ -323,6 +323,20 @@ double fill_gb_per_s(unsigned char* data, std::size_t bytes, unsigned threads, f
   return static_cast<double>(items * sizeof(WorkItem)) / static_cast<double>(measure::now_ns() - start);
 }
 
+// The limit measured in a strategy round: the faster of a parallel memset and parallel streaming
+// stores (the two that lead on this machine) over memory faulted in once. 1 GiB at most: far past
+// any cache, and a round should not pay for a second copy of a big array.
+constexpr std::size_t kRoundLimitBytes = std::size_t{1} << 30;
+json round_limit(std::size_t bytes, unsigned threads) {
+  auto buffer = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
+  auto start = measure::now_ns();
+  parallel_memset(buffer.data(), bytes, threads, 0x11);
+  const double memset_gb_per_s = static_cast<double>(bytes) / static_cast<double>(measure::now_ns() - start);
+  const double streaming_gb_per_s = fill_gb_per_s(buffer.data(), bytes, threads, fill_method::nontemporal);
+  return {{"size_bytes", bytes}, {"memset_gb_per_s", memset_gb_per_s}, {"nontemporal_gb_per_s", streaming_gb_per_s},
+          {"gb_per_s", std::max(memset_gb_per_s, streaming_gb_per_s)}};
+}
+
 // fill_method::automatic as make_big_array runs it: measured on slices of this memory (first use
 // in the process: `forget` makes every call a first use), the rest filled by the winner; GB/s
 // over the whole, measuring included.
@@ -696,6 +710,14 @@ void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& em
   for (const std::string& init : s.inits) {
     const bool zero_init = init == "zero";
     for (int rep = 0; rep < s.reps; ++rep) {
+      if (!s.libc_only) {
+        // The limit again, in every round beside its rows: a row's share of the limit is taken
+        // against the bandwidth the host gave in the same minute.
+        steps.push_back({"limit (round " + std::to_string(rep + 1) + ")", [&emitter, &s, &init, rep, threads, count] {
+          emitter.sample({{"part", "round_limit"}, {"label", s.label}, {"init", init}, {"rep", rep}, {"threads", threads}},
+                         round_limit(std::min(count * sizeof(WorkItem), kRoundLimitBytes), threads));
+        }});
+      }
       for (std::size_t index : order[static_cast<std::size_t>(rep)]) {
         steps.push_back({(*chosen)[index].name + (zero_init ? " (zero)" : " (value)"),
                          [&emitter, &s, chosen, failed, index, count, threads, zero_init, rep] {
