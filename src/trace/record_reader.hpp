@@ -1,5 +1,5 @@
 // Reading the perf ring buffers' records: mappings, forks, execs and exits first, then samples
-// (faults, CPU samples and the syscalls tracepoints' entries and exits, paired into timed calls),
+// (faults, CPU samples and the raw_syscalls tracepoints' entries and exits, paired into timed calls),
 // each delivered to the sink; stacks unwound by the Unwinder (unwind.hpp).
 #pragma once
 

@@ -14,9 +14,9 @@
 //   Otherwise that event records every fault (sample_period 1) unless told otherwise. Faults taken
 //   in kernel mode on the command's behalf (read() into a fresh buffer) are included where the
 //   caller may see kernel samples.
-// - Mapping calls (mmap, munmap, mremap, brk, madvise): the syscalls tracepoints, entry and exit,
-//   so each call's duration is measured. They need tracefs and the right to read tracepoints
-//   (root or perf_event_paranoid -1). Without them, a dynamically linked command gets the
+// - Mapping calls (mmap, munmap, mremap, brk, madvise): the raw_syscalls tracepoints filtered to
+//   them, entry and exit, so each call's duration is measured. They need tracefs and the right
+//   to read tracepoints (root or perf_event_paranoid -1). Without them, a dynamically linked command gets the
 //   preload library (`preload_library`, LD_PRELOAD) instead, which reports mmap, munmap, mremap
 //   and madvise and the big malloc, calloc, realloc and free calls, timed in user space; and
 //   faults are then sampled in user mode only.

@@ -454,7 +454,7 @@ class Tracing {
     return true;
   }
 
-  // The syscalls tracepoints of the mapping calls on `target` and `cpu`; false with status_ set.
+  // The raw_syscalls tracepoints, filtered to the mapping calls, on `target` and `cpu`; false with status_ set.
   bool open_tracepoints(pid_t target, int cpu, int owner_fd) {
     const std::string filter = mapping_calls_filter();
     for (const auto& [event, format] : tracepoints_) {
@@ -465,7 +465,7 @@ class Tracing {
       const int fd = open_event(tp, target, cpu);
       if (fd < 0) {
         if (attaching_ && errno == ESRCH) continue;
-        return abandon(failed("perf_event_open(syscalls tracepoint)"));
+        return abandon(failed("perf_event_open(raw_syscalls tracepoint)"));
       }
       descriptors_.fds.push_back(fd);
       if (ioctl(fd, PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_FILTER)"));
