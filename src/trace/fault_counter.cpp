@@ -66,6 +66,8 @@ std::unique_ptr<FaultCounter> FaultCounter::open(std::string& why_not) {
     why_not = std::string("the kernel refused memcost's BPF programs: ") + std::strerror(errno);
     return nullptr;
   }
+  // The pending regions' mover is run by the reader on each CPU, never attached.
+  bpf_program__set_autoattach(kernel->skeleton->progs.move_pending_out, false);
   if (fault_counts__attach(kernel->skeleton) != 0) {
     why_not = std::string("the kernel would not attach memcost's BPF programs to the page-fault tracepoints: ") +
               std::strerror(errno);
@@ -90,6 +92,22 @@ void FaultCounter::stop_counting() {
   while (bpf_map__get_next_key(generations, nullptr, &key, sizeof(key)) == 0) {
     if (bpf_map__delete_elem(generations, &key, sizeof(key), 0) != 0) break;
   }
+  // A CPU's pending region is counted on without a look at `generations` until the epoch moves.
+  __atomic_fetch_add(&kernel_->skeleton->bss->epoch, 1, __ATOMIC_SEQ_CST);
+}
+
+void FaultCounter::move_pending_out() {
+  const int program = bpf_program__fd(kernel_->skeleton->progs.move_pending_out);
+  const int cpus = libbpf_num_possible_cpus();
+  for (int cpu = 0; cpu < cpus; ++cpu) {
+    // A fault program of that CPU found midway (return value 1) is done within microseconds.
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      LIBBPF_OPTS(bpf_test_run_opts, run, .flags = BPF_F_TEST_RUN_ON_CPU, .cpu = static_cast<std::uint32_t>(cpu));
+      if (bpf_prog_test_run_opts(program, &run) != 0) break;  // ENXIO: that CPU is offline (and idle)
+      if (run.retval == 0) break;
+      ++pending_retries_;
+    }
+  }
 }
 
 void FaultCounter::sweep(Sweep what, std::vector<RegionFaults>& out) {
@@ -100,6 +118,7 @@ void FaultCounter::sweep(Sweep what, std::vector<RegionFaults>& out) {
     if (ended == generations_seen_) return;
     generations_seen_ = ended;
   }
+  move_pending_out();
   bpf_map* regions = kernel_->skeleton->maps.regions;
   bpf_map* generations = kernel_->skeleton->maps.generations;
   // Every key first, then each looked up: deleting while walking would skip keys.
@@ -180,13 +199,14 @@ FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(k
 FaultCounter::~FaultCounter() = default;
 bool FaultCounter::trace(int, bool) { return false; }
 void FaultCounter::stop_counting() {}
+void FaultCounter::move_pending_out() {}
 void FaultCounter::sweep(Sweep, std::vector<RegionFaults>&) {}
 std::uint64_t FaultCounter::total(unsigned) const { return 0; }
 
 #endif
 
 std::uint64_t FaultCounter::faults() const { return faults_read_ + uncounted(); }
-std::uint64_t FaultCounter::uncounted() const { return total(MEMCOST_TOTAL_NO_ROOM); }
+std::uint64_t FaultCounter::uncounted() const { return total(MEMCOST_TOTAL_NO_ROOM) + total(MEMCOST_TOTAL_BUSY); }
 std::uint64_t FaultCounter::generations() const { return total(MEMCOST_TOTAL_GENERATIONS); }
 
 }  // namespace memcost::trace

@@ -12,6 +12,9 @@
 //   reads of the current generations: nothing (Sweep::ended), what is new in them (Sweep::window,
 //   a window's end), or all of it, taken out too (Sweep::last, the end of the trace).
 // - A fault the kernel's map had no room for is counted in uncounted(), never dropped silently.
+// - Each CPU counts the run of faults it is taking in one region in a pending slot of its own, and
+//   moves it into the regions map when a fault falls elsewhere or a mapping call intervenes;
+//   sweep() first has every CPU move its slot out, so nothing counted is left behind.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +55,8 @@ class FaultCounter {
   struct Kernel;  // the skeleton
   explicit FaultCounter(std::unique_ptr<Kernel> kernel);
   [[nodiscard]] std::uint64_t total(unsigned which) const;
+  // Each CPU's pending region (the run of faults it is counting) into the regions map.
+  void move_pending_out();
 
   std::unique_ptr<Kernel> kernel_;
   // Per region of an open generation: what has been delivered of it already.
@@ -63,6 +68,7 @@ class FaultCounter {
   std::size_t most_regions_ = 0;
   std::uint64_t faults_read_ = 0;  // the sum of what sweeps delivered
   std::uint64_t generations_seen_ = 0;  // generations() at the last sweep of ended ones
+  std::uint64_t pending_retries_ = 0;   // moves run again: a fault program of that CPU was midway
 };
 
 // What a region record read from the kernel adds to what was delivered of it: the new faults and

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -90,6 +91,53 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   EXPECT_GE(counter->generations(), 2U);
   close(door[0]);
   close(door[1]);
+}
+
+// The faults a CPU is still counting in its pending slot (a live process, its mapping still there)
+// are delivered by a window's sweep, and only once: a second sweep finds nothing new. The child
+// signals through a shared page faulted in before it is traced and then spins without a system
+// call or a fault, so its last fault stays its CPU's pending run until the sweep moves it out.
+TEST(FaultCounter, AWindowDeliversTheRunACpuIsStillCounting) {
+  std::string why_not;
+  auto counter = FaultCounter::open(why_not);
+  if (!counter) {
+    if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
+    GTEST_SKIP() << why_not;
+  }
+  auto* flags = static_cast<std::atomic<int>*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(flags, MAP_FAILED);
+  std::atomic<int>& stage = flags[0];  // 1: traced, go; 2: touched; 3: swept, end
+  stage.store(0);
+  constexpr std::size_t kPages = 300;
+  auto* memory = static_cast<char*>(mmap(nullptr, kPages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(memory, MAP_FAILED);
+  const pid_t child = fork();
+  if (child == 0) {
+    while (stage.load() != 1) {}
+    touch_every_page(memory, kPages);
+    stage.store(2);
+    while (stage.load() != 3) {}
+    _exit(0);
+  }
+  ASSERT_TRUE(counter->trace(child, false));
+  stage.store(1);
+  while (stage.load() != 2) usleep(1000);
+  std::vector<RegionFaults> regions;
+  counter->sweep(Sweep::window, regions);
+  std::uint64_t faults = 0;
+  for (const RegionFaults& region : regions) faults += region.faults;
+  EXPECT_GE(faults, kPages);  // and the child's first writes to its stack since the fork (copy on write)
+  EXPECT_LT(faults, kPages + 64);
+  regions.clear();
+  counter->sweep(Sweep::window, regions);
+  EXPECT_TRUE(regions.empty()) << regions.size() << " regions delivered again";
+  stage.store(3);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(counter->uncounted(), 0U);
+  munmap(memory, kPages * 4096);
+  munmap(flags, 4096);
 }
 
 }  // namespace

@@ -445,3 +445,17 @@ def test_a_vector_grown_by_push_back_is_charged_to_the_function_that_grew_it(res
     again = run_memcost("--results-dir", str(root), "trace", "--skip-frames", "^grow_samples", "--", str(program))
     assert again.returncode == 0, again.stderr
     assert load_document(root / "latest" / "trace.json")["summary"]["rows"][0]["site"].startswith("main")
+
+
+def test_mappings_made_side_by_side_in_one_region_keep_their_own_sites(c_program, results_root):
+    """Counted in the kernel, a CPU counts a run of faults in one 2 MiB region before moving it out;
+    a mapping made in that region meanwhile must still get exactly its own pages (200 rounds of two
+    64-page mappings, none unmapped)."""
+    result = run_memcost("--results-dir", str(results_root), "trace", "--", str(c_program("adjacent_mappings")))
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = load_document(results_root / "latest" / "trace.json")["summary"]["rows"]
+    # The helpers end in a tail call to mmap at -O2: the sites are main's two lines that call them.
+    lines = {call: _line_of("adjacent_mappings.c", f"= {call}(") for call in ("make_first", "make_second")}
+    faults = {call: sum(row["faults"] for row in rows if row["site"] == f"main (adjacent_mappings.c:{line})")
+              for call, line in lines.items()}
+    assert faults == {"make_first": 200 * 64, "make_second": 200 * 64}, [(row["site"], row["faults"]) for row in rows]

@@ -24,6 +24,7 @@ struct pt_regs {
   unsigned long si;
   unsigned long dx;
   unsigned long r10;
+  unsigned long orig_ax;
 } __attribute__((preserve_access_index));
 
 // The traced processes (tgid) and each one's generation. The reader adds the first; forks add theirs.
@@ -49,13 +50,57 @@ struct {
   __type(value, __u64);
 } totals SEC(".maps");
 
+// The region being faulted on each CPU, counted here (no lookup, no clock read, no atomic) until
+// a fault of another process, region or epoch moves it into `regions`, or the reader's sweep does
+// (move_pending_out). A fault storm takes up to 512 faults a region in a row on one CPU: one hash
+// update and one clock read for all of them instead of one each.
+struct pending_region {
+  struct memcost_region_key key;
+  struct memcost_region_counts counts;  // first_ns = last_ns: when this CPU's run of faults here began
+  __u64 epoch;                          // `epoch` when it began
+  __u32 held;                           // 1: key and counts hold faults not yet in `regions`
+  __u32 busy;                           // 1: a program on this CPU is updating it
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct pending_region);
+} pending SEC(".maps");
+
+// Raised by every call that changes a traced process's mappings (a new generation as it enters, a
+// new mapping as it returns) and by the reader when it stops counting. A pending region begun in
+// an earlier epoch is moved out before the next fault is counted, so its time stamp is never
+// older than a mapping its pages are in, and its generation is never one that has ended.
+__u64 epoch = 0;
+
 // x86-64 user addresses end below this (TASK_SIZE_MAX with 4-level paging; 5-level is larger,
 // and kernel addresses begin far above either).
 #define USER_ADDRESS_END 0x00ff000000000000ULL
 
-static __always_inline void add_total(__u32 which) {
+static __always_inline void add_total(__u32 which, __u64 amount) {
   __u64* total = bpf_map_lookup_elem(&totals, &which);
-  if (total) *total += 1;
+  if (total) *total += amount;
+}
+
+// The pending region's faults into `regions` (merged where another CPU made the entry meanwhile).
+static __always_inline void move_out(struct pending_region* here) {
+  if (!here->held) return;
+  here->held = 0;
+  if (bpf_map_update_elem(&regions, &here->key, &here->counts, BPF_NOEXIST) == 0) return;
+  struct memcost_region_counts* counts = bpf_map_lookup_elem(&regions, &here->key);
+  if (!counts) {
+    add_total(MEMCOST_TOTAL_NO_ROOM, here->counts.faults);
+    return;
+  }
+  for (int word = 0; word < MEMCOST_REGION_WORDS; ++word) {
+    if (here->counts.pages[word]) __sync_fetch_and_or(&counts->pages[word], here->counts.pages[word]);
+  }
+  __sync_fetch_and_add(&counts->faults, here->counts.faults);
+  if (here->counts.threads_differ || counts->first_tid != here->counts.first_tid) counts->threads_differ = 1;
+  // The latest of any CPU's is all the reader needs; a race only picks one of them.
+  if (here->counts.last_ns > counts->last_ns) counts->last_ns = here->counts.last_ns;
 }
 
 static __always_inline int count_fault(unsigned long address) {
@@ -64,29 +109,60 @@ static __always_inline int count_fault(unsigned long address) {
   // the stack's end) the handler gives up at once: not a fault the program took, nor one the
   // kernel's own count (rusage) or perf's page-faults event includes.
   if (bpf_get_current_task_btf()->pagefault_disabled) return 0;
+  __u32 zero = 0;
+  struct pending_region* here = bpf_map_lookup_elem(&pending, &zero);
+  if (!here) return 0;
   __u64 pid_tgid = bpf_get_current_pid_tgid();
   __u32 tgid = (__u32)(pid_tgid >> 32), tid = (__u32)pid_tgid;
-  __u32* generation = bpf_map_lookup_elem(&generations, &tgid);
-  if (!generation || *generation == MEMCOST_AWAITING_EXEC) return 0;
-  struct memcost_region_key key = {tgid, *generation, address >> MEMCOST_REGION_SHIFT};
-  __u64 now = bpf_ktime_get_ns();
-  struct memcost_region_counts* counts = bpf_map_lookup_elem(&regions, &key);
-  if (!counts) {
-    struct memcost_region_counts fresh = {};
-    fresh.first_ns = now;
-    fresh.first_tid = tid;
-    bpf_map_update_elem(&regions, &key, &fresh, BPF_NOEXIST);  // another CPU may have made it meanwhile
-    counts = bpf_map_lookup_elem(&regions, &key);
-    if (!counts) {
-      add_total(MEMCOST_TOTAL_NO_ROOM);
+  if (here->busy) {
+    // Never expected (tracepoint programs do not nest on a CPU), but said rather than dropped.
+    __u32* generation = bpf_map_lookup_elem(&generations, &tgid);
+    if (generation && *generation != MEMCOST_AWAITING_EXEC) add_total(MEMCOST_TOTAL_BUSY, 1);
+    return 0;
+  }
+  __u64 region = address >> MEMCOST_REGION_SHIFT;
+  here->busy = 1;
+  asm volatile("" ::: "memory");  // busy is set before anything else is written (the sweep reads it)
+  if (!here->held || here->key.tgid != tgid || here->key.region != region || here->epoch != epoch) {
+    // The epoch is read before the generation: a change between them is caught at the next fault.
+    __u64 now_epoch = epoch;
+    __u32* generation = bpf_map_lookup_elem(&generations, &tgid);
+    if (!generation || *generation == MEMCOST_AWAITING_EXEC) {
+      asm volatile("" ::: "memory");
+      here->busy = 0;
       return 0;
     }
+    move_out(here);
+    here->key.tgid = tgid;
+    here->key.generation = *generation;
+    here->key.region = region;
+    here->counts.faults = 0;
+    for (int word = 0; word < MEMCOST_REGION_WORDS; ++word) here->counts.pages[word] = 0;
+    here->counts.first_ns = here->counts.last_ns = bpf_ktime_get_ns();
+    here->counts.first_tid = tid;
+    here->counts.threads_differ = 0;
+    here->epoch = now_epoch;
+    here->held = 1;
   }
   __u32 page = (__u32)(address >> MEMCOST_PAGE_SHIFT) & (MEMCOST_REGION_PAGES - 1);
-  __sync_fetch_and_or(&counts->pages[(page / 64) & (MEMCOST_REGION_WORDS - 1)], 1ULL << (page % 64));
-  __sync_fetch_and_add(&counts->faults, 1);
-  if (counts->first_tid != tid) counts->threads_differ = 1;
-  counts->last_ns = now;  // the latest of any CPU's is all the reader needs; a race only picks one
+  here->counts.pages[(page / 64) & (MEMCOST_REGION_WORDS - 1)] |= 1ULL << (page % 64);
+  here->counts.faults += 1;
+  if (here->counts.first_tid != tid) here->counts.threads_differ = 1;
+  asm volatile("" ::: "memory");
+  here->busy = 0;
+  return 0;
+}
+
+// Run by the reader on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU) before each sweep: that
+// CPU's pending region into `regions`. It arrives by interrupt, so it can find a fault program of
+// its CPU midway: it then returns 1, and the reader runs it again.
+SEC("raw_tp")
+int move_pending_out(void* context) {
+  __u32 zero = 0;
+  struct pending_region* here = bpf_map_lookup_elem(&pending, &zero);
+  if (!here) return 0;
+  if (here->busy) return 1;
+  move_out(here);
   return 0;
 }
 
@@ -105,7 +181,8 @@ static __always_inline void next_generation(__u32 tgid) {
   __u32* generation = bpf_map_lookup_elem(&generations, &tgid);
   if (!generation || *generation == MEMCOST_AWAITING_EXEC) return;
   __sync_fetch_and_add(generation, 1);
-  add_total(MEMCOST_TOTAL_GENERATIONS);
+  __sync_fetch_and_add(&epoch, 1);
+  add_total(MEMCOST_TOTAL_GENERATIONS, 1);
 }
 
 // x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl); madvise's and mmap's
@@ -130,6 +207,18 @@ int BPF_PROG(on_syscall, struct pt_regs* regs, long id) {
     if (advice != MADV_DONTNEED_ADVICE && advice != MADV_FREE_ADVICE && advice != MADV_REMOVE_ADVICE) return 0;
   }
   next_generation(tgid);
+  return 0;
+}
+
+// A call that made a mapping has returned: pending regions begun before are moved out, so none is
+// stamped earlier than a mapping its pages are in (a region's faults are charged at its stamp).
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_syscall_exit, struct pt_regs* regs, long ret) {
+  long id = BPF_CORE_READ(regs, orig_ax);
+  if (id != NR_MMAP && id != NR_BRK && id != NR_MREMAP) return 0;
+  __u32 tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);
+  __u32* generation = bpf_map_lookup_elem(&generations, &tgid);
+  if (generation && *generation != MEMCOST_AWAITING_EXEC) __sync_fetch_and_add(&epoch, 1);
   return 0;
 }
 

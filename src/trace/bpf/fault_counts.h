@@ -12,7 +12,7 @@
 
 /* Generation: a process's count of calls that can take pages away (munmap, mremap, madvise that
    frees, brk, mmap MAP_FIXED, exec), raised as each enters. Within one generation an address
-   belongs to one mapping, so a region's faults in it can be charged at the moment of its last. */
+   belongs to one mapping, so a region's faults in it can be charged at its last_ns. */
 /* A command's generation until its exec: the fork that becomes it is not counted. */
 #define MEMCOST_AWAITING_EXEC 0xffffffffu
 
@@ -24,7 +24,10 @@ struct memcost_region_key {
 
 struct memcost_region_counts {
   unsigned long long faults;       /* every fault, a page faulting twice counts twice */
-  unsigned long long first_ns;     /* CLOCK_MONOTONIC, as perf's records with use_clockid */
+  /* CLOCK_MONOTONIC, as perf's records with use_clockid: when the first and the last run of faults
+     here began (a run: faults in a row on one CPU, with no mapping call of a traced process between
+     them). Every page faulted belongs, at last_ns, to the mapping that holds it. */
+  unsigned long long first_ns;
   unsigned long long last_ns;
   unsigned long long pages[MEMCOST_REGION_WORDS]; /* bit i: page i of the region faulted */
   unsigned int first_tid;      /* the thread of the first fault */
@@ -35,7 +38,8 @@ struct memcost_region_counts {
 enum memcost_fault_total {
   MEMCOST_TOTAL_NO_ROOM = 0,      /* faults not counted: the region map was full */
   MEMCOST_TOTAL_GENERATIONS = 1,  /* generation changes */
-  MEMCOST_TOTALS = 2,
+  MEMCOST_TOTAL_BUSY = 2,         /* faults not counted: their CPU's pending region was being updated */
+  MEMCOST_TOTALS = 3,
 };
 
 #endif
