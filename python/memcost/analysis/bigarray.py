@@ -56,19 +56,21 @@ def _same_round_ratios(group: list, limits: dict[tuple[str, str, int], float]) -
     return ratios
 
 
-def above_limit(row: dict) -> Optional[dict]:
+def above_limit(row: dict, reuse_explains: bool = True) -> Optional[dict]:
     """A row faster than the machine's limit, beyond the noise, and why: its reason when the tool
     can name one, else None as the reason (a measuring bug, said so). None when it is not above.
-    With the same round's limit, "beyond the noise" is the 95 % bootstrap interval of the median
-    of its per-round ratios lying above 1; with the run's limit alone, the median above 1."""
+    With its samples' ratios (per round, or per iteration), "beyond the noise" is the 95 % bootstrap
+    interval of their median lying above 1; without them, the median above 1. `reuse_explains`:
+    False where writing memory already faulted is what the limit itself measures (the repeat
+    scenario's rows), so an allocator's reuse is no reason there."""
     from ..stats import bootstrap_median_interval
     ratio = row.get("ratio_to_limit")
     if ratio is None or ratio <= 1.0:
         return None
-    rounds = row.get("ratio_to_limit_rounds") or []
-    if len(rounds) >= TIE_MIN_ROUNDS and bootstrap_median_interval(rounds, seed=len(rounds))[0] <= 1.0:
+    samples = row.get("ratio_to_limit_samples") or []
+    if len(samples) >= TIE_MIN_ROUNDS and bootstrap_median_interval(samples, seed=len(samples))[0] <= 1.0:
         return None
-    if reused(row):
+    if reuse_explains and reused(row):
         reason = ("its allocator handed back memory the process already had (far fewer faults than the array has "
                   "pages): nothing was faulted in, and an allocator may skip clearing memory it knows is still zero")
     else:
@@ -99,7 +101,7 @@ def summarize(samples: list) -> dict:
             "ratio_to_limit": (float(np.median(same_round)) if same_round
                                else gb_per_s / limit if gb_per_s and limit else None),
             "limit_basis": "same round" if same_round else "run" if limit else None,
-            "ratio_to_limit_rounds": same_round,
+            "ratio_to_limit_samples": same_round,
             "faults": _median_count([m["minor_faults"] for m in metrics]),
             "huge_fraction": float(np.median(huge)) if huge else None,
             "first_percent_s": float(np.median(first)) if first else None,
@@ -341,12 +343,13 @@ def summarize_repeat(samples: list, limit: Optional[float]) -> list[dict]:
                        "iterations": sample["case"]["iterations"], "median_s": median_s, "gb_per_s": gb_per_s,
                        "ratio_to_limit": gb_per_s / here if gb_per_s and here else None,
                        # Each iteration's, for telling a row above the limit from noise.
-                       "ratio_to_limit_rounds": [size / (ns / 1e9) / 1e9 / here for ns in times if ns > 0] if here else [],
+                       "ratio_to_limit_samples": [size / (ns / 1e9) / 1e9 / here for ns in times if ns > 0] if here else [],
                        "limit_basis": None if not here else "floor beside it" if here != limit else "run",
                        "faults_per_iteration": _median_count(faults),
                        "floor_s": floor_s, "times_floor": median_s / floor_s,
                        "first_s": sample["metrics"]["iteration_ns"][0] / 1e9})
-        result[-1]["above_limit"] = above_limit({**result[-1], "faults": result[-1]["faults_per_iteration"]})
+        result[-1]["above_limit"] = above_limit({**result[-1], "faults": result[-1]["faults_per_iteration"]},
+                                                reuse_explains=False)
     return result
 
 

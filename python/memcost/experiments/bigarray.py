@@ -92,14 +92,24 @@ def analyze(samples: list) -> tuple[dict, list]:
     unverified = [{"code": "not_verified", "message": f"{row['strategy']} ({row['init']}): sampled elements did not "
                                                       "hold the expected value; its row is not trustworthy"}
                   for row in summary["rows"] if not row["verified"]]
-    for name, row in [(f"{r['strategy']} ({r['init']})", r) for r in summary["rows"]] + \
-                     [(f"repeat: {r['variant']}", r) for r in summary.get("repeat") or []]:
+    for row in _limit_rows(summary):
+        name = _row_name(row)
         above = row.get("above_limit")
         if above and above["reason"] is None:
             unverified.append({"code": "above_limit", "message": f"{name} ran at {above['ratio']:.0%} of the machine's "
                                "limit, above it beyond the noise, and the tool finds no reason: a measuring error, so "
                                "its row is not trustworthy"})
     return summary, unverified
+
+
+def _limit_rows(summary: dict) -> list[dict]:
+    """Every row set against the machine's limit: the ranked strategies and the repeat scenario's."""
+    return summary["rows"] + (summary.get("repeat") or [])
+
+
+def _row_name(row: dict) -> str:
+    """A row as the warnings and notes name it: "strategy (init)", or "repeat: variant"."""
+    return f"{row['strategy']} ({row['init']})" if "strategy" in row else f"repeat: {row['variant']}"
 
 
 def tables(summary: dict) -> list[Table]:
@@ -178,11 +188,10 @@ def notes(summary: dict) -> list[str]:
         lines.append(f"{', '.join(kept)}: far fewer faults than the array has pages — the allocator kept the memory an "
                      "earlier row freed and handed it out again; these rows measure reuse, not a fresh allocation, and "
                      "the headline leaves them out")
-    for row in summary["rows"] + (summary.get("repeat") or []):
+    for row in _limit_rows(summary):
         above = row.get("above_limit")
         if above and above["reason"]:
-            name = row.get("strategy") or f"repeat: {row['variant']}"
-            lines.append(f"* {name}: {above['ratio']:.0%} of the limit: {above['reason']}")
+            lines.append(f"* {_row_name(row)}: {above['ratio']:.0%} of the limit: {above['reason']}")
     retaken = summary.get("retaken_repetitions") or []
     if retaken:
         worst = max(retaken, key=lambda attempt: attempt["elapsed_s"])
