@@ -197,7 +197,7 @@ def test_an_outlier_is_explained_by_a_cause_that_fits_or_said_to_have_none():
     samples.append(_strategy_sample(0, 2.0, quiet))  # the first, 4× the median, nothing seen
     samples.append({"case": {"part": "repeat", "variant": "fresh make_big_array", "size_bytes": 1 << 30, "iterations": 4},
                     "metrics": {"iteration_ns": [3.4e9, 0.45e9, 0.46e9, 0.44e9], "iteration_faults": [0] * 4,
-                                "floor_ns": [0.4e9] * 3,
+                                "floor_ns": [0.4e9] * 4,
                                 "iteration_events": [{**quiet, "compaction_stalls": 12}, quiet, quiet, quiet]}})
     outliers = find_outliers(samples)
     assert len(outliers) == 2

@@ -101,30 +101,36 @@ def test_a_row_above_the_limit_that_reused_memory_says_so():
     assert any(line.startswith("* a (zero): ") and "handed back memory" in line for line in notes(summary))
 
 
-def test_a_repeat_variant_is_set_against_the_floor_beside_it_where_the_host_gave_more_then():
+def test_a_repeat_variant_is_set_against_the_floor_taken_beside_each_iteration():
     from memcost.analysis.bigarray import summarize_repeat
     size = 1 << 30
-    sample = {"case": {"part": "repeat", "variant": "pooled", "size_bytes": size, "iterations": 4},
-              "metrics": {"iteration_ns": [400e6, 100e6, 100e6, 100e6], "iteration_faults": [262144, 0, 0, 0],
-                          "floor_ns": [95e6, 97e6, 96e6]}}
-    # The run's limit (5 GB/s) was measured in a slow minute; the floor just before wrote 11.2 GB/s.
-    row = summarize_repeat([sample], 5.0)[0]
-    assert row["limit_basis"] == "floor beside it"
-    assert row["ratio_to_limit"] == pytest.approx(0.96, abs=0.01) and row["above_limit"] is None
-    assert summarize_repeat([sample], 20.0)[0]["limit_basis"] == "run"
+    # The host's bandwidth halves midway; the pooled variant follows it, as does the floor beside it.
+    sample = {"case": {"part": "repeat", "variant": "pooled", "size_bytes": size, "iterations": 7,
+                       "floor_method": "nontemporal"},
+              "metrics": {"iteration_ns": [400e6, 100e6, 101e6, 99e6, 200e6, 203e6, 198e6],
+                          "iteration_faults": [262144] + [0] * 6,
+                          "floor_ns": [98e6, 97e6, 99e6, 100e6, 201e6, 199e6, 196e6]}}
+    row = summarize_repeat([sample])[0]
+    assert row["limit_basis"] == "floor beside each iteration" and row["floor_method"] == "nontemporal"
+    assert len(row["ratio_to_limit_samples"]) == 6  # the first iteration's pair is left out
+    assert row["ratio_to_limit"] == pytest.approx(0.99, abs=0.01) and row["above_limit"] is None
+    # Against one floor taken before all iterations (as before), the slow half would read 0.5.
 
 
 def test_a_pooled_repeat_row_above_the_limit_is_not_explained_by_its_reuse():
-    """Writing memory already faulted is what the limit measures: a repeat row above it, beyond the
-    noise of its iterations, has no reason (a measuring question), even though it took no faults."""
+    """Writing memory already faulted is what the limit measures: a repeat row above its floors,
+    beyond the noise of the pairs, has no reason (a measuring question), even though it took no faults."""
     from memcost.analysis.bigarray import summarize_repeat
     size = 1 << 30
     sample = {"case": {"part": "repeat", "variant": "pooled", "size_bytes": size, "iterations": 6},
               "metrics": {"iteration_ns": [400e6, 100e6, 101e6, 99e6, 100e6, 102e6], "iteration_faults": [262144] + [0] * 5,
-                          "floor_ns": [500e6, 510e6, 505e6]}}
-    row = summarize_repeat([sample], 5.0)[0]
-    assert row["limit_basis"] == "run" and row["ratio_to_limit"] == pytest.approx(2.15, abs=0.02)
+                          "floor_ns": [500e6, 210e6, 215e6, 212e6, 209e6, 214e6]}}
+    row = summarize_repeat([sample])[0]
+    assert row["ratio_to_limit"] == pytest.approx(2.10, abs=0.01)
     assert row["above_limit"] == {"ratio": row["ratio_to_limit"], "reason": None}
+    # Within the noise of its pairs, it is not above.
+    sample["metrics"]["floor_ns"] = [500e6, 95e6, 104e6, 97e6, 103e6, 99e6]
+    assert summarize_repeat([sample])[0]["above_limit"] is None
 
 
 def test_an_allocators_rows_run_apart_are_set_against_the_runs_limit():

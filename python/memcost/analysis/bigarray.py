@@ -123,7 +123,7 @@ def summarize(samples: list) -> dict:
                for s in samples if s["case"]["part"] == "strategy"
                for attempt in s["metrics"].get("raced_with_host_reporting") or []]
     return {"limit_gb_per_s": limit, "limit_method": limit_method, "rows": rows, "retaken_repetitions": retaken, "auto_choice": auto_choice(samples, rows),
-            "repeat": summarize_repeat(samples, limit), "fills": summarize_fills(samples, limit),
+            "repeat": summarize_repeat(samples), "fills": summarize_fills(samples, limit),
             "outliers": find_outliers(samples), "headline": headline(rows)}
 
 
@@ -321,33 +321,36 @@ def _paired_behind_percent(by_rep: dict[int, dict[str, float]], method: str, fas
     return 100.0 * (float(np.median(ratios)) - 1.0) if ratios else None
 
 
-def summarize_repeat(samples: list, limit: Optional[float]) -> list[dict]:
+def summarize_repeat(samples: list) -> list[dict]:
     """Per variant of the repeat scenario: the iterations after the first (the first pays for
-    whatever is not yet cached or pooled), their median time, GB/s, share of the limit, faults."""
+    whatever is not yet cached or pooled), their median time, GB/s, faults, and their share of the
+    floor taken right after each (one kept array filled again by the faster of memset and streaming
+    stores: the limit, measured beside the row)."""
     result = []
     for sample in samples:
         if sample["case"]["part"] != "repeat":
             continue
-        times = sample["metrics"]["iteration_ns"][1:] or sample["metrics"]["iteration_ns"]
+        all_times, all_floors = sample["metrics"]["iteration_ns"], sample["metrics"]["floor_ns"]
+        # Pairs after the first iteration, or all of them when there was only one.
+        pairs = [(t, f) for t, f in zip(all_times, all_floors) if t > 0 and f > 0][1:] or \
+            [(t, f) for t, f in zip(all_times, all_floors) if t > 0 and f > 0]
+        times = [t for t, _ in pairs]
         faults = sample["metrics"]["iteration_faults"][1:] or sample["metrics"]["iteration_faults"]
         median_s = float(np.median(times)) / 1e9
-        # The floor measured just before this variant: 1.0 is as fast as filling one kept array again.
-        floor_s = float(np.median(sample["metrics"]["floor_ns"])) / 1e9
+        floor_s = float(np.median([f for _, f in pairs])) / 1e9
         size = sample["case"]["size_bytes"]
-        gb_per_s = size / median_s / 1e9 if median_s > 0 else None
-        # The floor writes memory already faulted, just before: where the host gave more bandwidth
-        # then than when the limit was measured, it is the limit beside this row.
-        floor_gb_per_s = size / floor_s / 1e9 if floor_s > 0 else None
-        here = max(filter(None, (limit, floor_gb_per_s)), default=None)
+        # Each iteration's GB/s over its own floor's: 1.0 is as fast as filling one kept array again.
+        paired = [f / t for t, f in pairs]
         result.append({"variant": sample["case"]["variant"], "size_bytes": size,
-                       "iterations": sample["case"]["iterations"], "median_s": median_s, "gb_per_s": gb_per_s,
-                       "ratio_to_limit": gb_per_s / here if gb_per_s and here else None,
-                       # Each iteration's, for telling a row above the limit from noise.
-                       "ratio_to_limit_samples": [size / (ns / 1e9) / 1e9 / here for ns in times if ns > 0] if here else [],
-                       "limit_basis": None if not here else "floor beside it" if here != limit else "run",
+                       "iterations": sample["case"]["iterations"], "median_s": median_s,
+                       "gb_per_s": size / median_s / 1e9 if median_s > 0 else None,
+                       "ratio_to_limit": float(np.median(paired)),
+                       "ratio_to_limit_samples": paired,
+                       "limit_basis": "floor beside each iteration",
+                       "floor_method": sample["case"].get("floor_method"),
                        "faults_per_iteration": _median_count(faults),
-                       "floor_s": floor_s, "times_floor": median_s / floor_s,
-                       "first_s": sample["metrics"]["iteration_ns"][0] / 1e9})
+                       "floor_s": floor_s,
+                       "first_s": all_times[0] / 1e9})
         result[-1]["above_limit"] = above_limit({**result[-1], "faults": result[-1]["faults_per_iteration"]},
                                                 reuse_explains=False)
     return result

@@ -255,7 +255,21 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
   return list;
 }
 
-// The machine's limit, and the repeat scenario's floor: a parallel memset, one part per thread.
+// Every variant leaves every element equal to this: a repeated byte, so memset can write it too.
+constexpr std::uint32_t kRepeatValue = 0x01010101;
+
+// Every element of [data, data + bytes) set to kRepeatValue by `method` (memset or streaming
+// stores), one part per thread: the repeat scenario's floor.
+void parallel_fill(void* data, std::size_t bytes, unsigned threads, fill_method method) {
+  auto* bytes_at = static_cast<unsigned char*>(data);
+  parallel_for(threads, bytes / sizeof(kRepeatValue), [bytes_at, method](std::size_t first, std::size_t last) {
+    detail::fill_pattern(bytes_at + first * sizeof(kRepeatValue), (last - first) * sizeof(kRepeatValue), &kRepeatValue,
+                         sizeof(kRepeatValue), method);
+    measure::keep_writes(bytes_at);
+  });
+}
+
+// The machine's limit: a parallel memset, one part per thread.
 void parallel_memset(void* data, std::size_t bytes, unsigned threads, int byte) {
   auto* bytes_at = static_cast<unsigned char*>(data);
   parallel_for(threads, bytes, [bytes_at, byte](std::size_t first, std::size_t last) {
@@ -410,9 +424,6 @@ bool verified(const WorkItem* items, std::size_t count, bool zero) {
 
 // ---- the repeat scenario: the same array made, initialized and freed again and again ----
 
-// Every variant leaves every element equal to this: a repeated byte, so memset can write it too.
-constexpr std::uint32_t kRepeatValue = 0x01010101;
-
 struct RepeatVariant {
   std::string name;
   // One iteration: allocate, initialize to kRepeatValue, free. `kept` is the floor's one array.
@@ -420,7 +431,8 @@ struct RepeatVariant {
 };
 
 std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std::shared_ptr<big_memory_resource> resource,
-                                           std::shared_ptr<big_array<std::uint32_t>> kept, unsigned threads) {
+                                           std::shared_ptr<big_array<std::uint32_t>> kept,
+                                           std::shared_ptr<const fill_method> floor_method, unsigned threads) {
   return {
       {"make_big_array (fresh each time)",
        [](std::size_t count) {
@@ -451,10 +463,10 @@ std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std
          std::free(p);
        }},
       {"one array kept, filled again (the floor)",
-       [kept, threads](std::size_t count) {
+       [kept, floor_method, threads](std::size_t count) {
          if (kept->size() != count) *kept = make_big_array<std::uint32_t>(count, zero);
-         // The parallel memset the limit is measured with: what re-initializing costs at best.
-         parallel_memset(kept->data(), count * sizeof(std::uint32_t), threads, 0x01);
+         // The faster of the two ways the limit is measured with: what re-initializing costs at best.
+         parallel_fill(kept->data(), count * sizeof(std::uint32_t), threads, *floor_method);
        }},
   };
 }
@@ -645,15 +657,17 @@ void add_limit_and_fill_steps(std::vector<Step>& steps, const Settings& s, Emitt
   }
 }
 
-// The repeat scenario: each variant's iterations beside a floor taken just before them.
+// The repeat scenario: each iteration of a variant paired with a floor taken beside it.
 void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter, std::size_t bytes,
                       const BudgetChoice& budget, unsigned threads) {
   if (!s.libc_only && s.repeat > 0) {
-    // Each variant runs its iterations back to back, as a program would, and the floor (one kept
-    // array filled again) is measured three times just before it: on a virtual machine the
-    // bandwidth the host gives moves within a run, so each variant is set against a floor taken
-    // beside it. (Taking turns iteration by iteration was tried: a fresh array then always follows
-    // another variant's free of a whole array, and on this VM paid up to 12x for it.)
+    // Each variant runs its iterations as a program would, and beside each one the floor (one kept
+    // array filled again) is taken: on a virtual machine the bandwidth the host gives moves within
+    // seconds, so each iteration is set against a floor measured beside it, and a row's ratio is
+    // the median of those pairs. (Taking turns between variants iteration by iteration was tried:
+    // a fresh array then always follows another variant's free of a whole array, and on this VM
+    // paid up to 12x for it. The floor frees nothing.) The floor writes by the faster of a parallel
+    // memset and parallel streaming stores, chosen once on the kept array: the two the limit is.
     // At once: the floor's array, the pool's two pieces and the array being made.
     std::size_t repeat_bytes = bytes;
     if (4 * repeat_bytes > budget.budget_bytes) {
@@ -666,14 +680,24 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
       auto pool = std::make_shared<array_pool>(2 * repeat_bytes + (std::size_t{4} << 20));
       auto resource = std::make_shared<big_memory_resource>(big_memory_options{.pool = pool.get()});
       auto kept = std::make_shared<big_array<std::uint32_t>>();
-      const std::vector<RepeatVariant> variants = repeat_variants(pool, resource, kept, threads);
+      auto floor_method = std::make_shared<fill_method>(fill_method::memset);
+      const std::vector<RepeatVariant> variants = repeat_variants(pool, resource, kept, floor_method, threads);
       const RepeatVariant& floor = variants.back();
       const std::size_t elements = repeat_bytes / sizeof(std::uint32_t);
-      constexpr int kFloorReferences = 3;
       for (std::size_t v = 0; v < variants.size(); ++v) {
-        const bool last = v + 1 == variants.size();
+        const bool first = v == 0, last = v + 1 == variants.size();
         steps.push_back({"repeat " + variants[v].name, [&emitter, variant = variants[v], floor, elements, repeat_bytes, pool,
-                                                        kept, last, repeat = s.repeat] {
+                                                        kept, floor_method, first, last, repeat = s.repeat, threads] {
+          if (first) {
+            *kept = make_big_array<std::uint32_t>(elements, zero, {.threads = threads});
+            std::map<fill_method, std::uint64_t> ns;
+            for (fill_method method : {fill_method::memset, fill_method::nontemporal}) {
+              const std::uint64_t start = measure::now_ns();
+              parallel_fill(kept->data(), repeat_bytes, threads, method);
+              ns[method] = measure::now_ns() - start;
+            }
+            *floor_method = ns[fill_method::nontemporal] < ns[fill_method::memset] ? fill_method::nontemporal : fill_method::memset;
+          }
           json floor_ns = json::array(), iteration_ns = json::array(), iteration_faults = json::array(),
                iteration_events = json::array();
           auto timed = [&](const RepeatVariant& run, json& ns, bool counted) {
@@ -687,11 +711,21 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
               iteration_events.push_back(events_between(events_before, machine_events()));
             }
           };
-          for (int i = 0; i < kFloorReferences; ++i) timed(floor, floor_ns, false);
-          for (int i = 0; i < repeat; ++i) timed(variant, iteration_ns, true);
+          // The pair's order alternates (variant then floor, floor then variant, ...): whatever the
+          // second of two fills pays or saves falls on both alike.
+          for (int i = 0; i < repeat; ++i) {
+            if (i % 2 == 0) {
+              timed(variant, iteration_ns, true);
+              timed(floor, floor_ns, false);
+            } else {
+              timed(floor, floor_ns, false);
+              timed(variant, iteration_ns, true);
+            }
+          }
           pool->release();
           if (last) *kept = big_array<std::uint32_t>();
-          emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", repeat}},
+          emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", repeat},
+                          {"floor_method", detail::fill_method_name(*floor_method)}},
                          {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}, {"floor_ns", floor_ns},
                           {"iteration_events", iteration_events}});
         }});

@@ -99,7 +99,8 @@ static __always_inline void move_out(struct pending_region* here) {
   }
   __sync_fetch_and_add(&counts->faults, here->counts.faults);
   if (here->counts.threads_differ || counts->first_tid != here->counts.first_tid) counts->threads_differ = 1;
-  // The latest of any CPU's is all the reader needs; a race only picks one of them.
+  // The earliest and latest of any CPU's are all the reader needs; a race only picks one of them.
+  if (here->counts.first_ns < counts->first_ns) counts->first_ns = here->counts.first_ns;
   if (here->counts.last_ns > counts->last_ns) counts->last_ns = here->counts.last_ns;
 }
 
