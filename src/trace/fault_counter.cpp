@@ -157,7 +157,6 @@ void FaultCounter::sweep(Sweep what, std::vector<RegionFaults>& out) {
     RegionFaults news;
     if (region_news(reinterpret_cast<const std::uint64_t*>(counts.pages), counts.faults, delivered.pages, delivered.faults, news)) {
       news.pid = static_cast<int>(region.tgid);
-      news.first_ns = counts.first_ns;
       news.last_ns = counts.last_ns;
       news.start = region.region << MEMCOST_REGION_SHIFT;
       news.first_tid = static_cast<int>(counts.first_tid);

@@ -170,9 +170,9 @@ inline constexpr std::uint64_t kRegionBytes = 2ULL << 20;
 inline constexpr std::uint64_t kRegionPageBytes = 4096;
 struct RegionFaults {
   int pid = 0;
-  std::uint64_t first_ns = 0, last_ns = 0;  // CLOCK_MONOTONIC
-  std::uint64_t start = 0;                  // the region's first address
-  std::uint64_t faults = 0;                 // a page that faulted twice counts twice
+  std::uint64_t last_ns = 0;  // CLOCK_MONOTONIC: when the region's last run of faults began
+  std::uint64_t start = 0;    // the region's first address
+  std::uint64_t faults = 0;   // a page that faulted twice counts twice
   std::uint64_t pages[kRegionBytes / kRegionPageBytes / 64] = {};  // bit i: page i faulted
   int first_tid = 0;
   bool one_thread = true;  // every fault by first_tid

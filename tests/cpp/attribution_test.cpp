@@ -70,7 +70,6 @@ trace::RegionFaults region_counts(std::uint64_t start, std::initializer_list<std
                                   std::uint64_t extra = 0, int tid = kPid) {
   trace::RegionFaults counts;
   counts.pid = kPid;
-  counts.first_ns = last_ns - 1;
   counts.last_ns = last_ns;
   counts.start = start;
   for (std::uint64_t page : pages) counts.pages[page / 64] |= 1ULL << (page % 64);

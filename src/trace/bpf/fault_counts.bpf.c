@@ -56,7 +56,7 @@ struct {
 // update and one clock read for all of them instead of one each.
 struct pending_region {
   struct memcost_region_key key;
-  struct memcost_region_counts counts;  // first_ns = last_ns: when this CPU's run of faults here began
+  struct memcost_region_counts counts;  // last_ns: when this CPU's run of faults here began
   __u64 epoch;                          // `epoch` when it began
   __u32 held;                           // 1: key and counts hold faults not yet in `regions`
   __u32 busy;                           // 1: a program on this CPU is updating it
@@ -99,8 +99,7 @@ static __always_inline void move_out(struct pending_region* here) {
   }
   __sync_fetch_and_add(&counts->faults, here->counts.faults);
   if (here->counts.threads_differ || counts->first_tid != here->counts.first_tid) counts->threads_differ = 1;
-  // The earliest and latest of any CPU's are all the reader needs; a race only picks one of them.
-  if (here->counts.first_ns < counts->first_ns) counts->first_ns = here->counts.first_ns;
+  // The latest of any CPU's is all the reader needs; a race only picks one of them.
   if (here->counts.last_ns > counts->last_ns) counts->last_ns = here->counts.last_ns;
 }
 
@@ -139,7 +138,7 @@ static __always_inline int count_fault(unsigned long address) {
     here->key.region = region;
     here->counts.faults = 0;
     for (int word = 0; word < MEMCOST_REGION_WORDS; ++word) here->counts.pages[word] = 0;
-    here->counts.first_ns = here->counts.last_ns = bpf_ktime_get_ns();
+    here->counts.last_ns = bpf_ktime_get_ns();
     here->counts.first_tid = tid;
     here->counts.threads_differ = 0;
     here->epoch = now_epoch;

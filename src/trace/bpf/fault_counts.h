@@ -24,10 +24,9 @@ struct memcost_region_key {
 
 struct memcost_region_counts {
   unsigned long long faults;       /* every fault, a page faulting twice counts twice */
-  /* CLOCK_MONOTONIC, as perf's records with use_clockid: when the first and the last run of faults
-     here began (a run: faults in a row on one CPU, with no mapping call of a traced process between
-     them). Every page faulted belongs, at last_ns, to the mapping that holds it. */
-  unsigned long long first_ns;
+  /* CLOCK_MONOTONIC, as perf's records with use_clockid: when the last run of faults here began (a
+     run: faults in a row on one CPU, with no mapping call of a traced process between them). Every
+     page faulted belongs, at last_ns, to the mapping that holds it. */
   unsigned long long last_ns;
   unsigned long long pages[MEMCOST_REGION_WORDS]; /* bit i: page i of the region faulted */
   unsigned int first_tid;      /* the thread of the first fault */
