@@ -274,3 +274,25 @@ def test_automatic_is_set_against_the_fastest_of_the_same_repetition():
     assert slow["automatic_behind_fastest_percent"] == pytest.approx(100 * (38.5 / 34.0 - 1), rel=0.2)
     assert any(line.startswith("fill_method::automatic ran 13% behind nontemporal") for line in
                notes({"rows": [], "fills": [slow]})), notes({"rows": [], "fills": [slow]})
+
+
+def _fill_orders(seed: int) -> list[list[str]]:
+    """The order the fill methods ran in, per round and memory, in a probe run with this seed."""
+    result = run_probe("bigarray", "--size", "16M", "--strategies", "MAP_POPULATE", "--inits", "zero", "--reps", "1",
+                       "--repeat", "0", "--limit-reps", "4", "--order-seed", str(seed))
+    assert result.returncode == 0, result.stderr
+    orders: dict[tuple, list[str]] = {}
+    for line in result.stdout.splitlines():
+        record = json.loads(line)
+        case = record.get("case") or {}
+        if record.get("type") == "sample" and case.get("part") == "fill":
+            orders.setdefault((case["rep"], case["memory"]), []).append(case["method"])
+    return [orders[key] for key in sorted(orders)]
+
+
+def test_the_fill_methods_take_turns_in_an_order_shuffled_each_round_from_the_seed():
+    orders = _fill_orders(11)
+    assert len(orders) == 8  # four rounds, fresh and faulted memory
+    assert all(sorted(order) == ["automatic", "memset", "nontemporal", "stores"] for order in orders)
+    assert len({tuple(order) for order in orders}) > 1  # with this seed the rounds' orders differ
+    assert _fill_orders(11) == orders

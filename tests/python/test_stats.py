@@ -133,6 +133,33 @@ def test_a_pooled_repeat_row_above_the_limit_is_not_explained_by_its_reuse():
     assert summarize_repeat([sample])[0]["above_limit"] is None
 
 
+def test_a_repeat_row_is_above_the_limit_only_beyond_what_the_floor_resolves_against_itself():
+    """The floor's own row (the same fill twice, paired) measures the pairing's resolution: it is
+    never above itself, and a variant a few percent above 1, inside that resolution, is not above."""
+    from memcost.analysis.bigarray import summarize_repeat
+    size = 1 << 30
+
+    def sample(variant, times, floors, is_floor=False):
+        return {"case": {"part": "repeat", "variant": variant, "size_bytes": size, "iterations": len(times),
+                         "is_floor": is_floor},
+                "metrics": {"iteration_ns": times, "iteration_faults": [0] * len(times), "floor_ns": floors}}
+
+    floors = [100e6, 100e6, 100e6, 100e6, 100e6, 100e6, 100e6, 100e6, 100e6, 100e6]
+    pooled = sample("pooled", [97e6, 97e6, 96e6, 97e6, 98e6, 97e6, 96e6, 97e6, 98e6, 97e6], floors)
+    floor = sample("floor", [95e6, 93e6, 108e6, 97e6, 104e6, 92e6, 106e6, 96e6, 103e6, 94e6], floors, is_floor=True)
+    rows = summarize_repeat([pooled, floor])
+    assert rows[1]["above_limit"] is None and rows[1]["floor_noise_interval"][1] > 1.03
+    assert rows[0]["ratio_to_limit"] == pytest.approx(1.03, abs=0.01) and rows[0]["above_limit"] is None
+    # Without the floor's row to say what the pairing resolves, 1.03 with that little spread is above.
+    assert summarize_repeat([pooled])[0]["above_limit"] is not None
+    # The floor's stray counts on either side: an interval all below 1 resolves no better.
+    below = sample("floor", [104e6, 105e6, 106e6, 104e6, 105e6, 106e6, 104e6, 105e6, 106e6, 105e6], floors, is_floor=True)
+    assert summarize_repeat([pooled, below])[0]["above_limit"] is None
+    # Far beyond the floor's resolution, it is above, without a reason.
+    fast = sample("pooled", [50e6] * 10, floors)
+    assert summarize_repeat([fast, floor])[0]["above_limit"] == {"ratio": 2.0, "reason": None}
+
+
 def test_an_allocators_rows_run_apart_are_set_against_the_runs_limit():
     from memcost.analysis.bigarray import summarize
     samples = _strategy_samples("a", [0.2] * 5) + _round_limits([10.0] * 5)

@@ -485,7 +485,7 @@ void declare(CLI::App& command, Settings& s) {
   command.add_option("--repeat", s.repeat, "iterations of the repeat scenario: allocate, initialize, free (0: none)")
       ->check(CLI::Range(0, 1000));
   command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
-  command.add_option("--order-seed", s.order_seed, "seed of the order the strategies run in, shuffled each round "
+  command.add_option("--order-seed", s.order_seed, "seed of the order the strategies and the fill methods run in, shuffled each round "
                      "(default: a new one, recorded in the settings line)")->capture_default_str();
 }
 
@@ -630,10 +630,14 @@ void add_limit_and_fill_steps(std::vector<Step>& steps, const Settings& s, Emitt
     // fill_method::automatic is measured beside them, as make_big_array runs it (it measures too).
     const std::vector<fill_method> methods = {fill_method::memset, fill_method::stores, fill_method::nontemporal,
                                               fill_method::automatic};
+    // Round by round, each round's methods in an order shuffled from --order-seed, so that the
+    // host's slow moments fall on every method alike (fresh memory first, then faulted-in memory).
+    const auto order = probe::interleaved_order(methods.size(), s.limit_reps, s.order_seed);
     for (int rep = 0; rep < s.limit_reps; ++rep) {
       for (bool fresh : {true, false}) {
-        for (fill_method method : methods) {
-          const bool last = rep + 1 == s.limit_reps && !fresh && method == methods.back();
+        for (std::size_t position = 0; position < methods.size(); ++position) {
+          const fill_method method = methods[order[rep][position]];
+          const bool last = rep + 1 == s.limit_reps && !fresh && position + 1 == methods.size();
           steps.push_back({"fill methods", [&emitter, buffer, bytes, threads, method, rep, fresh, last] {
             // A fill during which the VM handed memory to its host is taken again (twice at most):
             // the host's work slows every method alike, by whatever share of the fill it overlaps.
@@ -725,7 +729,7 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
           pool->release();
           if (last) *kept = big_array<std::uint32_t>();
           emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", repeat},
-                          {"floor_method", detail::fill_method_name(*floor_method)}},
+                          {"floor_method", detail::fill_method_name(*floor_method)}, {"is_floor", last}},
                          {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}, {"floor_ns", floor_ns},
                           {"iteration_events", iteration_events}});
         }});
