@@ -9,7 +9,7 @@ on one size over base pages and THP (os route, rows only) and the plain probe on
 page kinds, warm-ups and repetitions. It prints each round's medians, each tool's median over the
 rounds, and memcost's over the plain probe's per page kind, the round-by-round ratios beside it.
 
-    python3 bench/costs_agreement.py [--rounds 3] [--size-mib 256] [--reps 5] [--warmup 2]
+    python3 bench/costs_agreement.py [--rounds 3] [--size-mib 256] [--reps 5] [--warmup 2] [--whole]
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ def plain_round(binary: Path, size_mib: int, warmup: int, reps: int) -> dict[str
     return result
 
 
-def memcost_round(memcost: str, folder: Path, size_mib: int, warmup: int, reps: int) -> dict[str, float]:
+def memcost_round(memcost: str, folder: Path, size_mib: int, warmup: int, reps: int, whole: bool) -> dict[str, float]:
+    """`memcost costs` on the size: base and THP over the os route, rows only; or, `whole`, every
+    page kind, route and part at their defaults (the run a user types), its os-route rows read."""
     results = folder / "results"
-    subprocess.run([memcost, "--results-dir", str(results), "costs", "--sizes", f"{size_mib}M",
-                    "--pages", ",".join(KINDS), "--routes", "os", "--parts", "rows",
+    narrowing = [] if whole else ["--pages", ",".join(KINDS), "--routes", "os", "--parts", "rows"]
+    subprocess.run([memcost, "--results-dir", str(results), "costs", "--sizes", f"{size_mib}M", *narrowing,
                     "--reps", str(reps), "--warmup", str(warmup)],
                    check=True, capture_output=True, text=True)
     document = json.loads((results / "latest" / "costs.json").read_text())
@@ -61,11 +63,13 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seed", type=int, default=random.randrange(1 << 32))
     parser.add_argument("--memcost", default=str(ROOT / ".venv/bin/memcost"))
+    parser.add_argument("--whole", action="store_true",
+                        help="run `memcost costs` whole (every page kind, route and part), not base and THP rows only")
     args = parser.parse_args()
     order = random.Random(args.seed)
     figures: dict[str, dict[str, list[float]]] = {tool: {kind: [] for kind in KINDS} for tool in ("memcost", "plain")}
-    print(f"seed {args.seed}; {args.size_mib} MiB, {args.warmup} warm-ups and {args.reps} repetitions per run; "
-          "fault µs/MB, medians")
+    print(f"seed {args.seed}; {args.size_mib} MiB, {args.warmup} warm-ups and {args.reps} repetitions per run"
+          f"{'; memcost costs run whole' if args.whole else ''}; fault µs/MB, medians")
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
         binary = build_plain_probe(folder)
@@ -73,7 +77,8 @@ def main() -> int:
             tools = ["memcost", "plain"]
             order.shuffle(tools)
             for tool in tools:
-                measured = (memcost_round(args.memcost, folder, args.size_mib, args.warmup, args.reps) if tool == "memcost"
+                measured = (memcost_round(args.memcost, folder, args.size_mib, args.warmup, args.reps, args.whole)
+                            if tool == "memcost"
                             else plain_round(binary, args.size_mib, args.warmup, args.reps))
                 for kind in KINDS:
                     figures[tool][kind].append(measured[kind])

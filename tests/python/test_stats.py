@@ -32,6 +32,18 @@ def test_rows_within_noise_of_the_fastest_share_its_rank():
     assert rows["c"]["rank"] == 3 and not rows["c"].get("tied") and rows["c"]["vs_fastest_interval"][0] > 1.5
 
 
+def test_the_ranked_table_says_how_sure_each_rank_is():
+    from memcost.analysis.bigarray import summarize
+    from memcost.experiments.bigarray import tables
+    samples = (_strategy_samples("a", [0.30, 0.24, 0.31, 0.25, 0.30])
+               + _strategy_samples("c", [0.60, 0.50, 0.62, 0.49, 0.61]))
+    caption, header, cells = tables(summarize(samples))[0]
+    column = header.index("× fastest (95 %)")
+    by_name = {row[1]: row[column] for row in cells}
+    assert by_name["a"] == ""  # the fastest
+    assert by_name["c"] == "2.00 (1.96–2.08)"  # ratios 2.00, 2.08, 2.00, 1.96, 2.03; seeded bootstrap
+
+
 def test_a_row_slower_in_every_round_is_not_tied_however_close():
     from memcost.analysis.bigarray import summarize
     samples = _strategy_samples("a", [0.30, 0.24, 0.31, 0.25, 0.30]) + _strategy_samples(
@@ -86,7 +98,8 @@ def test_a_row_above_its_rounds_limit_without_a_reason_fails_and_is_said():
     row = summary["rows"][0]
     assert row["above_limit"] == {"ratio": pytest.approx(2.1, abs=0.05), "reason": None}
     assert [w["code"] for w in warnings] == ["above_limit"] and "no reason" in warnings[0]["message"]
-    assert tables(summary)[0][2][0][4].endswith(" !")
+    _, header, cells = tables(summary)[0]
+    assert cells[0][header.index("of limit")].endswith(" !")
 
 
 def test_a_row_above_the_limit_that_reused_memory_says_so():

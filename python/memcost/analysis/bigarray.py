@@ -151,6 +151,7 @@ def _ties_with_the_fastest(ranked: list[dict], samples_of: dict[str, list]) -> N
         if len(ratios) < TIE_MIN_ROUNDS:
             continue
         low, high = bootstrap_median_interval(ratios, seed=len(ratios))
+        row["vs_fastest"] = float(np.median(ratios))
         row["vs_fastest_interval"] = [low, high]
         if low <= 1.0:
             row["rank"], row["tied"] = 1, True

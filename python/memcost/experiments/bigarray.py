@@ -125,8 +125,10 @@ def tables(summary: dict) -> list[Table]:
                        + ("; of limit: each repetition against the limit measured in its own round, median"
                           if any(r.get("limit_basis") == "same round" for r in rows) else "") + ")"
                        if limit else f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked")
-            result.append((caption, ["#", "strategy", "seconds", "GB/s", "of limit", "faults", "huge", "first 1 %", "free s"],
-                           [["reuse" if r["rank"] is None else f"{r['rank']}{' (tied)' if r.get('tied') else ''}", r["strategy"], number(r["median_s"], 3), number(r["gb_per_s"], 1),
+            result.append((caption, ["#", "strategy", "seconds", "× fastest (95 %)", "GB/s", "of limit", "faults", "huge",
+                                     "first 1 %", "free s"],
+                           [["reuse" if r["rank"] is None else f"{r['rank']}{' (tied)' if r.get('tied') else ''}", r["strategy"],
+                             number(r["median_s"], 3), _vs_fastest(r), number(r["gb_per_s"], 1),
                              _of_limit(r), number(r["faults"]),
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
                              "" if r["first_percent_s"] is None else f"{r['first_percent_s']:.3f} s",
@@ -155,6 +157,15 @@ def tables(summary: dict) -> list[Table]:
                          _of_limit(r), number(r["faults_per_iteration"]), number(r["first_s"], 4)]
                         for r in repeat]))
     return result
+
+
+def _vs_fastest(row: dict) -> str:
+    """How sure the rank is: the row's time over the fastest's, round by round, median and 95 %
+    interval; blank for the fastest, the reused rows, and rows with too few rounds to say."""
+    interval = row.get("vs_fastest_interval")
+    if row.get("vs_fastest") is None or not interval:
+        return ""
+    return f"{row['vs_fastest']:.2f} ({interval[0]:.2f}–{interval[1]:.2f})"
 
 
 def _of_limit(row: dict) -> str:
