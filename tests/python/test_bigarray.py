@@ -31,12 +31,15 @@ def test_every_strategy_and_init_is_measured_and_verified(bigarray_run):
                      "parallel MADV_POPULATE_WRITE", "make_big_array auto", "make_big_array auto async",
                      "malloc + memset (glibc hugetlb=1)"):
         assert expected in names, expected
+    floor = next((r for r in summary["repeat"] if r["is_floor"]), {})
     for row in rows + summary["repeat"]:
         # Above the machine's limit beyond the noise only with a reason the tool found.
         above = row["above_limit"]
-        assert above is None or above["reason"], (row.get("strategy") or row["variant"], above)
-    ranked = [r for r in rows if r["allocator"] in (None, "glibc")]  # the main run; allocators run apart
-    assert ranked and all(r["limit_basis"] == "same round" for r in ranked), [r["limit_basis"] for r in ranked]
+        assert above is None or above["reason"], (row.get("strategy") or row["variant"], above, row.get("limit_basis"),
+                                                  row.get("ratio_to_limit_samples"), floor.get("floor_noise_interval"),
+                                                  summary.get("limit_by_init"))
+    # Every run, the allocators' too, measures the limit in each round beside its rows.
+    assert all(r["limit_basis"] == "same round" for r in rows), [(r["strategy"], r["limit_basis"]) for r in rows]
     for row in rows:
         assert ROW_FIELDS <= set(row)
         assert row["verified"], row["strategy"]

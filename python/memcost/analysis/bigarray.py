@@ -37,15 +37,15 @@ def machine_limit(samples: list) -> tuple[Optional[float], Optional[str]]:
 
 def round_limits(samples: list) -> dict[tuple[str, str, int], float]:
     """The limit measured at the start of each round of the ranked strategies: (the run's label,
-    init, round) -> GB/s. An allocator's rows run in a probe of their own, without rounds."""
+    init, round) -> GB/s. An allocator's rows run in a probe of their own, with its own rounds."""
     return {(s["case"].get("label", "glibc"), s["case"]["init"], s["case"]["rep"]): s["metrics"]["gb_per_s"]
             for s in samples if s["case"]["part"] == "round_limit" and s["metrics"]["gb_per_s"] > 0}
 
 
 def _same_round_ratios(group: list, limits: dict[tuple[str, str, int], float]) -> list[float]:
-    """Each repetition's GB/s over its own round's limit (empty where rounds had no limit: an
-    allocator's rows, run apart). A libc row carries its run's label as its allocator; the OS's
-    rows carry none and ran in the main run ("glibc")."""
+    """Each repetition's GB/s over its own round's limit (empty where rounds had no limit: results
+    from before every run measured them). A libc row carries its run's label as its allocator; the
+    OS's rows carry none and ran in the main run ("glibc")."""
     ratios = []
     for sample in group:
         label = sample["case"].get("allocator") or "glibc"
@@ -124,7 +124,10 @@ def summarize(samples: list) -> dict:
     retaken = [{"strategy": row_name(s["case"]), "init": s["case"]["init"], "rep": s["case"].get("rep", 0), **attempt}
                for s in samples if s["case"]["part"] == "strategy"
                for attempt in s["metrics"].get("raced_with_host_reporting") or []]
-    return {"limit_gb_per_s": limit, "limit_method": limit_method, "rows": rows, "retaken_repetitions": retaken, "auto_choice": auto_choice(samples, rows),
+    # Per initialization, the median of the main run's round limits: zeros write faster here.
+    by_init = {init: float(np.median([v for (label, i, _), v in round_limits_.items() if label == "glibc" and i == init]))
+               for init in {i for (label, i, _) in round_limits_ if label == "glibc"}}
+    return {"limit_gb_per_s": limit, "limit_method": limit_method, "limit_by_init": by_init, "rows": rows, "retaken_repetitions": retaken, "auto_choice": auto_choice(samples, rows),
             "repeat": summarize_repeat(samples), "fills": summarize_fills(samples, limit),
             "outliers": find_outliers(samples), "headline": headline(rows)}
 

@@ -17,9 +17,11 @@ def strategies_chart(summary: dict, host: str, directory: Path) -> list[Path]:
         rows = [r for r in summary["rows"] if r["init"] == init][::-1]  # fastest on top
         colours = ["#c44e52" if r["strategy"].startswith("make_big_array") else "#4c72b0" for r in rows]
         axis.barh([r["strategy"] for r in rows], [r["gb_per_s"] for r in rows], color=colours)
-        if summary.get("limit_gb_per_s"):
-            axis.axvline(summary["limit_gb_per_s"], color="black", linestyle="--",
-                         label=f"limit: parallel memset of faulted memory, {summary['limit_gb_per_s']:.1f} GB/s")
+        limit = (summary.get("limit_by_init") or {}).get(init) or summary.get("limit_gb_per_s")
+        if limit:
+            axis.axvline(limit, color="black", linestyle="--",
+                         label=f"limit: writing {'zeros' if init == 'zero' else 'the value'} into faulted memory, "
+                               f"{limit:.1f} GB/s")
             axis.legend(fontsize=8, loc="lower right")
         axis.set_xlabel("GB/s to allocate and initialize (higher is better)")
         axis.set_title(f"{init} initialization")
