@@ -55,3 +55,17 @@ def bootstrap_median_interval(values: Iterable[float], resamples: int = 2000, co
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def bootstrap_ratio_of_medians_interval(numerator: Iterable[float], denominator: Iterable[float],
+                                        resamples: int = 2000, confidence: float = 0.95,
+                                        seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval of median(numerator) / median(denominator), each resampled
+    on its own: for two groups measured apart, whose values cannot be paired."""
+    top, bottom = np.array(list(numerator), dtype=float), np.array(list(denominator), dtype=float)
+    generator = np.random.default_rng(seed)
+    ratios = (np.median(top[generator.integers(0, top.size, size=(resamples, top.size))], axis=1)
+              / np.median(bottom[generator.integers(0, bottom.size, size=(resamples, bottom.size))], axis=1))
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low), float(high)

@@ -32,6 +32,23 @@ def test_rows_within_noise_of_the_fastest_share_its_rank():
     assert rows["c"]["rank"] == 3 and not rows["c"].get("tied") and rows["c"]["vs_fastest_interval"][0] > 1.5
 
 
+def test_a_row_of_another_run_is_set_against_the_fastest_unpaired():
+    """An allocator's rows run in a probe of their own: round 3 there is not round 3 here, so its
+    ratio to the fastest is of the medians, with an unpaired interval."""
+    from memcost.analysis.bigarray import summarize
+    samples = (_strategy_samples("a", [0.30, 0.24, 0.31, 0.25, 0.30])
+               + _strategy_samples("b", [0.61, 0.50, 0.60, 0.49, 0.62])
+               + _strategy_samples("c", [0.25, 0.31, 0.30, 0.30, 0.24]))
+    for sample in samples[5:15]:
+        sample["case"]["allocator"] = "jemalloc"
+    rows = {row["strategy"]: row for row in summarize(samples)["rows"]}
+    b, c = rows["b (jemalloc)"], rows["c (jemalloc)"]
+    assert b["vs_fastest_paired"] is False and b["vs_fastest"] == pytest.approx(2.0, abs=0.05)
+    assert b["vs_fastest_interval"][0] > 1.5 and not b.get("tied")
+    # The same times in another order: paired by round it would read 0.8-1.25 a round; unpaired, a tie.
+    assert c["tied"] and c["vs_fastest_interval"][0] <= 1.0 <= c["vs_fastest_interval"][1]
+
+
 def test_the_ranked_table_says_how_sure_each_rank_is():
     from memcost.analysis.bigarray import summarize
     from memcost.experiments.bigarray import tables

@@ -138,23 +138,36 @@ TIE_MIN_ROUNDS = 3  # fewer paired rounds than this cannot tell a tie from a dif
 def _ties_with_the_fastest(ranked: list[dict], samples_of: dict[str, list]) -> None:
     """A row is tied with the fastest when its time, divided by the fastest's in the same round
     (the rounds interleave the rows), is not shown to be above 1: the 95 % bootstrap interval of
-    the median of those ratios reaches 1. Tied rows share rank 1 ("tied"); the others keep their
+    the median of those ratios reaches 1. A row of another run (an allocator's, in a probe of its
+    own) shares no round with the fastest: its ratio is of the two medians, with each resampled on
+    its own (`vs_fastest_paired` false). Tied rows share rank 1 ("tied"); the others keep their
     place, with the interval that shows them slower."""
-    from ..stats import bootstrap_median_interval
+    from ..stats import bootstrap_median_interval, bootstrap_ratio_of_medians_interval
     if len(ranked) < 2:
         return
     fastest = ranked[0]
 
     def by_round(name: str) -> dict[int, float]:
         return {s["case"].get("rep", i): s["metrics"]["elapsed_s"] for i, s in enumerate(samples_of[name])}
+
+    def run_of(row: dict) -> str:
+        return row.get("allocator") or "glibc"
     best = by_round(fastest["strategy"])
     for row in ranked[1:]:
         mine = by_round(row["strategy"])
-        ratios = [mine[r] / best[r] for r in sorted(set(mine) & set(best)) if best[r] > 0]
-        if len(ratios) < TIE_MIN_ROUNDS:
-            continue
-        low, high = bootstrap_median_interval(ratios, seed=len(ratios))
-        row["vs_fastest"] = float(np.median(ratios))
+        paired = run_of(row) == run_of(fastest)
+        if paired:
+            ratios = [mine[r] / best[r] for r in sorted(set(mine) & set(best)) if best[r] > 0]
+            if len(ratios) < TIE_MIN_ROUNDS:
+                continue
+            row["vs_fastest"] = float(np.median(ratios))
+            low, high = bootstrap_median_interval(ratios, seed=len(ratios))
+        else:
+            if min(len(mine), len(best)) < TIE_MIN_ROUNDS:
+                continue
+            row["vs_fastest"] = float(np.median(list(mine.values())) / np.median(list(best.values())))
+            low, high = bootstrap_ratio_of_medians_interval(mine.values(), best.values(), seed=len(mine))
+        row["vs_fastest_paired"] = paired
         row["vs_fastest_interval"] = [low, high]
         if low <= 1.0:
             row["rank"], row["tied"] = 1, True
