@@ -2,9 +2,9 @@
 """Does `memcost costs` agree with an independent probe? A benchmark, not a test (docs/costs.md,
 "Checked against an independent probe").
 
-bench/data/plain_fault_probe.c measures the fault column from the docs' description alone (map,
+tests/python/data/first_touch.c measures the fault column from the docs' description alone (map,
 advise, write, write again, unmap, 20 ms settle; first touch minus second touch, per MiB), sharing
-no code with memcost. Each round runs, in an order shuffled from a recorded seed, `memcost costs`
+no code with memcost (test_costs.py runs it too, with a loose bound). Each round runs, in an order shuffled from a recorded seed, `memcost costs`
 on one size over base pages and THP (os route, rows only) and the plain probe on the same size,
 page kinds, warm-ups and repetitions. It prints each round's medians, each tool's median over the
 rounds, and memcost's over the plain probe's per page kind, the round-by-round ratios beside it.
@@ -28,17 +28,17 @@ KINDS = ("base", "thp")
 
 
 def build_plain_probe(folder: Path) -> Path:
-    binary = folder / "plain_fault_probe"
-    subprocess.run(["cc", "-O2", "-o", str(binary), str(ROOT / "bench/data/plain_fault_probe.c")], check=True)
+    binary = folder / "first_touch"
+    subprocess.run(["cc", "-O2", "-o", str(binary), str(ROOT / "tests/python/data/first_touch.c")], check=True)
     return binary
 
 
 def plain_round(binary: Path, size_mib: int, warmup: int, reps: int) -> dict[str, float]:
     result = {}
     for kind in KINDS:
-        out = subprocess.run([str(binary), kind, str(size_mib), str(warmup), str(reps)],
+        out = subprocess.run([str(binary), str(size_mib << 20), kind, str(warmup), str(reps)],
                              check=True, capture_output=True, text=True).stdout
-        result[kind] = float(out.strip().splitlines()[-1].split()[1])
+        result[kind] = float(out)
     return result
 
 
