@@ -16,4 +16,36 @@ namespace memcost::probe {
 // A seed for a run that was not given one (it is recorded in the settings line either way).
 [[nodiscard]] std::uint64_t fresh_seed();
 
+// Adaptive repetitions: a row of a ranked table is repeated until one more round would tell the
+// reader nothing new, at most `max_rounds` times. It has settled when
+//  - tight: after `min_rounds` or more, the 95 % Student interval of its log-times' mean lies within
+//    ±interval_half_width (its typical time known to about ±10 %), or
+//  - far behind: even its fastest round took `far_behind` times the fastest row's median or more
+//    after `min_rounds` rounds, or `far_behind_early` times after `far_behind_min_rounds` (more
+//    rounds would only refine a rank among rows no choice depends on). The fewer the rounds, the
+//    farther behind it must be: on this VM a fast row's repetition takes 5-9x its usual time when
+//    its memory comes back from the host, and at 4 GiB a row judged 3x behind after two such rounds
+//    (make_big_array auto async: 1.02 and 2.18 s, against 0.27) was as fast as any in the others.
+struct StoppingRule {
+  int min_rounds = 3;
+  int max_rounds = 5;
+  double interval_half_width = 0.10;
+  double far_behind = 3.0;
+  int far_behind_min_rounds = 2;
+  double far_behind_early = 5.0;
+  // --reps N: every row N rounds, whatever its times.
+  [[nodiscard]] static StoppingRule fixed(int rounds) {
+    return {.min_rounds = rounds, .max_rounds = rounds, .far_behind_min_rounds = rounds};
+  }
+};
+
+enum class Settled { no, tight, far_behind, max_rounds };
+
+// Whether a row with these times (seconds, one a round) has settled; `fastest_median_s` is the
+// fastest row's median so far (0: unknown, so never "far behind"). Rows at max_rounds have.
+[[nodiscard]] Settled settled(const std::vector<double>& seconds, double fastest_median_s, const StoppingRule& rule);
+[[nodiscard]] const char* settled_name(Settled reason);
+// The median of a few values (the fastest row's yardstick).
+[[nodiscard]] double median_of(std::vector<double> values);
+
 }  // namespace memcost::probe

@@ -24,3 +24,46 @@ TEST(Rounds, TheSameSeedGivesTheSameOrderAndAnotherAnother) {
   const auto order = interleaved_order(9, 6, 7);
   EXPECT_GT(std::set<std::vector<std::size_t>>(order.begin(), order.end()).size(), 1u);  // not one order repeated
 }
+
+using memcost::probe::Settled;
+using memcost::probe::settled;
+using memcost::probe::StoppingRule;
+
+TEST(Rounds, ARowWhoseRoundsAgreeSettlesAfterThreeRounds) {
+  const StoppingRule rule;  // ±10 % from 3 rounds, 3x the fastest from 2, 5 at most
+  EXPECT_EQ(settled({1.00, 1.02}, 0.5, rule), Settled::no);  // too few rounds to know it within ±10 %
+  EXPECT_EQ(settled({1.00, 1.02, 0.99}, 0, rule), Settled::tight);
+}
+
+TEST(Rounds, ARowWhoseRoundsDisagreeGoesOnToTheMostRounds) {
+  const StoppingRule rule;
+  EXPECT_EQ(settled({0.2, 1.8, 0.2}, 0.2, rule), Settled::no);  // a 9x spread: not known to ±10 %
+  EXPECT_EQ(settled({0.2, 1.8, 0.2, 0.25}, 0.2, rule), Settled::no);
+  EXPECT_EQ(settled({0.2, 1.8, 0.2, 0.25, 1.1}, 0.2, rule), Settled::max_rounds);
+  // Just outside and just inside ±10 %: three rounds 1.0, 1.1, 1.2 spread too much for t(2) = 4.3.
+  EXPECT_EQ(settled({1.0, 1.1, 1.2}, 0, rule), Settled::no);
+  EXPECT_EQ(settled({1.0, 1.01, 1.02, 1.0}, 0, rule), Settled::tight);
+}
+
+TEST(Rounds, ARowFarBehindTheFastestStopsEarlyTheFartherBehindItIs) {
+  const StoppingRule rule;
+  EXPECT_EQ(settled({3.0}, 0.4, rule), Settled::no);               // one round says nothing
+  EXPECT_EQ(settled({3.0, 6.5}, 0.4, rule), Settled::far_behind);  // after two: its best round is 7.5x the fastest
+  EXPECT_EQ(settled({1.02, 2.18}, 0.27, rule), Settled::no);       // 3.8x after two: a fast row's unlucky rounds, maybe
+  EXPECT_EQ(settled({1.02, 2.18, 1.6}, 0.27, rule), Settled::far_behind);  // 3.8x after three
+  EXPECT_EQ(settled({3.0, 6.5, 1.1}, 0.4, rule), Settled::no);     // one round within 3x: not far behind
+  EXPECT_EQ(settled({0.9, 0.95, 0.92}, 0.4, rule), Settled::tight);  // 2.3x: behind, and known within ±10 %
+  EXPECT_EQ(settled({3.0, 6.5, 3.3}, 0.0, rule), Settled::no);     // no fastest known yet
+}
+
+TEST(Rounds, AFixedCountRunsEveryRowThatManyRounds) {
+  const StoppingRule fixed = StoppingRule::fixed(4);
+  EXPECT_EQ(settled({1.0, 1.0, 1.0}, 0.1, fixed), Settled::no);  // 10x the fastest, and agreeing: still going
+  EXPECT_EQ(settled({1.0, 1.0, 1.0, 1.0}, 0.1, fixed), Settled::max_rounds);
+}
+
+TEST(Rounds, TheMedianOfEvenAndOddCounts) {
+  EXPECT_DOUBLE_EQ(memcost::probe::median_of({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(memcost::probe::median_of({4, 1, 2, 3}), 2.5);
+  EXPECT_DOUBLE_EQ(memcost::probe::median_of({}), 0);
+}

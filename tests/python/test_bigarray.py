@@ -87,7 +87,8 @@ def test_each_allocators_rows_ran_under_it_and_are_right(bigarray_run, allocator
     _, document, _ = bigarray_run
     samples = [s for s in document["samples"]
                if s["case"]["part"] == "strategy" and s["case"].get("allocator") == allocator]
-    assert {s["case"]["strategy"] for s in samples} >= {"new[]", "std::vector", "malloc + memset", "calloc + first touch"}
+    # By default an allocator's run measures how it gets a big block and whether its calloc knows it is zero.
+    assert {s["case"]["strategy"] for s in samples} == {"malloc + memset", "calloc + first touch"}
     pages_64mib = 64 * 1024 * 1024 // 4096
     for sample in samples:
         metrics = sample["metrics"]
@@ -111,6 +112,66 @@ def test_each_allocators_rows_ran_under_it_and_are_right(bigarray_run, allocator
         assert all(r["rank"] is None for r in rows if reused(r))
     glibc = [s for s in document["samples"] if s["case"]["part"] == "strategy" and s["case"].get("allocator") == "glibc"]
     assert glibc and all(s["metrics"]["malloc"] == "glibc" for s in glibc)
+
+
+def test_repetitions_adapt_and_each_row_says_why_it_stopped(bigarray_run):
+    """Adaptive repetitions (no --reps): at most 5 rounds, a row stopping once its time is known within
+    ±10 % (after 3 or more) or even its fastest round took 3 times the fastest row's median (5 times
+    after only 2); each reason checked here against the row's own times, independently of the probe's
+    arithmetic."""
+    import math
+
+    from scipy import stats
+    _, document, _ = bigarray_run
+    times: dict = {}
+    for sample in document["samples"]:
+        case = sample["case"]
+        if case["part"] == "strategy":
+            times.setdefault((case["strategy"], case.get("allocator") or "", case["init"]), []).append(
+                sample["metrics"]["elapsed_s"])
+    settled = {(s["case"]["strategy"], s["case"]["allocator"], s["case"]["init"]): s
+               for s in document["samples"] if s["case"]["part"] == "settled"}
+    assert set(settled) == set(times)  # every row says why it stopped, once
+    main_fastest_zero = min(sorted(v)[len(v) // 2] if len(v) % 2 else sum(sorted(v)[len(v) // 2 - 1:len(v) // 2 + 1]) / 2
+                            for (_, allocator, init), v in times.items() if init == "zero" and allocator in ("", "glibc"))
+    for key, sample in settled.items():
+        seconds, reason = times[key], sample["metrics"]["reason"]
+        assert sample["case"]["rounds"] == len(seconds) and 2 <= len(seconds) <= 5, (key, seconds)
+        if reason == "far behind":
+            factor = 5 if len(seconds) == 2 else 3  # the fewer the rounds, the farther behind
+            assert min(seconds) >= factor * sample["metrics"]["fastest_median_s"], (key, seconds, sample["metrics"])
+        elif reason == "tight":
+            assert len(seconds) >= 3, (key, seconds)
+            logs = [math.log(s) for s in seconds]
+            half = stats.t.ppf(0.975, len(logs) - 1) * stats.tstd(logs) / math.sqrt(len(logs))
+            assert half <= math.log(1.10) + 1e-3, (key, seconds)
+        else:
+            assert reason == "most rounds" and len(seconds) == 5, (key, seconds)
+        if key[1] not in ("", "glibc"):
+            # An allocator's run is judged against the main run's fastest, passed to it.
+            assert sample["metrics"]["fastest_median_s"] == pytest.approx(main_fastest_zero, rel=1e-4), key
+    rows = document["summary"]["rows"]
+    assert all(row["stopped"] in ("tight", "far behind", "most rounds") for row in rows)
+
+
+def test_each_round_runs_its_huge_page_rows_together(bigarray_run):
+    """Within a round the rows asking for huge pages run as one group, after the base-page rows in
+    even rounds and before them in odd ones (a huge-page allocation right after a base-page row's
+    free gets memory the host must fault in again; docs/bigarray.md)."""
+    _, document, _ = bigarray_run
+    if not any("[thp]" in s["case"].get("strategy", "") for s in document["samples"]):
+        pytest.skip("THP is not usable here: every row is on base pages")
+    rounds: dict = {}
+    for sample in document["samples"]:  # in the order the probe emitted them
+        case = sample["case"]
+        if case["part"] == "strategy" and case.get("allocator") in ("", "glibc"):
+            huge = case["strategy"].endswith("]") and " [" in case["strategy"] or case["strategy"].startswith("make_big_array")
+            rounds.setdefault((case["init"], case["rep"]), []).append(huge)
+    for (init, rep), kinds in rounds.items():
+        changes = sum(1 for a, b in zip(kinds, kinds[1:]) if a != b)
+        assert changes <= 1, (init, rep, kinds)
+        if changes:
+            assert kinds[0] == (rep % 2 == 1), (init, rep, kinds)  # even rounds: base pages first
 
 
 @pytest.mark.parametrize("arguments", [["--size", "0"], ["--size", "abc"], ["--inits", "random"], ["--reps", "0"]])
@@ -157,7 +218,9 @@ def test_the_repeat_scenario_reports_every_variant_and_the_pool_takes_no_faults(
     for name in ("make_big_array + array_pool", "std::vector + memcost::allocator + pool",
                  "one array kept, filled again (the floor)"):
         assert repeat[name]["faults_per_iteration"] < pages / 32, (name, repeat[name])
-    assert "made, initialized and freed 3 times" in result.stdout
+    assert "made, initialized and freed again and again" in result.stdout
+    # --reps fixes the count: one repetition a row, ended as "most rounds", and all 3 iterations.
+    assert all(r["reps"] == 1 and r["stopped"] == "most rounds" for r in document["summary"]["rows"])
 
 
 def test_the_fill_methods_are_measured_on_fresh_and_faulted_memory_and_the_pick_is_named(bigarray_run):

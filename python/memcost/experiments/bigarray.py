@@ -29,12 +29,19 @@ OPTIONS = [
     Option("inits", "zero, value (default both)", parse=arguments.choice_list(INITS),
            metavar="LIST", to_probe=comma_list),
     Option("strategies", "only strategies whose names contain one of these", metavar="LIST"),
-    # Five, so that `memcost compare` can test each row (it needs four) and medians hold;
-    # at 1 GiB the whole run stays under three minutes here.
-    Option("reps", "repetitions per strategy (default 5: enough for `memcost compare`, which needs 4; --quick 4)",
+    # Adaptive by default (docs/bigarray.md "How many repetitions"): at most 5 rounds, a row stopping
+    # once its time is known within ±10 % or it is 3 times the fastest; --reps N fixes the count
+    # (`memcost compare` tests rows with 4 or more a side).
+    Option("reps", "repetitions per strategy (default adaptive: at most 5 rounds, a row stopping once its time is known "
+                   "within ±10 %% or its fastest round is 3 times the fastest row's median (5 times after 2 rounds); N: "
+                   "N for every row, and all "
+                   "--repeat iterations; "
+                   "--quick 4)",
            quick=4, parse=arguments.positive_int),
-    Option("repeat", "iterations of the repeat scenario: the array made, initialized and freed again (default 10; "
-                     "--quick 5; 0: none)", quick=5, parse=arguments.non_negative_int),
+    Option("repeat", "most iterations of the repeat scenario: the array made, initialized and freed again (default "
+                     "10; unless --reps is given, a variant stops by the ranked rows' rule, the floor as the fastest: "
+                     "known within ±10 %% after 4, or taking 3 times its floor in every pair (5 times after 3); --quick "
+                     "5; 0: none)", quick=5, parse=arguments.non_negative_int),
     Option("no_allocators", "skip the runs under other allocators", flag_only=True, to_probe=None),
     budget_option(),
     *hugepage_options(),
@@ -73,17 +80,37 @@ def measure(values: dict, directory) -> dict:
     with reserved_for_run(values.get("reserve_hugepages"), values.get("hugepage_size", "2M"), params):
         run = run_with_progress("bigarray", EXPERIMENT.probe_arguments(values), "bigarray")
         samples = list(run.samples)
+        fastest = _fastest_flag(samples)  # the main run's alone: an allocator's reuse rows are no yardstick
         for label, extra_env in variants:
             # Zero-init only: the allocator decides how memory arrives; the value pass is the same code.
-            extra = run_with_progress("bigarray", EXPERIMENT.probe_arguments({**values, "inits": ["zero"], "repeat": 0})
-                                      + ["--libc-only", "--label", label], f"bigarray ({label})",
-                                      env={**os.environ, **extra_env})
+            extra = run_with_progress("bigarray", EXPERIMENT.probe_arguments({**values, **_allocator_values(values)})
+                                      + ["--libc-only", "--label", label] + fastest,
+                                      f"bigarray ({label})", env={**os.environ, **extra_env})
             samples += extra.samples
     params["probe_settings"] = run.settings
     summary, unverified = analyze(samples)
     from ..analysis.bigarray import machine_facts
     summary["machine_facts"] = machine_facts(run.context, directory.root)
     return finish(EXPERIMENT, run.context, params, samples, summary, list(run.warnings) + missing + unverified, directory)
+
+
+# What an allocator's run measures unless --strategies says otherwise: how the allocator gets a big
+# block (malloc + memset) and whether its calloc knows the block is zero already. new[],
+# std::vector and make_unique reach the same malloc and differ from malloc + memset only in the
+# writing, which the glibc rows show; at 4 GiB they cost 3 minutes of a 5-minute run.
+ALLOCATOR_STRATEGIES = ["malloc + memset", "calloc + first touch"]
+
+
+def _allocator_values(values: dict) -> dict:
+    return {"inits": ["zero"], "repeat": 0, "strategies": values.get("strategies") or ",".join(ALLOCATOR_STRATEGIES)}
+
+
+def _fastest_flag(samples: list) -> list[str]:
+    """--fastest-s for an allocator's run: the main run's fastest median for zero initialization,
+    against which the run's adaptive repetitions judge a row far behind."""
+    from ..analysis.bigarray import fastest_median_s
+    fastest = fastest_median_s(samples, "zero")
+    return ["--fastest-s", f"{fastest:.9f}"] if fastest else []
 
 
 def analyze(samples: list) -> tuple[dict, list]:
@@ -125,10 +152,10 @@ def tables(summary: dict) -> list[Table]:
                        + ("; of limit: each repetition against the limit measured in its own round, median"
                           if any(r.get("limit_basis") == "same round" for r in rows) else "") + ")"
                        if limit else f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked")
-            result.append((caption, ["#", "strategy", "seconds", "× fastest (95 %)", "GB/s", "of limit", "faults", "huge",
-                                     "first 1 %", "free s"],
+            result.append((caption, ["#", "strategy", "seconds", "× fastest (95 %)", "reps", "GB/s", "of limit", "faults",
+                                     "huge", "first 1 %", "free s"],
                            [["reuse" if r["rank"] is None else f"{r['rank']}{' (tied)' if r.get('tied') else ''}", r["strategy"],
-                             number(r["median_s"], 3), _vs_fastest(r), number(r["gb_per_s"], 1),
+                             number(r["median_s"], 3), _vs_fastest(r), _reps(r), number(r["gb_per_s"], 1),
                              _of_limit(r), number(r["faults"]),
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
                              "" if r["first_percent_s"] is None else f"{r['first_percent_s']:.3f} s",
@@ -148,12 +175,13 @@ def tables(summary: dict) -> list[Table]:
                          f"{f['calibration_ms']:.1f} ms ({f['calibration_share']:.1%} of the fill)"] for f in fills]))
     repeat = summary.get("repeat") or []
     if repeat:
-        result.append((f"{format_bytes(repeat[0]['size_bytes'])} made, initialized and freed {repeat[0]['iterations']} "
-                       "times — medians after the first iteration; of limit: each iteration against the floor taken "
+        result.append((f"{format_bytes(repeat[0]['size_bytes'])} made, initialized and freed again and again (iterations: "
+                       "how many; adaptive unless --reps: the ranked rows' rule, the floor as the fastest) — medians after "
+                       "the first iteration; of limit: each iteration against the floor taken "
                        f"beside it (one kept array filled again by {_FLOOR_METHODS.get(repeat[0].get('floor_method'), 'memset')}, "
                        "the faster of memset and streaming stores), median",
-                       ["variant", "seconds", "GB/s", "of limit", "faults", "first iteration s"],
-                       [[r["variant"], number(r["median_s"], 4), number(r["gb_per_s"], 1),
+                       ["variant", "iterations", "seconds", "GB/s", "of limit", "faults", "first iteration s"],
+                       [[r["variant"], str(r["iterations"]), number(r["median_s"], 4), number(r["gb_per_s"], 1),
                          _of_limit(r), number(r["faults_per_iteration"]), number(r["first_s"], 4)]
                         for r in repeat]))
     return result
@@ -163,9 +191,25 @@ def _vs_fastest(row: dict) -> str:
     """How sure the rank is: the row's time over the fastest's, round by round, median and 95 %
     interval; blank for the fastest, the reused rows, and rows with too few rounds to say."""
     interval = row.get("vs_fastest_interval")
+    if row.get("vs_fastest") is not None and row.get("stopped") == "far behind":
+        return f"{row['vs_fastest']:.2f} (far behind)"  # the ratio of medians; every repetition ≥ 3× (reps column)
     if row.get("vs_fastest") is None or not interval:
         return ""
     return f"{row['vs_fastest']:.2f} ({interval[0]:.2f}–{interval[1]:.2f})"
+
+
+# How a row's repetitions ended, as the reps column says it (adaptive repetitions, probe/rounds.hpp).
+_STOPPED = {"tight": "±10 %", "far behind": "≥ 3×", "most rounds": ""}
+
+
+def _reps(row: dict) -> str:
+    """The row's repetitions, and why they stopped where adaptive: known within ±10 %, or at least
+    3 times the fastest row's median in every round (5 times when it stopped after two); nothing
+    added at the most rounds or a fixed --reps."""
+    mark = _STOPPED.get(row.get("stopped") or "most rounds", "")
+    if row.get("stopped") == "far behind" and row["reps"] == 2:
+        mark = "≥ 5×"
+    return f"{row['reps']} ({mark})" if mark else str(row["reps"])
 
 
 def _of_limit(row: dict) -> str:
@@ -207,6 +251,18 @@ def notes(summary: dict) -> list[str]:
         above = row.get("above_limit")
         if above and above["reason"]:
             lines.append(f"* {_row_name(row)}: {above['ratio']:.0%} of the limit: {above['reason']}")
+    stopped = [r.get("stopped") for r in summary["rows"]]
+    if "tight" in stopped or "far behind" in stopped:
+        lines.append(f"repetitions adaptive (--reps N fixes them): {stopped.count('tight')} rows stopped once the 95 % "
+                     f"interval of their time was within ±10 % (reps marked ±10 %), {stopped.count('far behind')} once "
+                     "even their fastest repetition took 3 times the fastest row's median (5 times after two rounds; "
+                     "≥ 3×), "
+                     f"{stopped.count('most rounds')} ran the most rounds; `memcost compare` tests rows with 4 or more a side")
+    overlapped = sum(r.get("host_reporting_overlaps_kept") or 0 for r in summary["rows"])
+    if overlapped:
+        lines.append(f"{overlapped} ranked repetition{'s' if overlapped > 1 else ''} of a second or more overlapped a burst "
+                     "of free-page reporting to the host and were kept: the kernel reports freed memory every 2 s while "
+                     "any waits, so a retake would race the next burst; interleaved rounds spread them over every row")
     retaken = summary.get("retaken_repetitions") or []
     if retaken:
         worst = max(retaken, key=lambda attempt: attempt["elapsed_s"])

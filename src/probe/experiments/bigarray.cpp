@@ -173,6 +173,7 @@ struct NamedStrategy {
   std::string name;
   std::string family;  // "libc" strategies also run under other allocators
   Strategy make;
+  bool huge_pages = false;  // asks for huge pages (THP or hugetlb): it runs in the rounds' huge-page group
 };
 
 std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
@@ -217,16 +218,19 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
   };
   for (os::PageKind kind : kinds) {
     std::string suffix = kind == os::PageKind::system ? "" : std::string(" [") + os::page_kind_name(kind) + "]";
-    list.push_back({"mmap + memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, false, false); }});
-    list.push_back({"mmap + parallel memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, false); }});
+    const bool huge = kind != os::PageKind::system;
+    list.push_back({"mmap + memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, false, false); }, huge});
+    list.push_back({"mmap + parallel memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, false); }, huge});
     // MAP_POPULATE faults the range in before the THP advice applies (os::MapRequest::populate):
     // a thp row would get base pages, so it is not offered.
     if (kind != os::PageKind::thp) {
-      list.push_back({os::populate_at_map_call() + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); }});
+      list.push_back({os::populate_at_map_call() + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); }, huge});
     }
     list.push_back({std::string("parallel ") + os::populate_write_call() + suffix, "os",
-                    [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, true); }});
+                    [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, true); }, huge});
   }
+  // The library's ladder takes huge pages wherever a kind of them is usable here.
+  const bool ladder_has_huge_pages = kinds.size() > 1;
   list.push_back({"make_big_array auto", "memcost", [](const StrategyInputs& c) {
                     big_array_options options{.threads = c.threads};
                     auto array = std::make_shared<big_array<WorkItem>>(
@@ -236,7 +240,7 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
                     made.auto_choice = array->report().page_kind;
                     made.fallbacks = array->report().fallbacks;
                     return made;
-                  }});
+                  }, ladder_has_huge_pages});
   list.push_back({"make_big_array auto async", "memcost", [](const StrategyInputs& c) {
                     big_array_options options{.prefault = prefault::async, .threads = c.threads};
                     auto start = measure::now_ns();
@@ -251,7 +255,7 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
                     BuiltArray made{array->data(), [array]() mutable { array.reset(); }, array->report().page_kind};
                     made.first_percent_s = first;
                     return made;
-                  }});
+                  }, ladder_has_huge_pages});
   return list;
 }
 
@@ -411,7 +415,8 @@ struct Settings {
   std::vector<std::string> inits = {"zero", "value"};
   std::string label = "glibc";
   std::string budget;
-  int reps = 5;
+  int reps = 0;  // 0: adaptive (probe/rounds.hpp StoppingRule), else this many rounds for every row
+  double fastest_s = 0;  // the fastest row's median from the main run, for an allocator's run
   int limit_reps = 3;
   unsigned threads = 0;
   bool libc_only = false;
@@ -482,7 +487,12 @@ void declare(CLI::App& command, Settings& s) {
   command.add_option("--strategies", s.strategies_filter, "only the strategies whose names contain one of these")
       ->delimiter(',');
   add_names_option(command, "--inits", s.inits, {"zero", "value"}, "zero, value");
-  command.add_option("--reps", s.reps, "repetitions per strategy")->check(CLI::Range(1, 100));
+  command.add_option("--reps", s.reps, "repetitions per strategy (0, the default: adaptive, at most 5 rounds, a row stopping "
+                     "once its time is known within ±10 % (3 rounds at least) or its fastest round is 3x the fastest "
+                     "row's median (5x after 2 rounds); N: N rounds for every row)")
+      ->check(CLI::Range(0, 100));
+  command.add_option("--fastest-s", s.fastest_s, "the fastest row's median seconds in the main run, against which an "
+                     "allocator's run judges a row far behind (adaptive repetitions)")->check(CLI::NonNegativeNumber);
   command.add_option("--limit-reps", s.limit_reps, "repetitions of the limit measurement")->check(CLI::Range(1, 100));
   command.add_option("--threads", s.threads, "threads for parallel strategies (default 0: all CPUs)");
   command.add_option("--label", s.label, "the allocator the libc strategies run on (for the rows)");
@@ -533,24 +543,38 @@ json measure_strategy_once(Emitter& emitter, const NamedStrategy& strategy, std:
   return metrics;
 }
 
-// One strategy's repetition, reported. Taken again (twice at most) when the VM handed 64 MiB or
-// more to its host while it ran, as the fill table's fills are: the host's work lands on whichever
-// rows run then, and the ranks would follow the host. What was thrown away is kept in the sample.
-void measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& strategy, std::size_t count,
-                      unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
+// One strategy's repetition, reported; its seconds (none when the strategy failed). Taken again
+// (twice at most) when the VM handed 64 MiB or more to its host while it ran, as the fill table's
+// fills are: the host's work lands on whichever rows run then, and the ranks would follow the host.
+// What was thrown away is kept in the sample. Only a repetition shorter than half the reporting
+// period is taken again: the kernel reports freed memory in bursts every 2 s
+// (PAGE_REPORTING_DELAY) while any waits, so a longer one overlaps a burst whenever memory was
+// freed before it, and so would each retake (at 4 GiB, 43 of 240 repetitions raced three times
+// running and the retakes took half the run); it is kept, marked, and counted in the notes.
+constexpr double kRetakeBelowS = 1.0;
+std::optional<double> measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& strategy, std::size_t count,
+                                       unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
   json metrics, raced = json::array();
+  bool overlap_kept = false;
   for (int attempt = 0; attempt < 3; ++attempt) {
     metrics = measure_strategy_once(emitter, strategy, count, threads, zero_init, failed);
-    if (metrics.is_null()) return;
+    if (metrics.is_null()) return std::nullopt;
     const json& reported = metrics["events"]["host_reported_bytes"];
     if (!reported.is_number() || reported.get<std::uint64_t>() < host_reporting_race_bytes) break;
+    if (metrics["elapsed_s"].get<double>() >= kRetakeBelowS) {
+      overlap_kept = true;
+      break;
+    }
     raced.push_back({{"elapsed_s", metrics["elapsed_s"]}, {"host_reported_bytes", reported}});
   }
   metrics["raced_with_host_reporting"] = std::move(raced);
+  metrics["host_reporting_overlap_kept"] = overlap_kept;
+  const double seconds = metrics["elapsed_s"].get<double>();
   emitter.sample({{"part", "strategy"}, {"strategy", strategy.name}, {"family", strategy.family},
                   {"allocator", strategy.family == "libc" ? s.label : ""}, {"init", zero_init ? "zero" : "value"},
                   {"size_bytes", count * sizeof(WorkItem)}, {"rep", rep}, {"threads", threads}},
                  metrics);
+  return seconds;
 }
 
 // 2. Plan: the size the budget allows, the page kinds the machine offers, the strategies chosen; one step each.
@@ -667,6 +691,7 @@ void add_limit_and_fill_steps(std::vector<Step>& steps, const Settings& s, Emitt
 }
 
 // The repeat scenario: each iteration of a variant paired with a floor taken beside it.
+constexpr int kRepeatMinIterations = 3;
 void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter, std::size_t bytes,
                       const BudgetChoice& budget, unsigned threads) {
   if (!s.libc_only && s.repeat > 0) {
@@ -696,7 +721,8 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
       for (std::size_t v = 0; v < variants.size(); ++v) {
         const bool first = v == 0, last = v + 1 == variants.size();
         steps.push_back({"repeat " + variants[v].name, [&emitter, variant = variants[v], floor, elements, repeat_bytes, pool,
-                                                        kept, floor_method, first, last, repeat = s.repeat, threads] {
+                                                        kept, floor_method, first, last, repeat = s.repeat, threads,
+                                                        adaptive = s.reps == 0] {
           if (first) {
             *kept = make_big_array<std::uint32_t>(elements, zero, {.threads = threads});
             std::map<fill_method, std::uint64_t> ns;
@@ -722,6 +748,13 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
           };
           // The pair's order alternates (variant then floor, floor then variant, ...): whatever the
           // second of two fills pays or saves falls on both alike.
+          // Adaptive (no --reps): a variant stops once the pairs after its first iteration (the one
+          // that pays the first faults) settle as a ranked row does (probe/rounds.hpp), the floor
+          // being the fastest (a ratio of 1): known within ±10 %, or at least 3 times the floor in
+          // every pair, 5 times with two pairs (the variants that fault their memory in afresh each
+          // time: at 4 GiB, 3.4 s an iteration against 0.16); at least kRepeatMinIterations
+          // iterations, --repeat at most.
+          int done = 0;
           for (int i = 0; i < repeat; ++i) {
             if (i % 2 == 0) {
               timed(variant, iteration_ns, true);
@@ -730,10 +763,19 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
               timed(floor, floor_ns, false);
               timed(variant, iteration_ns, true);
             }
+            done = i + 1;
+            if (adaptive && done >= kRepeatMinIterations) {
+              std::vector<double> ratios;
+              for (int k = 1; k < done; ++k) {
+                ratios.push_back(iteration_ns[k].get<double>() / std::max(1.0, floor_ns[k].get<double>()));
+              }
+              const Settled now = settled(ratios, 1.0, StoppingRule{.max_rounds = repeat});
+              if (now == Settled::tight || now == Settled::far_behind) break;
+            }
           }
           pool->release();
           if (last) *kept = big_array<std::uint32_t>();
-          emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", repeat},
+          emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", done},
                           {"floor_method", detail::fill_method_name(*floor_method)}, {"is_floor", last}},
                          {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}, {"floor_ns", floor_ns},
                           {"iteration_events", iteration_events}});
@@ -743,31 +785,136 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
   }
 }
 
-// Every chosen strategy, for each initialization asked for, --reps times: round by round, each
-// round's order shuffled from --order-seed (probe/rounds.hpp), so that the host's slow minutes fall
-// on every strategy alike.
+// The rows of one initialization as their rounds go: each row's seconds so far, and whether it has
+// settled (probe/rounds.hpp: adaptive repetitions; with --reps N every row runs N rounds).
+struct RowsInRounds {
+  std::vector<std::vector<double>> seconds;  // by strategy index
+  std::vector<Settled> settled;
+  std::vector<bool> failed;
+};
+
+// The fastest row's median so far: --fastest-s when given (an allocator's run is set against the
+// main run's fastest), else the lowest median of this run's rows.
+double fastest_median_s(const RowsInRounds& rows, double given) {
+  if (given > 0) return given;
+  double fastest = 0;
+  for (const auto& seconds : rows.seconds) {
+    if (seconds.empty()) continue;
+    const double median = median_of(seconds);
+    if (fastest == 0 || median < fastest) fastest = median;
+  }
+  return fastest;
+}
+
+// Settles what has settled after `rounds_done` rounds, each said in a sample of its own once; true
+// while any row still goes on.
+bool settle_rows(Emitter& emitter, RowsInRounds& rows, const std::vector<NamedStrategy>& chosen, const std::string& init,
+                 const std::string& label, const StoppingRule& rule, double given_fastest_s, int rounds_done) {
+  const double fastest = fastest_median_s(rows, given_fastest_s);
+  bool going = false;
+  for (std::size_t index = 0; index < chosen.size(); ++index) {
+    if (rows.failed[index] || rows.settled[index] != Settled::no) continue;
+    const Settled now = static_cast<int>(rows.seconds[index].size()) < rounds_done
+                            ? Settled::no  // (a failed repetition: its row is out, said in a warning)
+                            : settled(rows.seconds[index], fastest, rule);
+    if (now == Settled::no) {
+      going = true;
+      continue;
+    }
+    rows.settled[index] = now;
+    emitter.sample({{"part", "settled"}, {"strategy", chosen[index].name},
+                    {"allocator", chosen[index].family == "libc" ? label : ""}, {"init", init},
+                    {"rounds", rows.seconds[index].size()}},
+                   {{"reason", settled_name(now)}, {"fastest_median_s", fastest}});
+  }
+  return going;
+}
+
+// A round's order with the rows that ask for huge pages together, after the base-page rows in even
+// rounds and before them in odd ones, each group in the round's shuffled order. Here a huge-page
+// allocation right after a base-page row freed its array gets memory the host must fault in again:
+// 4 GiB on THP took 0.42-0.80 s after 4 GiB of base pages were freed, 0.19-0.20 s after another THP
+// allocation (one process, alternating, nothing between). Mixed at random, a THP row followed a
+// base-page row in about two rounds of three, and adaptive repetitions stopped `make_big_array auto`
+// as far behind after three such rounds. Grouped, the one crossing of an even round is preceded
+// by an unmeasured huge-page allocation (warm_up_huge_pages), so every huge-page row follows one.
+std::vector<std::size_t> grouped_by_page_size(const std::vector<NamedStrategy>& chosen, const std::vector<std::size_t>& order,
+                                              bool base_first) {
+  std::vector<std::size_t> grouped;
+  for (bool huge : {!base_first, base_first}) {
+    for (std::size_t index : order) {
+      if (chosen[index].huge_pages == huge) grouped.push_back(index);
+    }
+  }
+  return grouped;
+}
+
+// The first huge-page row of a round (chosen.size() when there is none).
+std::size_t first_huge_row(const std::vector<NamedStrategy>& chosen, const std::vector<std::size_t>& order) {
+  for (std::size_t index : order) {
+    if (chosen[index].huge_pages) return index;
+  }
+  return chosen.size();
+}
+
+bool any_going(const RowsInRounds& rows, const std::vector<NamedStrategy>& chosen, bool huge) {
+  for (std::size_t index = 0; index < chosen.size(); ++index) {
+    if (chosen[index].huge_pages == huge && !rows.failed[index] && rows.settled[index] == Settled::no) return true;
+  }
+  return false;
+}
+
+// An array of `bytes` on huge pages (the library's ladder), faulted in on every thread and freed,
+// unmeasured: what a huge-page row right after another finds.
+void warm_up_huge_pages(std::size_t bytes, unsigned threads) {
+  auto warm = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
+  measure::keep_writes(warm.data());
+}
+
+// Every chosen strategy, for each initialization asked for, round by round, each round's order
+// shuffled from --order-seed (probe/rounds.hpp), so that the host's slow minutes fall on every
+// strategy alike. Rounds go on while any row has not settled (adaptive), or --reps times.
 void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter,
                         const std::shared_ptr<std::vector<NamedStrategy>>& chosen, std::size_t count, unsigned threads) {
   auto failed = std::make_shared<std::set<std::string>>();  // strategies already reported as failed
-  const auto order = probe::interleaved_order(chosen->size(), s.reps, s.order_seed);
+  const StoppingRule rule = s.reps > 0 ? StoppingRule::fixed(s.reps) : StoppingRule{};
+  const auto order = probe::interleaved_order(chosen->size(), rule.max_rounds, s.order_seed);
   for (const std::string& init : s.inits) {
     const bool zero_init = init == "zero";
-    for (int rep = 0; rep < s.reps; ++rep) {
-      {
-        // The limit again, in every round beside its rows (an allocator's run too): a row's share
-        // of the limit is taken against the bandwidth the host gave in the same minute.
-        steps.push_back({"limit (round " + std::to_string(rep + 1) + ")", [&emitter, &s, &init, rep, threads, count] {
-          emitter.sample({{"part", "round_limit"}, {"label", s.label}, {"init", init}, {"rep", rep}, {"threads", threads}},
-                         round_limit(std::min(count * sizeof(WorkItem), kRoundLimitBytes), threads, init == "zero"));
-        }});
-      }
-      for (std::size_t index : order[static_cast<std::size_t>(rep)]) {
+    auto rows = std::make_shared<RowsInRounds>(RowsInRounds{std::vector<std::vector<double>>(chosen->size()),
+                                                            std::vector<Settled>(chosen->size(), Settled::no),
+                                                            std::vector<bool>(chosen->size(), false)});
+    auto going = std::make_shared<bool>(true);
+    for (int rep = 0; rep < rule.max_rounds; ++rep) {
+      // The limit again, in every round beside its rows (an allocator's run too): a row's share
+      // of the limit is taken against the bandwidth the host gave in the same minute. First, what
+      // the rounds before settled: a round only runs the rows still going.
+      steps.push_back({"limit (round " + std::to_string(rep + 1) + ")",
+                       [&emitter, &s, &init, rep, threads, count, rows, going, chosen, rule] {
+        *going = settle_rows(emitter, *rows, *chosen, init, s.label, rule, s.fastest_s, rep);
+        if (!*going) return;
+        emitter.sample({{"part", "round_limit"}, {"label", s.label}, {"init", init}, {"rep", rep}, {"threads", threads}},
+                       round_limit(std::min(count * sizeof(WorkItem), kRoundLimitBytes), threads, init == "zero"));
+      }});
+      for (std::size_t index : grouped_by_page_size(*chosen, order[static_cast<std::size_t>(rep)], rep % 2 == 0)) {
+        if (rep % 2 == 0 && (*chosen)[index].huge_pages && index == first_huge_row(*chosen, order[static_cast<std::size_t>(rep)])) {
+          steps.push_back({"huge-page warm-up (round " + std::to_string(rep + 1) + ")", [rows, chosen, count, threads] {
+            if (!any_going(*rows, *chosen, true) || !any_going(*rows, *chosen, false)) return;
+            warm_up_huge_pages(count * sizeof(WorkItem), threads);
+          }});
+        }
         steps.push_back({(*chosen)[index].name + (zero_init ? " (zero)" : " (value)"),
-                         [&emitter, &s, chosen, failed, index, count, threads, zero_init, rep] {
-                           measure_strategy(emitter, s, (*chosen)[index], count, threads, zero_init, rep, *failed);
+                         [&emitter, &s, chosen, failed, index, count, threads, zero_init, rep, rows] {
+                           if (rows->failed[index] || rows->settled[index] != Settled::no) return;
+                           auto seconds = measure_strategy(emitter, s, (*chosen)[index], count, threads, zero_init, rep, *failed);
+                           if (seconds) rows->seconds[index].push_back(*seconds);
+                           else rows->failed[index] = true;
                          }});
       }
     }
+    steps.push_back({"settled (" + init + ")", [&emitter, &s, &init, rows, chosen, rule] {
+      (void)settle_rows(emitter, *rows, *chosen, init, s.label, rule, s.fastest_s, rule.max_rounds);
+    }});
   }
 }
 
