@@ -16,10 +16,11 @@
 //   writes nothing and only faults the pages in (MADV_POPULATE_WRITE), in
 //   parallel. A type opts into this for value-initialization through
 //   `zero_is_valid` (see below); then `construct` runs no constructor at all.
-// - Parallel first touch: each thread faults and initializes its own
-//   contiguous part in one pass (`prefault::now`), or background threads work
-//   through the array front to back while the caller starts on the first
-//   parts (`prefault::async`, with `ready(i)` and `wait()`).
+// - Parallel first touch: threads fault and initialize the array in one pass,
+//   taking page-aligned chunks front to back, so that a thread the host slows
+//   takes fewer (`prefault::now` returns when all are done); or they work in
+//   the background while the caller starts on the first parts
+//   (`prefault::async`, with `ready(i)` and `wait()`).
 // - What you got is read back from the OS (`report()`, `huge_fraction()`).
 // Errors — sizes that overflow, more memory than is available, an empty
 // hugetlb pool in strict mode, an exception from an initializer — throw
@@ -266,14 +267,14 @@ class array_pool {
 
 namespace detail {
 
-// Runs work(first, last) over [0, count) elements in chunks on `threads` threads.
-// now: one contiguous chunk per thread; async: many chunks, taken front to back.
+// Runs work(first, last) over [0, count) elements in chunks on `threads` threads: many chunks,
+// taken front to back by whichever thread is free (prefault::now waits for them all).
 class fill_job {
  public:
   using work_function = std::function<void(std::size_t first, std::size_t last)>;
   // Thread t runs on cpu_sets[t % cpu_sets.size()] when cpu_sets is not empty.
-  fill_job(std::size_t count, std::size_t element_bytes, std::size_t page_bytes, unsigned threads, bool async,
-           work_function work, std::vector<std::vector<unsigned>> cpu_sets = {});
+  fill_job(std::size_t count, std::size_t element_bytes, std::size_t page_bytes, unsigned threads, work_function work,
+           std::vector<std::vector<unsigned>> cpu_sets = {});
   ~fill_job();
   fill_job(const fill_job&) = delete;
   fill_job& operator=(const fill_job&) = delete;
@@ -525,7 +526,7 @@ template <class T, class Init = construct_t>
   }
   const bool async = options.prefault == prefault::async;
   array.job_ = std::make_unique<detail::fill_job>(count, sizeof(T), array.mapping_.page_bytes(),
-                                                  detail::default_threads(options.threads), async, std::move(work),
+                                                  detail::default_threads(options.threads), std::move(work),
                                                   detail::fill_cpu_sets(options));
   array.report_.threads = array.job_->threads();
   if (!async) array.wait();  // on error, `array` unwinds: elements destroyed, memory released

@@ -122,7 +122,7 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
     }
     bool async = settings.prefault == memcost::prefault::async;
     result->job = std::make_unique<memcost::detail::fill_job>(count, element_size, result->memory.page_bytes(),
-                                                              memcost::detail::default_threads(settings.threads), async,
+                                                              memcost::detail::default_threads(settings.threads),
                                                               std::move(work), memcost::detail::fill_cpu_sets(settings));
     if (!async) {
       result->job->wait();

@@ -6,16 +6,20 @@
 
 namespace memcost::detail {
 namespace {
-// Asynchronous jobs cut the array into this many chunks at least, so that the
-// first ones are ready long before the last.
-constexpr std::size_t async_chunks = 256;
+// Jobs cut the array into this many chunks at least, taken front to back by whichever thread is
+// free: an asynchronous job's first chunks are ready long before the last, and a thread slowed by
+// the host (another guest on its CPU, memory the host must fault in again) takes fewer chunks
+// instead of holding the whole job back. With one contiguous part per thread, `prefault::now` at
+// 4 GiB here took 7-15 % longer than `prefault::async` doing the same work (value initialization,
+// medians of 5: 0.280 against 0.258 s in one run, 0.281 against 0.242 in another).
+constexpr std::size_t min_chunks = 256;
 }  // namespace
 
-fill_job::fill_job(std::size_t count, std::size_t element_bytes, std::size_t page_bytes, unsigned threads, bool async,
+fill_job::fill_job(std::size_t count, std::size_t element_bytes, std::size_t page_bytes, unsigned threads,
                    work_function work, std::vector<std::vector<unsigned>> cpu_sets)
     : work_(std::move(work)) {
   threads = std::max(1U, std::min<unsigned>(threads, static_cast<unsigned>(std::min<std::size_t>(count, 1U << 16))));
-  std::size_t chunks = async ? std::max<std::size_t>(async_chunks, threads) : threads;
+  std::size_t chunks = std::max<std::size_t>(min_chunks, threads);
   chunks = std::min(chunks, count);
   // Chunk borders fall on page borders, so that no two threads fault one page.
   const std::size_t chunk_bytes = count * element_bytes / chunks;

@@ -24,7 +24,7 @@ void* big_memory_resource::do_allocate(std::size_t bytes, std::size_t alignment)
     // Parallel first touch: the container then writes memory already faulted in.
     auto* base = static_cast<unsigned char*>(held.memory.data());
     detail::fill_job job(held.memory.bytes(), 1, held.memory.page_bytes(), detail::default_threads(options_.threads),
-                         false, [base](std::size_t first, std::size_t last) { detail::populate(base + first, last - first); });
+                         [base](std::size_t first, std::size_t last) { detail::populate(base + first, last - first); });
     job.wait();
     detail::read_back(report, held.memory.data(), held.memory.bytes());
   }
