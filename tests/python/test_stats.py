@@ -61,12 +61,17 @@ def test_the_ranked_table_says_how_sure_each_rank_is():
     assert by_name["c"] == "2.00 (1.96–2.08)"  # ratios 2.00, 2.08, 2.00, 1.96, 2.03; seeded bootstrap
 
 
-def test_a_row_slower_in_every_round_is_not_tied_however_close():
+def test_a_row_slower_in_every_round_is_tied_only_within_the_sitting_to_sitting_noise():
+    """3-4 % slower in every round is a difference this run resolves but the next sitting may
+    reverse (TIE_MARGIN): tied. 8-9 % slower in every round is not."""
     from memcost.analysis.bigarray import summarize
-    samples = _strategy_samples("a", [0.30, 0.24, 0.31, 0.25, 0.30]) + _strategy_samples(
-        "b", [0.31, 0.25, 0.32, 0.26, 0.31])
+    fastest = [0.30, 0.24, 0.31, 0.25, 0.30]
+    samples = (_strategy_samples("a", fastest) + _strategy_samples("b", [0.31, 0.25, 0.32, 0.26, 0.31])
+               + _strategy_samples("c", [t * 1.085 for t in fastest]))
     rows = {row["strategy"]: row for row in summarize(samples)["rows"]}
-    assert rows["b"]["rank"] == 2 and not rows["b"].get("tied")
+    assert rows["b"]["vs_fastest_interval"][0] > 1.0  # shown slower within the run ...
+    assert rows["b"]["rank"] == 1 and rows["b"]["tied"]  # ... but by less than a sitting moves
+    assert rows["c"]["rank"] == 3 and not rows["c"].get("tied")
 
 
 def test_ranked_repetitions_taken_again_are_counted_in_the_notes():
