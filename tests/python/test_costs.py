@@ -209,3 +209,28 @@ def test_hugetlb_2m_rows_fault_once_per_2m_page_and_the_pool_is_given_back(tmp_p
         assert row["huge_fraction"] == 1.0
     params = document["params"]
     assert params["hugepage_pool_during"]["total_pages"] > params["hugepage_pool_before"]["total_pages"]
+
+
+def _case_orders(seed: int) -> list[list[str]]:
+    """The order the cases ran in, round by round, in a probe run with --order rounds and this seed."""
+    result = run_probe("costs", "--sizes", "4M,8M", "--pages", "base", "--routes", "os,malloc", "--parts", "rows",
+                       "--reps", "3", "--warmup", "1", "--order", "rounds", "--order-seed", str(seed))
+    assert result.returncode == 0, result.stderr
+    orders: dict[int, list[str]] = {}
+    for line in result.stdout.splitlines():
+        record = json.loads(line)
+        case = record.get("case") or {}
+        if record.get("type") == "sample" and case.get("part") == "rows":
+            orders.setdefault(case["rep"], []).append(f"{case['route']} {case['size_bytes']}")
+    return [orders[rep] for rep in sorted(orders)]
+
+
+def test_rounds_run_every_case_once_each_in_an_order_shuffled_from_the_seed():
+    """--order rounds: each round (warm-up included) a permutation of the cases, the rounds not all
+    alike, and the same seed giving the same order (probe/rounds.hpp, as bigarray's ranked rows)."""
+    first = _case_orders(11)
+    assert len(first) == 4  # one warm-up round and three measured
+    cases = sorted(first[0])
+    assert len(cases) == 4 and all(sorted(round_) == cases for round_ in first)
+    assert len({tuple(round_) for round_ in first}) > 1
+    assert _case_orders(11) == first

@@ -32,7 +32,8 @@ OPTIONS = [
            parse=arguments.positive_int),
     Option("threads_size", "buffer for the threads and shootdowns parts (default 256M; --quick 64M)",
            quick=64 << 20, parse=arguments.size, metavar="SIZE"),
-    Option("order", "blocks: each case's repetitions back to back (default); rounds: every case once per round",
+    Option("order", "blocks: each case's repetitions back to back (default); rounds: every case once per round, "
+                    "each round in an order shuffled from a seed recorded in the settings line",
            choices=ORDERS),
     Option("idle_size", "buffer for the idle part (default 256M; --quick 128M)", quick=128 << 20,
            parse=arguments.size, metavar="SIZE"),

@@ -27,6 +27,7 @@
 #include "os/os.hpp"
 #include "probe/arguments.hpp"
 #include "probe/experiment.hpp"
+#include "probe/rounds.hpp"
 
 namespace memcost::probe {
 namespace {
@@ -154,6 +155,7 @@ struct Settings {
   std::size_t frame_size = 8 * MiB;
   std::size_t threads_size = 256 * MiB;
   std::string order = "blocks";
+  std::uint64_t order_seed = probe::fresh_seed();  // --order rounds: each round's order of the cases
   std::size_t idle_size = 256 * MiB;
   double idle_seconds = 4.0;
   int idle_reps = 3;
@@ -614,8 +616,11 @@ void declare(CLI::App& command, Settings& s) {
   command.add_option("--frames", s.frames, "frames in the reuse-vs-reallocate test")->check(CLI::Range(1, 100000));
   add_size_option(command, "--frame-size", s.frame_size, "8M", "buffer size per frame");
   add_size_option(command, "--threads-size", s.threads_size, "256M", "buffer size for the threads and shootdowns parts");
-  command.add_option("--order", s.order, "blocks (each case's repetitions back to back) or rounds")
+  command.add_option("--order", s.order, "blocks (each case's repetitions back to back) or rounds (every case once "
+                     "a round, in an order shuffled each round from --order-seed)")
       ->check(CLI::IsMember({"blocks", "rounds"}));
+  command.add_option("--order-seed", s.order_seed, "seed of the cases' order in each round with --order rounds (default: a "
+                     "new one, recorded in the settings line)")->capture_default_str();
   add_size_option(command, "--idle-size", s.idle_size, "256M", "buffer size for the idle test");
   command.add_option("--idle-seconds", s.idle_seconds, "how long memory stays free in the idle test")
       ->check(CLI::Range(0.0, 600.0));
@@ -662,19 +667,23 @@ std::vector<Case> row_cases(const Settings& s, const BudgetChoice& budget, const
 
 // blocks: each case's warm-ups and repetitions back to back, so that the
 // measured repetitions reuse memory freed a moment ago (the steady cost).
-// rounds: every case once per round, so that drift over the run spreads
-// over all cases; on a VM that hands free memory back to the host, the
-// repetitions then also pay the host's faults (see the idle part).
+// rounds: every case once per round, each round in its own order shuffled
+// from --order-seed (probe/rounds.hpp, as bigarray's ranked rows), so that
+// drift over the run spreads over all cases; on a VM that hands free memory
+// back to the host, the repetitions then also pay the host's faults (see the
+// idle part), which is why blocks stay the default.
 // The idle baseline is measured again before each block (or round).
 void plan_rows(std::vector<Step>& plan, Emitter& emitter, const Settings& s, const std::vector<Case>& cases) {
   const bool rounds = s.order == "rounds";
   const std::size_t outer = rounds ? static_cast<std::size_t>(s.reps + s.warmup) : cases.size();
   const std::size_t inner = rounds ? cases.size() : static_cast<std::size_t>(s.reps + s.warmup);
   auto idle = std::make_shared<IdleRates>();
+  const auto shuffled = rounds ? probe::interleaved_order(cases.size(), static_cast<int>(outer), s.order_seed)
+                               : std::vector<std::vector<std::size_t>>{};
   std::size_t sequence = 0;
   for (std::size_t i = 0; i < outer; ++i) {
     for (std::size_t j = 0; j < inner; ++j) {
-      const Case c = cases[rounds ? j : i];
+      const Case c = cases[rounds ? shuffled[i][j] : i];
       const int rep = static_cast<int>(rounds ? i : j) - s.warmup;
       const bool new_block = j == 0;
       plan.push_back({std::string(os::page_kind_name(c.kind)) + " " + route_name(c.route) + " " + human_size(c.size),
