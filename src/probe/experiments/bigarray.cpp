@@ -806,17 +806,15 @@ double fastest_median_s(const RowsInRounds& rows, double given) {
   return fastest;
 }
 
-// Settles what has settled after `rounds_done` rounds, each said in a sample of its own once; true
-// while any row still goes on.
+// Settles the rows whose rounds so far say enough, each said in a sample of its own once; true while
+// any row still goes on.
 bool settle_rows(Emitter& emitter, RowsInRounds& rows, const std::vector<NamedStrategy>& chosen, const std::string& init,
-                 const std::string& label, const StoppingRule& rule, double given_fastest_s, int rounds_done) {
+                 const std::string& label, const StoppingRule& rule, double given_fastest_s) {
   const double fastest = fastest_median_s(rows, given_fastest_s);
   bool going = false;
   for (std::size_t index = 0; index < chosen.size(); ++index) {
     if (rows.failed[index] || rows.settled[index] != Settled::no) continue;
-    const Settled now = static_cast<int>(rows.seconds[index].size()) < rounds_done
-                            ? Settled::no  // (a failed repetition: its row is out, said in a warning)
-                            : settled(rows.seconds[index], fastest, rule);
+    const Settled now = settled(rows.seconds[index], fastest, rule);
     if (now == Settled::no) {
       going = true;
       continue;
@@ -886,15 +884,13 @@ void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& em
     auto rows = std::make_shared<RowsInRounds>(RowsInRounds{std::vector<std::vector<double>>(chosen->size()),
                                                             std::vector<Settled>(chosen->size(), Settled::no),
                                                             std::vector<bool>(chosen->size(), false)});
-    auto going = std::make_shared<bool>(true);
     for (int rep = 0; rep < rule.max_rounds; ++rep) {
       // The limit again, in every round beside its rows (an allocator's run too): a row's share
       // of the limit is taken against the bandwidth the host gave in the same minute. First, what
       // the rounds before settled: a round only runs the rows still going.
       steps.push_back({"limit (round " + std::to_string(rep + 1) + ")",
-                       [&emitter, &s, &init, rep, threads, count, rows, going, chosen, rule] {
-        *going = settle_rows(emitter, *rows, *chosen, init, s.label, rule, s.fastest_s, rep);
-        if (!*going) return;
+                       [&emitter, &s, &init, rep, threads, count, rows, chosen, rule] {
+        if (!settle_rows(emitter, *rows, *chosen, init, s.label, rule, s.fastest_s)) return;
         emitter.sample({{"part", "round_limit"}, {"label", s.label}, {"init", init}, {"rep", rep}, {"threads", threads}},
                        round_limit(std::min(count * sizeof(WorkItem), kRoundLimitBytes), threads, init == "zero"));
       }});
@@ -915,7 +911,7 @@ void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& em
       }
     }
     steps.push_back({"settled (" + init + ")", [&emitter, &s, &init, rows, chosen, rule] {
-      (void)settle_rows(emitter, *rows, *chosen, init, s.label, rule, s.fastest_s, rule.max_rounds);
+      (void)settle_rows(emitter, *rows, *chosen, init, s.label, rule, s.fastest_s);
     }});
   }
 }
