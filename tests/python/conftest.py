@@ -45,6 +45,13 @@ def run_probe(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(probe_path()), *args], capture_output=True, text=True, timeout=600)
 
 
+def probe_cases(stdout: str, part: str) -> list[dict]:
+    """The cases of a probe run's samples of one part, in the order the probe emitted them."""
+    records = (json.loads(line) for line in stdout.splitlines())
+    return [record["case"] for record in records
+            if record.get("type") == "sample" and (record.get("case") or {}).get("part") == part]
+
+
 def start_memcost(*args: str, folder: Path, **popen) -> subprocess.Popen:
     """memcost in the background, its output going to files in `folder`: a pipe that nobody reads
     while the test waits fills up (64 KiB) and blocks the command. finish() reads them."""

@@ -5,7 +5,7 @@ import json
 import matplotlib.image
 import pytest
 
-from conftest import run_memcost, run_probe
+from conftest import probe_cases, run_memcost, run_probe
 from memcost import exit_codes
 from memcost.results import load_document
 
@@ -348,11 +348,8 @@ def _fill_orders(seed: int) -> list[list[str]]:
                        "--repeat", "0", "--limit-reps", "4", "--order-seed", str(seed))
     assert result.returncode == 0, result.stderr
     orders: dict[tuple, list[str]] = {}
-    for line in result.stdout.splitlines():
-        record = json.loads(line)
-        case = record.get("case") or {}
-        if record.get("type") == "sample" and case.get("part") == "fill":
-            orders.setdefault((case["rep"], case["memory"]), []).append(case["method"])
+    for case in probe_cases(result.stdout, "fill"):
+        orders.setdefault((case["rep"], case["memory"]), []).append(case["method"])
     return [orders[key] for key in sorted(orders)]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from conftest import interrupt, run_memcost, run_probe, start_memcost
+from conftest import interrupt, probe_cases, run_memcost, run_probe, start_memcost
 from memcost import exit_codes
 from memcost.results import load_document
 
@@ -217,11 +217,8 @@ def _case_orders(seed: int) -> list[list[str]]:
                        "--reps", "3", "--warmup", "1", "--order", "rounds", "--order-seed", str(seed))
     assert result.returncode == 0, result.stderr
     orders: dict[int, list[str]] = {}
-    for line in result.stdout.splitlines():
-        record = json.loads(line)
-        case = record.get("case") or {}
-        if record.get("type") == "sample" and case.get("part") == "rows":
-            orders.setdefault(case["rep"], []).append(f"{case['route']} {case['size_bytes']}")
+    for case in probe_cases(result.stdout, "rows"):
+        orders.setdefault(case["rep"], []).append(f"{case['route']} {case['size_bytes']}")
     return [orders[rep] for rep in sorted(orders)]
 
 
