@@ -224,9 +224,31 @@ void Attribution::charge(const trace::RegionFaults& counts) {
     if (mapping->first_tid == 0) mapping->first_tid = counts.first_tid;
     if (!counts.one_thread || mapping->first_tid != counts.first_tid) mapping->one_thread = false;
     const FaultKey key{mapping->origin.stack, mapping->origin.call, 0, counts.pid, program, false};
-    add_faults(*mapping, counts.start / huge_bytes_, key, pages + std::exchange(extra, 0));
+    const std::uint64_t here = pages + std::exchange(extra, 0);
+    add_faults(*mapping, counts.start / huge_bytes_, key, here);
+    charge_time(counts, key, static_cast<double>(here) / static_cast<double>(counts.faults));
   }
-  if (outside + extra > 0) faults_[{0, kOutside, 0, counts.pid, program, false}] += outside + extra;
+  const FaultKey outside_key{0, kOutside, 0, counts.pid, program, false};
+  if (outside + extra > 0) {
+    faults_[outside_key] += outside + extra;
+    charge_time(counts, outside_key, static_cast<double>(outside + extra) / static_cast<double>(counts.faults));
+  }
+  if (counts.faults == 0 && counts.timings_ended > 0) {
+    // Time alone: a timed fault's page count was updated after its region was read. Its fault is
+    // charged already; its time goes to the mapping at the region's start, or outside.
+    const TracedMapping* mapping = mapping_at(counts.pid, counts.start);
+    charge_time(counts, mapping ? FaultKey{mapping->origin.stack, mapping->origin.call, 0, counts.pid, program, false}
+                                : outside_key, 1.0);
+  }
+}
+
+void Attribution::charge_time(const trace::RegionFaults& counts, const FaultKey& key, double share) {
+  if (counts.timed_faults == 0 && counts.timings_ended == 0) return;
+  FaultTime& time = fault_time_[key];
+  time.timed_faults += share * static_cast<double>(counts.timed_faults);
+  time.timings_ended += share * static_cast<double>(counts.timings_ended);
+  time.kernel_ns += share * static_cast<double>(counts.fault_ns);
+  time.kernel_ns_squares += share * static_cast<double>(counts.fault_ns_squares);
 }
 
 // A sample in the fault handler belongs to the fault its thread took last (the page-fault event

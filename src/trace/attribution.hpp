@@ -91,11 +91,14 @@ struct TouchSamples {
   std::uint64_t faults = 0;
 };
 
-// CPU samples taken in the fault handler, charged to a fault's key (huge always false: a
-// region's page kind is decided later, and time is reported per site, not per kind).
+// Fault time charged to a fault's key (huge always false: a region's page kind is decided later,
+// and time is reported per site, not per kind): CPU samples taken in the fault handler, and,
+// counting in the kernel, the faults timed there (RegionFaults). A region's timed faults are
+// shared between the mappings in it by their faults there, so the shares are fractions.
 struct FaultTime {
   std::uint64_t samples = 0;
   std::uint64_t zeroing = 0;  // of those, in page clearing
+  double timed_faults = 0, timings_ended = 0, kernel_ns = 0, kernel_ns_squares = 0;
 };
 
 class Attribution : public trace::Sink {
@@ -185,6 +188,8 @@ class Attribution : public trace::Sink {
   void charge(const trace::Fault& fault);
   void charge(const trace::CpuSample& sample);
   void charge(const trace::RegionFaults& counts);
+  // `share` of a region's timed faults and their time, to `key`.
+  void charge_time(const trace::RegionFaults& counts, const FaultKey& key, double share);
   // `count` faults in one region of `mapping`, keyed by `key` (whose huge is false); a region's
   // first single fault waits for its page kind (count_single_faults).
   void add_faults(TracedMapping& mapping, std::uint64_t region_number, const FaultKey& key, std::uint64_t count);

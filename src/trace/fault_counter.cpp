@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -20,14 +21,23 @@ namespace memcost::trace {
 static_assert(sizeof(RegionFaults::pages) == sizeof(memcost_region_counts::pages), "one bit per page of a region");
 static_assert(kRegionBytes == 1ULL << MEMCOST_REGION_SHIFT && kRegionPageBytes == 1ULL << MEMCOST_PAGE_SHIFT);
 
-bool region_news(const std::uint64_t* pages, std::uint64_t faults, std::uint64_t* delivered_pages,
-                 std::uint64_t& delivered_faults, RegionFaults& out) {
-  if (faults <= delivered_faults) return false;
-  out.faults = faults - delivered_faults;
-  delivered_faults = faults;
+bool region_news(const RegionFaults& read, RegionFaults& delivered, RegionFaults& out) {
+  // A fault's time arrives after its count (at its page-count update): a read can bring time alone.
+  if (read.faults <= delivered.faults && read.timings_ended <= delivered.timings_ended) return false;
+  // Each counter only grows: what is new is the difference, and `delivered` moves up to `read`.
+  auto news = [](std::uint64_t now, std::uint64_t& before) {
+    const std::uint64_t added = now > before ? now - before : 0;
+    before = std::max(before, now);
+    return added;
+  };
+  out.faults = news(read.faults, delivered.faults);
+  out.timed_faults = news(read.timed_faults, delivered.timed_faults);
+  out.timings_ended = news(read.timings_ended, delivered.timings_ended);
+  out.fault_ns = news(read.fault_ns, delivered.fault_ns);
+  out.fault_ns_squares = news(read.fault_ns_squares, delivered.fault_ns_squares);
   for (unsigned i = 0; i < MEMCOST_REGION_WORDS; ++i) {
-    out.pages[i] = pages[i] & ~delivered_pages[i];
-    delivered_pages[i] |= pages[i];
+    out.pages[i] = read.pages[i] & ~delivered.pages[i];
+    delivered.pages[i] |= read.pages[i];
   }
   return true;
 }
@@ -96,6 +106,10 @@ void FaultCounter::stop_counting() {
   __atomic_fetch_add(&kernel_->skeleton->bss->epoch, 1, __ATOMIC_SEQ_CST);
 }
 
+void FaultCounter::time_one_in(std::uint32_t one_in) {
+  __atomic_store_n(&kernel_->skeleton->data->timing_one_in, one_in, __ATOMIC_SEQ_CST);
+}
+
 void FaultCounter::move_pending_out() {
   const int program = bpf_program__fd(kernel_->skeleton->progs.move_pending_out);
   const int cpus = libbpf_num_possible_cpus();
@@ -152,10 +166,17 @@ void FaultCounter::sweep(Sweep what, std::vector<RegionFaults>& out) {
     if (read != 0) continue;
     const auto id = std::make_tuple(region.tgid, region.generation, static_cast<std::uint64_t>(region.region));
     auto found = delivered_.find(id);
-    Delivered none;
-    Delivered& delivered = found == delivered_.end() ? none : found->second;
+    RegionFaults none;
+    RegionFaults& delivered = found == delivered_.end() ? none : found->second;
+    RegionFaults counted;
+    counted.faults = counts.faults;
+    counted.timed_faults = counts.timed_faults;
+    counted.timings_ended = counts.timings_ended;
+    counted.fault_ns = counts.fault_ns;
+    counted.fault_ns_squares = counts.fault_ns_squares;
+    std::memcpy(counted.pages, counts.pages, sizeof(counted.pages));
     RegionFaults news;
-    if (region_news(reinterpret_cast<const std::uint64_t*>(counts.pages), counts.faults, delivered.pages, delivered.faults, news)) {
+    if (region_news(counted, delivered, news)) {
       news.pid = static_cast<int>(region.tgid);
       news.last_ns = counts.last_ns;
       news.start = region.region << MEMCOST_REGION_SHIFT;
@@ -198,6 +219,7 @@ FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(k
 FaultCounter::~FaultCounter() = default;
 bool FaultCounter::trace(int, bool) { return false; }
 void FaultCounter::stop_counting() {}
+void FaultCounter::time_one_in(std::uint32_t) {}
 void FaultCounter::move_pending_out() {}
 void FaultCounter::sweep(Sweep, std::vector<RegionFaults>&) {}
 std::uint64_t FaultCounter::total(unsigned) const { return 0; }

@@ -43,6 +43,8 @@ class FaultCounter {
   bool trace(int pid, bool from_exec);
   // No process is counted from now on (the window on a process attached to has closed).
   void stop_counting();
+  // Time one fault in `one_in`, chosen at random, in the kernel (0: none; 16 unless set).
+  void time_one_in(std::uint32_t one_in);
   // What was counted since the last sweep (see the contract for `what`).
   void sweep(Sweep what, std::vector<RegionFaults>& out);
   [[nodiscard]] std::uint64_t faults() const;     // every fault of a traced process the kernel saw (read so far)
@@ -59,21 +61,17 @@ class FaultCounter {
   void move_pending_out();
 
   std::unique_ptr<Kernel> kernel_;
-  // Per region of an open generation: what has been delivered of it already.
-  struct Delivered {
-    std::uint64_t faults = 0;
-    std::uint64_t pages[kRegionBytes / kRegionPageBytes / 64] = {};
-  };
-  std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, Delivered> delivered_;
+  // Per region of an open generation: what has been delivered of it already (its counts so far).
+  std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, RegionFaults> delivered_;
   std::size_t most_regions_ = 0;
   std::uint64_t faults_read_ = 0;  // the sum of what sweeps delivered
   std::uint64_t generations_seen_ = 0;  // generations() at the last sweep of ended ones
   std::uint64_t pending_retries_ = 0;   // moves run again: a fault program of that CPU was midway
 };
 
-// What a region record read from the kernel adds to what was delivered of it: the new faults and
-// the pages not delivered before. False when nothing is new. (Pure; tested on its own.)
-bool region_news(const std::uint64_t* pages, std::uint64_t faults, std::uint64_t* delivered_pages,
-                 std::uint64_t& delivered_faults, RegionFaults& out);
+// What a region's counts read from the kernel (`read`, cumulative) add to what was delivered of it
+// (`delivered`, brought up to `read`): the new faults, the pages not delivered before, and the new
+// fault time. False when nothing is new. (Pure; tested on its own.)
+bool region_news(const RegionFaults& read, RegionFaults& delivered, RegionFaults& out);
 
 }  // namespace memcost::trace

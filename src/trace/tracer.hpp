@@ -85,6 +85,8 @@ struct Options {
   // stacks `touch_samples_per_second` times a second per CPU instead of recording every fault.
   bool count_in_kernel = true;
   std::uint32_t touch_samples_per_second = 1000;
+  // Counting in the kernel: one fault in this many, chosen at random, is timed there (0: none).
+  std::uint32_t fault_timing_one_in = 16;
   std::uint32_t stack_bytes = 4096;      // user stack copied per sample
   std::uint32_t buffer_pages = 8192;     // per CPU ring buffer, a power of two (32 MiB)
   // Counting in the kernel the buffers carry only touching samples, CPU samples and calls: smaller
@@ -176,6 +178,13 @@ struct RegionFaults {
   std::uint64_t pages[kRegionBytes / kRegionPageBytes / 64] = {};  // bit i: page i faulted
   int first_tid = 0;
   bool one_thread = true;  // every fault by first_tid
+  // Fault time measured in the kernel for one fault in N chosen at random (fault_counts.h): how many
+  // were timed, how many of those updated a page count (the end of their timing), their time in the
+  // handler from its entry tracepoint to that update, and the sum of (t / 16 ns)^2 for the error.
+  std::uint64_t timed_faults = 0;
+  std::uint64_t timings_ended = 0;
+  std::uint64_t fault_ns = 0;
+  std::uint64_t fault_ns_squares = 0;
 };
 
 // One sample of CPU time (cpu-clock, every cpu_sample_period_ns of a thread's CPU time) taken in
@@ -245,6 +254,7 @@ struct Result {
   std::uint64_t kernel_faults = 0;           // every fault the in-kernel counter saw
   std::uint64_t kernel_faults_uncounted = 0;  // of those, not counted: its region map was full
   std::uint64_t touch_samples_per_second = 0;  // asked of perf per CPU (0: every fault recorded)
+  std::uint32_t fault_timing_one_in = 0;       // faults timed in the kernel: one in this many (0: none)
   std::uint64_t cpu_sample_period_ns = 0;  // as used; 0: fault time not sampled (cpu_sampling says why)
   std::string cpu_sampling;     // how fault time was sampled, or why it was not
 };

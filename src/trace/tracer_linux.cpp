@@ -355,7 +355,11 @@ class Tracing {
     }
     result_.counted_in_kernel = counter_ != nullptr;
     result_.kernel_counting = why_not;
-    if (counter_) result_.touch_samples_per_second = options_.touch_samples_per_second;
+    if (counter_) {
+      result_.touch_samples_per_second = options_.touch_samples_per_second;
+      counter_->time_one_in(options_.fault_timing_one_in);
+      result_.fault_timing_one_in = options_.fault_timing_one_in;
+    }
   }
 
   // The page-fault event on `target` and `cpu`; the first on a CPU owns its ring buffer

@@ -92,6 +92,48 @@ TEST(Attribution, ARegionCountedInTheKernelIsSplitBetweenItsMappingsByPage) {
   EXPECT_EQ(attribution.faults_seen(), 15U);
 }
 
+// Kernel fault time per key: the sum of what the region deliveries shared out to it.
+FaultTime time_of(const Attribution& attribution, std::uint32_t stack, int call) {
+  FaultTime total;
+  for (const auto& [key, time] : attribution.fault_time()) {
+    if (key.allocation_stack != stack || key.allocation_call != call) continue;
+    total.timed_faults += time.timed_faults;
+    total.timings_ended += time.timings_ended;
+    total.kernel_ns += time.kernel_ns;
+    total.kernel_ns_squares += time.kernel_ns_squares;
+  }
+  return total;
+}
+
+TEST(Attribution, ARegionsTimedFaultsAreSharedByTheFaultsEachMappingTookThere) {
+  // As above: 15 faults, 11 the first mapping's, 3 the second's, 1 outside; 3 timed, 2 ended, 6 µs.
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, kMiB, 3, 0x22}, kBase, 1));
+  attribution.call(call(CallKind::mmap, 1'100, {0, kMiB / 2, 3, 0x22}, kBase + kMiB, 3));
+  trace::RegionFaults counts = region_counts(kBase, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 256, 257, 258, 500}, 5'000, 1);
+  counts.timed_faults = 3;
+  counts.timings_ended = 2;
+  counts.fault_ns = 6'000;
+  counts.fault_ns_squares = 2 * 187 * 187;
+  attribution.region_faults(counts);
+  // A timed fault's page count updated after the region was read: time alone, to the mapping at its start.
+  trace::RegionFaults late = region_counts(kBase, {}, 6'000);
+  late.timings_ended = 1;
+  late.fault_ns = 1'500;
+  attribution.region_faults(late);
+  attribution.finish();
+  const FaultTime first = time_of(attribution, 1, kMmap), second = time_of(attribution, 3, kMmap);
+  const FaultTime outside = time_of(attribution, 0, kOutside);
+  EXPECT_DOUBLE_EQ(first.timed_faults, 3.0 * 11 / 15);
+  EXPECT_DOUBLE_EQ(second.timed_faults, 3.0 * 3 / 15);
+  EXPECT_DOUBLE_EQ(outside.timed_faults, 3.0 / 15);
+  EXPECT_DOUBLE_EQ(first.kernel_ns, 6'000.0 * 11 / 15 + 1'500);
+  EXPECT_DOUBLE_EQ(second.kernel_ns, 6'000.0 * 3 / 15);
+  EXPECT_DOUBLE_EQ(first.timings_ended + second.timings_ended + outside.timings_ended, 3.0);
+  EXPECT_DOUBLE_EQ(first.kernel_ns_squares + second.kernel_ns_squares + outside.kernel_ns_squares, 2.0 * 187 * 187);
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 11U);  // the time alone adds no fault
+}
+
 TEST(Attribution, ARegionIsChargedToTheMappingsOfItsLastFaultsMoment) {
   // The same address mapped, touched, unmapped and mapped again: each generation's region goes to
   // the mapping live when it was counted, whenever it is delivered.

@@ -17,20 +17,37 @@ namespace memcost::trace {
 namespace {
 
 TEST(FaultCounter, ARegionReadAgainDeliversOnlyWhatIsNew) {
-  std::uint64_t pages[8] = {0b1011};
-  std::uint64_t delivered_pages[8] = {};
-  std::uint64_t delivered_faults = 0;
-  RegionFaults news;
-  ASSERT_TRUE(region_news(pages, 4, delivered_pages, delivered_faults, news));
+  RegionFaults read, delivered, news;
+  read.pages[0] = 0b1011;
+  read.faults = 4;
+  read.timed_faults = 4;
+  read.timings_ended = 3;  // the fourth fault's page count not updated yet
+  read.fault_ns = 9000;
+  read.fault_ns_squares = 3 * 187 * 187;
+  ASSERT_TRUE(region_news(read, delivered, news));
   EXPECT_EQ(news.faults, 4U);
   EXPECT_EQ(news.pages[0], 0b1011U);
-  EXPECT_FALSE(region_news(pages, 4, delivered_pages, delivered_faults, news));  // nothing new
-  pages[0] |= 0b10000;
-  pages[7] = 1ULL << 63;
-  ASSERT_TRUE(region_news(pages, 7, delivered_pages, delivered_faults, news));
+  EXPECT_EQ(news.timed_faults, 4U);
+  EXPECT_EQ(news.timings_ended, 3U);
+  EXPECT_EQ(news.fault_ns, 9000U);
+  EXPECT_EQ(news.fault_ns_squares, 3U * 187 * 187);
+  EXPECT_FALSE(region_news(read, delivered, news));  // nothing new
+  read.fault_ns = 12000;  // the fourth fault's time arrives alone
+  read.timings_ended = 4;
+  ASSERT_TRUE(region_news(read, delivered, news));
+  EXPECT_EQ(news.faults, 0U);
+  EXPECT_EQ(news.pages[0], 0U);
+  EXPECT_EQ(news.timed_faults, 0U);
+  EXPECT_EQ(news.fault_ns, 3000U);
+  EXPECT_EQ(news.timings_ended, 1U);
+  read.pages[0] |= 0b10000;
+  read.pages[7] = 1ULL << 63;
+  read.faults = 7;
+  ASSERT_TRUE(region_news(read, delivered, news));
   EXPECT_EQ(news.faults, 3U);
   EXPECT_EQ(news.pages[0], 0b10000U);
   EXPECT_EQ(news.pages[7], 1ULL << 63);
+  EXPECT_EQ(news.fault_ns, 0U);
 }
 
 // One write per page, not instrumented: under AddressSanitizer an instrumented write would also
@@ -72,6 +89,7 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   int door[2];
   ASSERT_EQ(pipe(door), 0);
   constexpr std::size_t kPages = 3 * 512 + 17;  // spans regions, not aligned to one
+  counter->time_one_in(1);
   const pid_t traced = touching_child(door[0], kPages);
   const pid_t untraced = touching_child(door[0], kPages);
   // From here on its faults count (it may still be on its way to the read that holds it).
@@ -84,9 +102,13 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   const std::uint64_t ended_ns = monotonic_ns();
   std::vector<RegionFaults> regions;
   counter->sweep(Sweep::last, regions);
-  std::uint64_t faults = 0, pages = 0;
+  std::uint64_t faults = 0, pages = 0, timed = 0, ended = 0, fault_ns = 0;
   for (const RegionFaults& region : regions) {
     EXPECT_EQ(region.pid, traced);
+    EXPECT_LE(region.timings_ended, region.timed_faults);
+    timed += region.timed_faults;
+    ended += region.timings_ended;
+    fault_ns += region.fault_ns;
     // The clock perf's records use (CLOCK_MONOTONIC): the moment the region's faults are charged at.
     EXPECT_GE(region.last_ns, counted_from_ns);
     EXPECT_LE(region.last_ns, ended_ns);
@@ -98,6 +120,13 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   EXPECT_GE(faults, 2 * kPages);
   EXPECT_LT(faults, 2 * kPages + 64);
   EXPECT_GE(pages, 2 * kPages);
+  // Every fault is timed (time_one_in(1), below), and every fault of a fresh anonymous page updates
+  // the process's page count, which ends its timing; the time is inside the one thread's life (the
+  // untraced child's faults, on the same CPUs, are not in it).
+  EXPECT_EQ(timed, faults);
+  EXPECT_GE(ended, 2 * kPages);
+  EXPECT_GT(fault_ns, 0U);
+  EXPECT_LT(fault_ns, ended_ns - counted_from_ns);
   EXPECT_EQ(counter->faults(), faults);
   EXPECT_EQ(counter->uncounted(), 0U);
   EXPECT_GE(counter->generations(), 2U);

@@ -86,6 +86,31 @@ def test_the_run_says_faults_were_counted_in_the_kernel_where_it_can(traced):
 
 
 @needs_tracing
+def test_counting_in_the_kernel_times_one_fault_in_16_there(traced):
+    """The in-kernel counter times one fault in 16 at random, from the handler's entry to its
+    page-count update: about a 16th of the faults, every site with faults has a time, and the
+    time is a part of the handler's (the sampler's measure of the whole handler, where it runs)."""
+    result, document, _ = traced
+    totals = document["summary"]["totals"]
+    if not totals["counted_in_kernel"]:
+        pytest.skip(totals["kernel_counting"])
+    assert totals["fault_timing_one_in"] == 16
+    # Binomial: about 10,000 of 167,000 faults, ± 100.
+    assert totals["faults_timed"] == pytest.approx(totals["faults"] / 16, rel=0.1)
+    assert totals["faults_timed_unended"] <= 0.01 * totals["faults_timed"]  # fresh anonymous pages update a count
+    in_kernel, error = totals["fault_ms_kernel"], totals["fault_ms_kernel_error"]
+    assert 0 < error < 0.2 * in_kernel
+    assert in_kernel <= totals["system_ms"]
+    if totals.get("fault_ms_measured") is not None:
+        sampled = totals["fault_ms_measured"]
+        assert 0.3 * sampled <= in_kernel <= sampled + 3 * (totals["fault_ms_measured_error"] + error)
+    for function in ("site_a_frames", "site_b_allocate"):
+        row = _row(document, function)
+        assert row["fault_ms_kernel"] > 0 and row["faults_timed"] > 0
+    assert "Fault time measured in the kernel" in result.stdout
+
+
+@needs_tracing
 def test_a_record_per_fault_gives_the_same_sites_and_counts(traced, sites_program, golden_results, tmp_path):
     """The perf path (--fault-counting perf), which runs wherever BPF cannot load, charges the same
     faults to the same sites as the in-kernel counter, and its touching counts are exact."""

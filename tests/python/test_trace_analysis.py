@@ -7,6 +7,7 @@ import gzip
 import pytest
 
 from memcost.analysis import trace as analysis
+from memcost.experiments import trace as trace_experiment
 
 MIB = 1 << 20
 PAGE = 4096
@@ -148,6 +149,50 @@ def test_counted_in_the_kernel_the_touching_sites_share_the_exact_count_by_their
     assert touching["writer"]["faults"] == 7_500 and touching["reader"]["faults"] == 2_500
     assert touching["writer"]["samples"] == 300
     assert touching["writer"]["faults_error"] == pytest.approx(7_500 / 300 ** 0.5)
+
+
+def kernel_fault_time(*rows):
+    """rows: (allocation stack, allocation call, pid, timed faults, timings ended, ns, squares in (16 ns)^2)."""
+    columns = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "samples", "zeroing_samples",
+               "timed_faults", "timings_ended", "kernel_ns", "kernel_ns_squares")
+    full = [(r[0], r[1], 0, r[2], 0, 0, 0, *r[3:]) for r in rows]
+    return {"case": {"record": "fault_time"}, "metrics": {name: [row[i] for row in full] for i, name in enumerate(columns)}}
+
+
+def timed_in_kernel(one_in, *rows):
+    samples = counted_in_kernel()
+    samples[-1]["metrics"].update({"counted_in_kernel": True, "fault_timing_one_in": one_in})
+    return samples[:-1] + [kernel_fault_time(*rows), samples[-1]]
+
+
+def test_fault_time_timed_in_the_kernel_is_the_timed_faults_mean_times_the_faults():
+    # 625 of the 10,000 faults timed (one in 16), half at 1,600 ns and half at 3,200 ns (in 16 ns
+    # units: 100 and 200): mean 2,400 ns, so 24 ms for the site; the error is the spread of the
+    # timed ones over the square root of their number, shrunk for the part of the faults timed.
+    squares = 312.5 * 100 ** 2 + 312.5 * 200 ** 2
+    summary = analysis.summarize(timed_in_kernel(16, (1, "mmap", 7, 625, 625, 625 * 2400, squares)), COST)
+    [row] = summary["rows"]
+    assert row["fault_ms_kernel"] == pytest.approx(24.0)
+    spread = (800 ** 2 * 625 / 624) ** 0.5  # ns, the timed faults' standard deviation
+    assert row["fault_ms_kernel_error"] == pytest.approx(10_000 * spread / 625 ** 0.5 * (1 - 625 / 10_000) ** 0.5 / 1e6)
+    assert row["faults_timed"] == 625
+    totals = summary["totals"]
+    assert totals["fault_ms_kernel"] == pytest.approx(24.0) and totals["faults_timed_unended"] == 0
+    assert "Fault time measured in the kernel: 24.0 ± " in "\n".join(trace_experiment.totals_lines(summary))
+
+
+def test_fault_time_timed_in_the_kernel_for_every_fault_has_no_sampling_error():
+    summary = analysis.summarize(timed_in_kernel(1, (1, "mmap", 7, 10_000, 9_000, 9_000 * 2000, 9_000 * 125 ** 2)), COST)
+    [row] = summary["rows"]
+    assert row["fault_ms_kernel"] == pytest.approx(18.0)  # the 1,000 that updated no page count count 0
+    assert row["fault_ms_kernel_error"] == 0
+    assert summary["totals"]["faults_timed_unended"] == 1_000
+
+
+def test_fault_time_not_timed_in_the_kernel_is_said():
+    summary = analysis.summarize(timed_in_kernel(0), COST)
+    assert summary["rows"][0].get("fault_ms_kernel") is None and summary["totals"].get("fault_ms_kernel") is None
+    assert "not measured in the kernel (--time-faults-one-in 0)" in "\n".join(trace_experiment.totals_lines(summary))
 
 
 def test_counted_in_the_kernel_the_exports_total_the_exact_count(tmp_path):

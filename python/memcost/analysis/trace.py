@@ -64,7 +64,8 @@ class Trace:
     run: dict
     processes: list = field(default_factory=list)  # start, fork, exec and exit of each traced process, in time order
     fault_time: list = field(default_factory=list)  # dicts: allocation_stack, allocation_call, touch_stack, pid,
-    #                                                 program, samples, zeroing_samples (CPU samples in the fault handler)
+    #                                                 program, samples, zeroing_samples (CPU samples in the fault handler),
+    #                                                 timed_faults, timings_ended, kernel_ns, kernel_ns_squares (timed there)
     # Faults counted in the kernel: the touching stacks sampled, as dicts: allocation_stack,
     # allocation_call, touch_stack, pid, program, samples, faults (what the samples stand for).
     touch_samples: list = field(default_factory=list)
@@ -76,6 +77,8 @@ class Trace:
 
 # The columns that key a fault count in the probe's `faults` records (`fault_time` has all but `huge`).
 FAULT_KEY = ("allocation_stack", "allocation_call", "touch_stack", "pid", "program", "huge")
+# `fault_time`'s columns for the faults timed in the kernel (docs/probe.md).
+KERNEL_TIME = ("timed_faults", "timings_ended", "kernel_ns", "kernel_ns_squares")
 
 
 def read(samples: list) -> Trace:
@@ -89,7 +92,8 @@ def read(samples: list) -> Trace:
             columns = (*FAULT_KEY, "faults")
             faults.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
         elif record == "fault_time":
-            columns = (*FAULT_KEY[:-1], "samples", "zeroing_samples")
+            # The faults timed in the kernel are absent from results made before it timed them.
+            columns = [*FAULT_KEY[:-1], "samples", "zeroing_samples", *(name for name in KERNEL_TIME if name in metrics)]
             fault_time.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
         elif record == "touch_samples":
             columns = (*FAULT_KEY[:-1], "samples", "faults")
@@ -448,6 +452,7 @@ class Site:
     faults_thp: int = 0
     cpu_samples: int = 0      # in the fault handler, charged to this site's faults
     zeroing_samples: int = 0  # of those, clearing pages
+    kernel_time: Counter = field(default_factory=Counter)  # KERNEL_TIME, summed
 
     def total(self, key: str) -> int:
         return sum(origin[key] for origin in self.origins)
@@ -482,6 +487,22 @@ def measured(samples: int, period_ns: int) -> dict:
             "zeroing_share": None}
 
 
+def measured_in_kernel(faults: float, time: Counter) -> dict:
+    """Fault time measured in the kernel for one fault in N chosen at random (each timed from the
+    handler's entry tracepoint to its page-count update; one that updated none counts 0): the timed
+    faults' mean time × the faults, and the standard error of that total (the timed ones a random
+    sample of the faults; 0 when every fault was timed)."""
+    timed = time["timed_faults"]
+    if timed <= 0 or faults <= 0:
+        return {"fault_ms_kernel": None, "fault_ms_kernel_error": None, "faults_timed": timed}
+    mean_ns = time["kernel_ns"] / timed
+    # The squares are of t / 16 ns (the kernel's sums stay in 64 bits).
+    variance = max(time["kernel_ns_squares"] * 256 / timed - mean_ns ** 2, 0.0) * timed / max(timed - 1, 1)
+    unsampled = max(1 - timed / faults, 0.0)
+    return {"fault_ms_kernel": faults * mean_ns / 1e6,
+            "fault_ms_kernel_error": faults * math.sqrt(variance / timed * unsampled) / 1e6, "faults_timed": timed}
+
+
 def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAMES) -> dict:
     """`which`: the frames that are the program's own (a site is the first of them)."""
     trace = read(samples)
@@ -513,6 +534,8 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         if site is not None:
             site.cpu_samples += row["samples"]
             site.zeroing_samples += row["zeroing_samples"]
+            site.kernel_time.update({name: row.get(name, 0) for name in KERNEL_TIME})
+    timing_one_in = run.get("fault_timing_one_in", 0) if run.get("counted_in_kernel") else 0
 
     rows = []
     for site in sites.values():
@@ -539,6 +562,8 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         if sample_period_ns:
             row.update(measured(site.cpu_samples, sample_period_ns))
             row["zeroing_share"] = site.zeroing_samples / site.cpu_samples if site.cpu_samples else None
+        if timing_one_in:
+            row.update(measured_in_kernel(faults, site.kernel_time))
         row["runtime"] = runtime_of(user_frame(trace.stacks.get(row["stack"], []), which))
         row["kind"] = "-" if not faults else ("thp" if row["faults_thp"] * cost.huge_bytes > row["faults_base"] * cost.page_bytes
                                                else "base")
@@ -576,6 +601,13 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         # The tracer in the handler (perf recording samples, the BPF counter), inside the command's system time: not fault time.
         totals["tracing_ms"] = run.get("cpu_samples_tracing", 0) * sample_period_ns / 1e6
         totals["kernel_sampled_ms"] = run.get("cpu_samples", 0) * sample_period_ns / 1e6
+    totals["fault_timing_one_in"] = timing_one_in
+    if timing_one_in:
+        every: Counter = Counter()
+        for row in trace.fault_time:
+            every.update({name: row.get(name, 0) for name in KERNEL_TIME})
+        totals.update(measured_in_kernel(sampled, every))
+        totals["faults_timed_unended"] = every["timed_faults"] - every["timings_ended"]
     return {"rows": rows, "touching": _touching_sites(trace, cost, which), "processes": processes_table(trace),
             "totals": totals, "headline": headline(rows, totals)}
 

@@ -33,6 +33,9 @@ OPTIONS = [
            choices=["kernel", "perf"], metavar="HOW"),
     Option("touch_samples_per_second", "counting in the kernel: touching stacks sampled per second per CPU "
            "(default 1000)", parse=arguments.positive_int, metavar="N"),
+    Option("time_faults_one_in", "counting in the kernel: time one fault in N, chosen at random, in the kernel, from "
+           "the handler's entry to its page-count update (default 16; 1: every fault, about 8 % more time on a fault "
+           "storm here; 0: none)", parse=arguments.non_negative_int, metavar="N"),
     Option("no_runtime_flags", "do not ask node and the JVM for perf maps of their JIT-compiled code (through "
            "NODE_OPTIONS and JAVA_TOOL_OPTIONS); their functions then go unnamed", flag_only=True),
     Option("no_python_frames", "do not load memcost's preload library into the command for Python stacks (as root it "
@@ -241,12 +244,16 @@ def reaggregate(path: Path) -> bool:
     return True
 
 
-def _measured_cells(row: dict) -> list[str]:
-    if row.get("fault_ms_measured") is None:
-        return []
-    zeroing = row.get("zeroing_share")
-    return [f"{row['fault_ms_measured']:,.1f} ± {row['fault_ms_measured_error']:,.1f}",
-            f"{zeroing:.0%}" if zeroing is not None else "-"]
+def _measured_cells(row: dict, sampled: bool, in_kernel: bool) -> list[str]:
+    cells = []
+    if in_kernel:
+        cells.append(f"{row['fault_ms_kernel']:,.1f} ± {row['fault_ms_kernel_error']:,.1f}"
+                     if row.get("fault_ms_kernel") is not None else "-")
+    if sampled:
+        zeroing = row.get("zeroing_share")
+        cells += [f"{row['fault_ms_measured']:,.1f} ± {row['fault_ms_measured_error']:,.1f}",
+                  f"{zeroing:.0%}" if zeroing is not None else "-"]
+    return cells
 
 
 def _sampled_count(row: dict) -> str:
@@ -263,8 +270,10 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
     """Sites shown readable (analysis.trace.readable); the results keep their full names."""
     from ..analysis.trace import readable
     sampled = summary["totals"].get("fault_ms_measured") is not None
+    in_kernel = summary["totals"].get("fault_ms_kernel") is not None
     sites = [[readable(r["site"]), r["call"], f"{r['mappings']:,}", f"{r['freed']:,}", format_bytes(r["bytes"]),
-              f"{r['faults_base']:,}", f"{r['faults_thp']:,}", *_measured_cells(r), number(r["fault_ms"], 1),
+              f"{r['faults_base']:,}", f"{r['faults_thp']:,}", *_measured_cells(r, sampled, in_kernel),
+              number(r["fault_ms"], 1),
               number(r["free_ms"], 1), f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-",
               f"{r['wall_share']:.1%}", f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
     touching = [[readable(r["site"]), _sampled_count(r), number(r["fault_ms"], 1), readable(r["allocation_site"])]
@@ -275,7 +284,8 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
     by_process = ([("Processes — which process took the faults (a program that exec'd another is two rows)",
                     ["pid", "program", "parent", "faults", "in traced mappings"], shown)]
                   if len(processes) > 1 else [])
-    measured_headers = ["fault ms (sampled)", "zeroing"] if sampled else []
+    measured_headers = ((["fault ms (in kernel)"] if in_kernel else [])
+                        + (["fault ms (sampled)", "zeroing"] if sampled else []))
     return by_process + [("Allocation sites — where the memory was made",
                           ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", *measured_headers,
                            "fault ms (est.)", "free ms", "churn", "% wall", "% CPU"], sites),
@@ -383,6 +393,18 @@ def totals_lines(summary: dict) -> list[str]:
         f"{totals['base_fault_us_per_mb']:,.0f} µs/MB on base pages"
         + (f" and {totals['thp_fault_us_per_mb']:,.0f} on THP" if totals.get("thp_fault_us_per_mb") else "")
         + f" from {totals['cost_source']}; call durations measured.")
+    if totals.get("fault_ms_kernel") is not None:
+        estimate, in_kernel = totals["fault_ms"], totals["fault_ms_kernel"]
+        lines.append(
+            f"Fault time measured in the kernel: {in_kernel:,.1f} ± {totals['fault_ms_kernel_error']:,.1f} ms, from "
+            f"one fault in {totals['fault_timing_one_in']:,} chosen at random ({totals['faults_timed']:,.0f} timed), each from "
+            f"the handler's entry tracepoint to its page-count update (rss_stat)"
+            + (f"; the estimate says {estimate:,.1f} ms ({in_kernel / estimate:.2f}× the estimate)" if estimate > 0 else "")
+            + ". Not in it: the exception's entry and return and setting the page-table entry"
+            + (f"; {totals['faults_timed_unended']:,.0f} timed faults updated no page count (a copy-on-write, a "
+               f"spurious fault) and count 0" if totals.get("faults_timed_unended") else "") + ".")
+    elif totals.get("counted_in_kernel") and totals.get("fault_timing_one_in") == 0:
+        lines.append("Fault time was not measured in the kernel (--time-faults-one-in 0).")
     if totals.get("fault_ms_measured") is not None:
         estimate, sampled = totals["fault_ms"], totals["fault_ms_measured"]
         zeroing = totals.get("zeroing_share")

@@ -44,7 +44,8 @@ struct Settings {
   std::string thp_mode;     // with --replay: the traced machine's THP mode (default: this one's)
   bool no_python_frames = false;
   bool no_runtime_flags = false;
-  std::uint32_t cpu_sample_us = 1000;  // 0: no fault time sampling (docs/trace.md, Time: why 1 ms)
+  std::uint32_t cpu_sample_us = 1000;
+  std::uint32_t time_faults_one_in = 16;  // docs/trace.md, Counting in the kernel: why 16  // 0: no fault time sampling (docs/trace.md, Time: why 1 ms)
   std::string fault_counting = "kernel";  // kernel (BPF, where it loads) or perf (a record per fault)
   std::uint32_t touch_samples_per_second = 1000;
   double window_seconds = 0;          // 0: one aggregate at the end only
@@ -101,9 +102,10 @@ json case_of(const char* record, const json& window) {
 template <typename Counter>
 void emit_by_fault_key(Emitter& emitter, const char* record, const json& window,
                        std::vector<std::pair<trace::FaultKey, Counter>> rows, bool with_huge,
-                       const std::vector<std::pair<const char*, std::uint64_t (*)(const Counter&)>>& values) {
-  std::sort(rows.begin(), rows.end(),
-            [&](const auto& a, const auto& b) { return values.front().second(a.second) > values.front().second(b.second); });
+                       const std::vector<std::pair<const char*, json (*)(const Counter&)>>& values) {
+  std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
+    return values.front().second(a.second).template get<double>() > values.front().second(b.second).template get<double>();
+  });
   for (std::size_t from = 0; from < rows.size(); from += kFaultLine) {
     json metrics = {{"allocation_stack", json::array()}, {"allocation_call", json::array()},
                     {"touch_stack", json::array()}, {"pid", json::array()}, {"program", json::array()}};
@@ -127,15 +129,19 @@ void emit_by_fault_key(Emitter& emitter, const char* record, const json& window,
 void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution, const json& window = json::object()) {
   using Count = std::uint64_t;
   emit_by_fault_key<Count>(emitter, "faults", window, {attribution.faults().begin(), attribution.faults().end()}, true,
-                           {{"faults", [](const Count& count) { return count; }}});
+                           {{"faults", [](const Count& count) { return json(count); }}});
   emit_by_fault_key<trace::TouchSamples>(
       emitter, "touch_samples", window, {attribution.touch_samples().begin(), attribution.touch_samples().end()}, false,
-      {{"samples", [](const trace::TouchSamples& touch) { return touch.samples; }},
-       {"faults", [](const trace::TouchSamples& touch) { return touch.faults; }}});
+      {{"samples", [](const trace::TouchSamples& touch) { return json(touch.samples); }},
+       {"faults", [](const trace::TouchSamples& touch) { return json(touch.faults); }}});
   emit_by_fault_key<trace::FaultTime>(
       emitter, "fault_time", window, {attribution.fault_time().begin(), attribution.fault_time().end()}, false,
-      {{"samples", [](const trace::FaultTime& time) { return time.samples; }},
-       {"zeroing_samples", [](const trace::FaultTime& time) { return time.zeroing; }}});
+      {{"samples", [](const trace::FaultTime& time) { return json(time.samples); }},
+       {"zeroing_samples", [](const trace::FaultTime& time) { return json(time.zeroing); }},
+       {"timed_faults", [](const trace::FaultTime& time) { return json(time.timed_faults); }},
+       {"timings_ended", [](const trace::FaultTime& time) { return json(time.timings_ended); }},
+       {"kernel_ns", [](const trace::FaultTime& time) { return json(time.kernel_ns); }},
+       {"kernel_ns_squares", [](const trace::FaultTime& time) { return json(time.kernel_ns_squares); }}});
   for (const auto& [origin, summary] : attribution.origins()) {
     json sizes = json::array();
     for (const auto& [bytes, size] : summary.by_size) {
@@ -204,6 +210,10 @@ void add_trace_options(CLI::App& command, Settings& settings) {
                      "a perf record with its stack per fault (default kernel, and perf where BPF cannot load; "
                      "--raw-file and --sample-period above 1 use perf)")
       ->check(CLI::IsMember({"kernel", "perf"}));
+  command.add_option("--time-faults-one-in", settings.time_faults_one_in,
+                     "counting in the kernel: time one fault in N, chosen at random, in the kernel, from the "
+                     "handler's entry to its page-count update (default 16; 1: every fault; 0: none)")
+      ->check(CLI::Range(0U, 1U << 20));
   command.add_option("--touch-samples-per-second", settings.touch_samples_per_second,
                      "counting in the kernel: touching stacks sampled per second per CPU (default 1000)")
       ->check(CLI::Range(1U, 100000U));
@@ -262,6 +272,7 @@ trace::Options tracer_options(const Settings& settings) {
   // Raw records are every fault's, and a sample period asks for perf's sampling of them.
   options.count_in_kernel = settings.fault_counting == "kernel" && settings.raw_file.empty() && settings.sample_period == 1;
   options.touch_samples_per_second = settings.touch_samples_per_second;
+  options.fault_timing_one_in = settings.time_faults_one_in;
   return options;
 }
 
@@ -304,6 +315,7 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
        {"counted_in_kernel", result.counted_in_kernel}, {"kernel_counting", result.kernel_counting},
        {"kernel_faults", result.kernel_faults}, {"kernel_faults_uncounted", result.kernel_faults_uncounted},
        {"touch_samples_per_second", result.touch_samples_per_second},
+       {"fault_timing_one_in", result.fault_timing_one_in},
        {"touch_samples", attribution.touch_samples_seen()},
        {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
        {"unnamed_code_stacks", result.unnamed_code_stacks},

@@ -29,6 +29,16 @@ struct memcost_region_counts {
      page faulted belongs, at last_ns, to the mapping that holds it. */
   unsigned long long last_ns;
   unsigned long long pages[MEMCOST_REGION_WORDS]; /* bit i: page i of the region faulted */
+  /* Time in the fault handler measured in the kernel, for one fault in `timing_one_in` chosen at
+     random (timed_faults of them): from the fault's entry tracepoint (page_fault_user/kernel, as
+     the handler starts) to the rss_stat tracepoint of its page count's update (after the page was
+     allocated, cleared and charged; before its page-table entry is set and the handler returns).
+     A timed fault that updates no count (a copy-on-write of an anonymous page, a spurious fault)
+     adds 0 to the time and is not in timings_ended. */
+  unsigned long long timed_faults;
+  unsigned long long timings_ended;
+  unsigned long long fault_ns;
+  unsigned long long fault_ns_squares; /* the sum of (t / 16 ns)^2, for the estimate's error */
   unsigned int first_tid;      /* the thread of the first fault */
   unsigned int threads_differ; /* 1: another thread faulted here too */
 };
