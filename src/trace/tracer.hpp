@@ -244,6 +244,7 @@ struct Result {
   std::uint32_t stack_bytes = 0;   // copied per sample, as used (less than asked without privilege)
   std::uint64_t pauses = 0;     // times the command was held (SIGSTOP) while the tracer caught up
   std::uint64_t paused_ns = 0;  // included in wall_ns
+  std::uint64_t kernel_stops = 0;  // times the kernel stopped the command at half a buffer, and the tracer continued it
   std::uint64_t unwind_failures = 0;
   std::uint64_t unnamed_code_stacks = 0;  // stacks with code in no module and no perf map entry (JIT code unnamed)
   bool interrupted = false;     // SIGINT or SIGTERM reached this process while tracing

@@ -3,6 +3,7 @@
 #include "trace/tracer.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -152,6 +153,12 @@ class Tracing {
     descriptors_.buffers = &reader_.buffers;
     count_in_kernel();  // first: the kernel's symbols, read next, then name its programs too
     if (counter_) buffer_pages_ = std::min<std::size_t>(buffer_pages_, options_.counting_buffer_pages);
+    // A record per fault into a small buffer (no privilege to lock more): the kernel stops the
+    // command itself every so many faults (open_pacing_event), not only the tracer.
+    stop_by_kernel_ = !counter_ && !attaching_ && buffer_pages_ * page_ < (32U << 20);
+    // A quarter of what a buffer holds (a record: the copied stack and about 150 bytes more), so
+    // that a few threads faulting at once before the stop takes effect still fit.
+    pace_faults_ = std::max<std::uint64_t>(16, buffer_pages_ * page_ / (stack_bytes_ + 150) / 4);
     choose_cpu_sampling();
     const long cpus = sysconf(_SC_NPROCESSORS_CONF);
     for (int cpu = 0; cpu < cpus; ++cpu) {
@@ -161,6 +168,7 @@ class Tracing {
         if (fault_fd == kOffline) break;
         if (fault_fd == kGone) continue;
         if (fault_fd < 0) return false;
+        if (stop_by_kernel_ && !open_pacing_event(target, cpu)) return false;
         if (cpu_sampling_ && !open_cpu_clock(target, cpu, owner_fd)) return false;
         if (!open_tracepoints(target, cpu, owner_fd)) return false;
       }
@@ -202,6 +210,8 @@ class Tracing {
       // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching
       // up, rather than lose records. It is told nothing.
       if (reader_.fullest() > reader_.behind_at) hold.hold();
+      // Stopped by the kernel: continued once what it wrote before the stop has been read, below.
+      const bool stopped = stop_by_kernel_ && stopped_by_kernel();
       std::uint64_t settled = reader_.drain(false, [&] { hold.hold(); });
       if (preloading_) preload_.drain();
       const std::uint64_t now = monotonic_ns();
@@ -214,6 +224,10 @@ class Tracing {
       }
       sink_.settle(settled);
       hold.release();
+      if (stopped) {
+        kill(child_, SIGCONT);
+        ++result_.kernel_stops;
+      }
       if (period_ended) {
         period_started += (now - period_started) / options_.period_ns * options_.period_ns;  // on the grid, none doubled
         reader_.unwinder().name_jit_frames();
@@ -360,6 +374,41 @@ class Tracing {
       counter_->time_one_in(options_.fault_timing_one_in);
       result_.fault_timing_one_in = options_.fault_timing_one_in;
     }
+  }
+
+  // A tracer that cannot lock large buffers cannot keep up with a fault storm on its own: while it
+  // is not running (two busy threads on two CPUs, no priority without privilege) a 4 MiB buffer
+  // filled and 6 % of a million faults were lost, though it held the command whenever it ran.
+  // So the kernel stops the command itself: a page-fault counter per CPU, inherited by the
+  // command's threads, that overflows every `pace_faults_` faults and signals its owner (fcntl
+  // O_ASYNC, F_SETOWN, F_SETSIG): SIGSTOP to the command's process, all its threads. The tracer
+  // continues it once it has read the buffers (continue_stopped). (The fault event itself cannot
+  // signal: with an owner, perf signals at every sample, not at its wakeup mark.) A child process
+  // the command forks is stopped by the tracer as before: its counters signal the command.
+  bool open_pacing_event(pid_t target, int cpu) {
+    perf_event_attr attr = base_attr(0, 0);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+    attr.sample_period = pace_faults_;
+    attr.exclude_kernel = kernel_faults_ ? 0 : 1;
+    const int fd = open_event(attr, target, cpu);
+    if (fd < 0) return errno == ENODEV;  // an offline CPU
+    descriptors_.fds.push_back(fd);
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETOWN, child_) != 0 || fcntl(fd, F_SETSIG, SIGSTOP) != 0 ||
+        fcntl(fd, F_SETFL, flags | O_ASYNC) != 0) {
+      return abandon(failed("fcntl(page-fault counter, O_ASYNC, F_SETSIG SIGSTOP)"));
+    }
+    return true;
+  }
+
+  // Whether the kernel has stopped the command (open_pacing_event) since the last look. Only a stop
+  // the kernel's wait reports, so that a command running is sent nothing (a SIGCONT handler of its
+  // own is not called for nothing). The caller reads the buffers, then continues it.
+  bool stopped_by_kernel() {
+    siginfo_t info{};
+    return waitid(P_PID, static_cast<id_t>(child_), &info, WSTOPPED | WNOHANG) == 0 && info.si_pid == child_ &&
+           info.si_code == CLD_STOPPED;
   }
 
   // The page-fault event on `target` and `cpu`; the first on a CPU owns its ring buffer
@@ -611,6 +660,8 @@ class Tracing {
   Sink& sink_;
   Failure& status_;
   const bool attaching_;
+  bool stop_by_kernel_ = false;  // the kernel stops the command every pace_faults_ faults (open_pacing_event)
+  std::uint64_t pace_faults_ = 0;
   Result result_;
   bool preloading_ = false;
   bool kernel_faults_ = true;

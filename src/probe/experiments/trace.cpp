@@ -319,7 +319,7 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
        {"touch_samples", attribution.touch_samples_seen()},
        {"lost_records", result.lost_records}, {"unwind_failures", result.unwind_failures},
        {"unnamed_code_stacks", result.unnamed_code_stacks},
-       {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"buffer_bytes", result.buffer_bytes},
+       {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"kernel_stops", result.kernel_stops}, {"buffer_bytes", result.buffer_bytes},
        {"stack_bytes", result.stack_bytes},
        {"tracer_user_ns", interval.process_user_ns}, {"tracer_system_ns", interval.process_system_ns},
        {"elsewhere_ns", elsewhere ? json(*elsewhere) : json(nullptr)},
