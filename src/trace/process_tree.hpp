@@ -28,6 +28,7 @@ class Hold {
 
   void hold();
   void release();
+  [[nodiscard]] bool holding() const { return !held_.empty(); }
 
   std::uint64_t pauses = 0, paused_ns = 0;
 

@@ -211,7 +211,7 @@ class Tracing {
       // up, rather than lose records. It is told nothing.
       if (reader_.fullest() > reader_.behind_at) hold.hold();
       // Stopped by the kernel: continued once what it wrote before the stop has been read, below.
-      const bool stopped = stop_by_kernel_ && stopped_by_kernel();
+      bool stopped = stop_by_kernel_ && stopped_by_kernel();
       std::uint64_t settled = reader_.drain(false, [&] { hold.hold(); });
       if (preloading_) preload_.drain();
       const std::uint64_t now = monotonic_ns();
@@ -223,6 +223,13 @@ class Tracing {
         settled = std::min(settled, last_sweep_ns_);
       }
       sink_.settle(settled);
+      // Stopped after the buffers were looked at (by the kernel, or held while reading): what was
+      // written up to the stop is read before the command goes on, or a buffer could hold two
+      // quarters' worth unread when it does (a run lost 30,546 records so).
+      if (stop_by_kernel_ && (hold.holding() || stopped_by_kernel())) {
+        sink_.settle(reader_.drain(false, [&] { hold.hold(); }));
+        stopped = true;
+      }
       hold.release();
       if (stopped) {
         kill(child_, SIGCONT);
