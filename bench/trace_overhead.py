@@ -58,13 +58,14 @@ def variants(storm: list[str], memcost: str, probe: str, folder: Path) -> dict[s
     return found
 
 
-# The tracer's settings compared: how faults are counted, and how often fault time is sampled.
+# The tracer's settings compared: how faults are counted, and how fault time is measured (timed in the
+# kernel, one fault in N; sampled by cpu-clock).
 PROBE_VARIANTS = {
     "(defaults)": [],
-    "--cpu-sample-us 100": ["--cpu-sample-us", "100"],
-    "--cpu-sample-us 250": ["--cpu-sample-us", "250"],
-    "--cpu-sample-us 1000": ["--cpu-sample-us", "1000"],
+    "--time-faults-one-in 1": ["--time-faults-one-in", "1"],
+    "--time-faults-one-in 0": ["--time-faults-one-in", "0"],
     "--cpu-sample-us 0": ["--cpu-sample-us", "0"],
+    "--cpu-sample-us 0 --time-faults-one-in 0": ["--cpu-sample-us", "0", "--time-faults-one-in", "0"],
     "--fault-counting perf": ["--fault-counting", "perf"],
 }
 
