@@ -66,8 +66,11 @@ def traced(memcost: str, results: Path, pid: int, port: int, seconds: float, fla
 # The settings that decide what watching costs: how faults are counted, how often fault time and
 # touching stacks are sampled.
 WATCHED = {
-    "(defaults)": [],
-    "--touch-samples-per-second 100 --cpu-sample-us 10000": ["--touch-samples-per-second", "100", "--cpu-sample-us", "10000"],
+    "(defaults: with --pid, 10 touching samples a second per CPU, no cpu-clock sampler, one fault in 256 timed)": [],
+    "--touch-samples-per-second 1000 --cpu-sample-us 1000 --time-faults-one-in 16 (a command's defaults)": [
+        "--touch-samples-per-second", "1000", "--cpu-sample-us", "1000", "--time-faults-one-in", "16"],
+    "--touch-samples-per-second 1 --cpu-sample-us 0 --time-faults-one-in 0": [
+        "--touch-samples-per-second", "1", "--cpu-sample-us", "0", "--time-faults-one-in", "0"],
     "--fault-counting perf": ["--fault-counting", "perf"],
 }
 

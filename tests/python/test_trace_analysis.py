@@ -350,3 +350,27 @@ def test_counted_faults_are_shared_between_sampled_stacks_in_whole_faults_that_a
     assert sum(shares) == 184395 and all(isinstance(share, int) for share in shares)
     assert shares[4] > shares[0] > shares[3] > shares[1] >= shares[2]
     assert _apportioned(2, [1.0, 1.0, 1.0]) in ([1, 1, 0], [1, 0, 1], [0, 1, 1])
+
+
+def _probe_arguments_of(monkeypatch, values):
+    """What `memcost trace` asks of the probe for these values (the probe not run)."""
+    import contextlib
+    from memcost import probe, tracefs
+    from memcost.experiments import trace as experiment
+    asked = []
+    monkeypatch.setattr(probe, "run_probe", lambda name, arguments, **_: asked.append(arguments))
+    monkeypatch.setattr(tracefs, "available", contextlib.nullcontext)
+    experiment.record(values)
+    return asked[0]
+
+
+def test_attached_to_a_service_the_sampling_defaults_are_a_services(monkeypatch):
+    arguments = _probe_arguments_of(monkeypatch, {"pid": 4321, "every": 10.0})
+    flags = dict(zip(arguments[::2], arguments[1::2]))
+    assert flags["--attach"] == "4321" and flags["--window-seconds"] == "10"
+    assert (flags["--touch-samples-per-second"], flags["--cpu-sample-us"], flags["--time-faults-one-in"]) == ("10", "0", "256")
+    # A flag the user gives wins; a command keeps the probe's own defaults (none passed).
+    arguments = _probe_arguments_of(monkeypatch, {"pid": 4321, "cpu_sample_us": 1000})
+    assert arguments[arguments.index("--cpu-sample-us") + 1] == "1000"
+    arguments = _probe_arguments_of(monkeypatch, {"command": ["true"]})
+    assert "--touch-samples-per-second" not in arguments and "--cpu-sample-us" not in arguments
