@@ -207,11 +207,12 @@ class Tracing {
       // perf may deliver its wakeup only at the next tick: look every millisecond as well; counting
       // in the kernel, the buffers carry only samples and calls, and every 10 ms is enough.
       poll(polls.data(), polls.size(), counter_ ? 10 : 1);
+      // Stopped by the kernel (open_pacing_event): continued once what it wrote before the stop
+      // has been read, below. Looked at before the tracer's own hold, whose stop it would report.
+      const bool stopped = stop_by_kernel_ && stopped_by_kernel();
       // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching
       // up, rather than lose records. It is told nothing.
       if (reader_.fullest() > reader_.behind_at) hold.hold();
-      // Stopped by the kernel: continued once what it wrote before the stop has been read, below.
-      bool stopped = stop_by_kernel_ && stopped_by_kernel();
       std::uint64_t settled = reader_.drain(false, [&] { hold.hold(); });
       if (preloading_) preload_.drain();
       const std::uint64_t now = monotonic_ns();
@@ -223,15 +224,14 @@ class Tracing {
         settled = std::min(settled, last_sweep_ns_);
       }
       sink_.settle(settled);
-      // Stopped after the buffers were looked at (by the kernel, or held while reading): what was
-      // written up to the stop is read before the command goes on, or a buffer could hold two
-      // quarters' worth unread when it does (a run lost 30,546 records so).
-      if (stop_by_kernel_ && (hold.holding() || stopped_by_kernel())) {
-        sink_.settle(reader_.drain(false, [&] { hold.hold(); }));
-        stopped = true;
-      }
+      // A stop that came while the buffers were read (the kernel's, or the tracer's own hold from
+      // inside the read): what was written up to it is read too before the command goes on, so that
+      // a buffer never starts the next quarter with the last one unread.
+      const bool stopped_while_reading = stop_by_kernel_ && !stopped && (hold.holding() || stopped_by_kernel());
+      if (stopped_while_reading) sink_.settle(reader_.drain(false, [&] { hold.hold(); }));
+      const bool kernel_stopped = stopped || (stopped_while_reading && !hold.holding());
       hold.release();
-      if (stopped) {
+      if (kernel_stopped) {
         kill(child_, SIGCONT);
         ++result_.kernel_stops;
       }
@@ -389,7 +389,7 @@ class Tracing {
   // So the kernel stops the command itself: a page-fault counter per CPU, inherited by the
   // command's threads, that overflows every `pace_faults_` faults and signals its owner (fcntl
   // O_ASYNC, F_SETOWN, F_SETSIG): SIGSTOP to the command's process, all its threads. The tracer
-  // continues it once it has read the buffers (continue_stopped). (The fault event itself cannot
+  // continues it once it has read the buffers (the trace loop). (The fault event itself cannot
   // signal: with an owner, perf signals at every sample, not at its wakeup mark.) A child process
   // the command forks is stopped by the tracer as before: its counters signal the command.
   bool open_pacing_event(pid_t target, int cpu) {
