@@ -34,7 +34,7 @@ OPTIONS = [
     Option("touch_samples_per_second", "counting in the kernel: touching stacks sampled per second per CPU "
            "(default 1000, with --pid 10)", parse=arguments.positive_int, metavar="N"),
     Option("time_faults_one_in", "counting in the kernel: time one fault in N, chosen at random, in the kernel, from "
-           "the handler's entry to its page-count update (default 16, with --pid 256; 1: every fault, about 8 % more time on a fault "
+           "the handler's entry to its page-count update (default 16, with --pid 256; 1: every fault, about 8 percent more time on a fault "
            "storm here; 0: none)", parse=arguments.non_negative_int, metavar="N"),
     Option("no_runtime_flags", "do not ask node and the JVM for perf maps of their JIT-compiled code (through "
            "NODE_OPTIONS and JAVA_TOOL_OPTIONS); their functions then go unnamed", flag_only=True),
