@@ -56,7 +56,7 @@ int quiet(enum libbpf_print_level, const char*, va_list) { return 0; }
 
 }  // namespace
 
-std::unique_ptr<FaultCounter> FaultCounter::open(std::string& why_not) {
+std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t time_one_in, std::string& why_not) {
   if (geteuid() != 0) {
     why_not = "counting in the kernel needs root (BPF programs)";
     return nullptr;
@@ -78,6 +78,10 @@ std::unique_ptr<FaultCounter> FaultCounter::open(std::string& why_not) {
   }
   // The pending regions' mover is run by the reader on each CPU, never attached.
   bpf_program__set_autoattach(kernel->skeleton->progs.move_pending_out, false);
+  // Not timing, the page-count program would only cost every fault on the machine a call (it
+  // took 9 % more of the fault storm's system time, counting alone, than without it).
+  kernel->skeleton->data->timing_one_in = time_one_in;
+  if (time_one_in == 0) bpf_program__set_autoattach(kernel->skeleton->progs.on_page_count, false);
   if (fault_counts__attach(kernel->skeleton) != 0) {
     why_not = std::string("the kernel would not attach memcost's BPF programs to the page-fault tracepoints: ") +
               std::strerror(errno);
@@ -104,10 +108,6 @@ void FaultCounter::stop_counting() {
   }
   // A CPU's pending region is counted on without a look at `generations` until the epoch moves.
   __atomic_fetch_add(&kernel_->skeleton->bss->epoch, 1, __ATOMIC_SEQ_CST);
-}
-
-void FaultCounter::time_one_in(std::uint32_t one_in) {
-  __atomic_store_n(&kernel_->skeleton->data->timing_one_in, one_in, __ATOMIC_SEQ_CST);
 }
 
 void FaultCounter::move_pending_out() {
@@ -211,7 +211,7 @@ std::uint64_t FaultCounter::total(unsigned which) const {
 
 struct FaultCounter::Kernel {};
 
-std::unique_ptr<FaultCounter> FaultCounter::open(std::string& why_not) {
+std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t, std::string& why_not) {
   why_not = "this memcost was built without BPF (libbpf-dev, clang and bpftool were not found)";
   return nullptr;
 }
@@ -219,7 +219,6 @@ FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(k
 FaultCounter::~FaultCounter() = default;
 bool FaultCounter::trace(int, bool) { return false; }
 void FaultCounter::stop_counting() {}
-void FaultCounter::time_one_in(std::uint32_t) {}
 void FaultCounter::move_pending_out() {}
 void FaultCounter::sweep(Sweep, std::vector<RegionFaults>&) {}
 std::uint64_t FaultCounter::total(unsigned) const { return 0; }

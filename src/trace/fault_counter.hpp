@@ -5,6 +5,8 @@
 // Contract:
 // - open() loads and attaches the programs, or says in one sentence why it cannot (not built
 //   with BPF, not root, no BTF, a program the kernel refuses); the tracer then counts with perf.
+//   It times one fault in `time_one_in`, chosen at random, in the kernel; with 0 the program that
+//   ends a timing (on every page-count update of every process) is not attached at all.
 // - trace(pid): that process is counted from now on; the processes it forks are added in the
 //   kernel as they are made (a thread shares its process's counts).
 // - sweep(): delivers what was counted since the last sweep as RegionFaults (only what is new
@@ -33,7 +35,7 @@ enum class Sweep { ended, window, last };
 class FaultCounter {
  public:
   // nullptr with `why_not` set when the kernel side cannot run here.
-  static std::unique_ptr<FaultCounter> open(std::string& why_not);
+  static std::unique_ptr<FaultCounter> open(std::uint32_t time_one_in, std::string& why_not);
   ~FaultCounter();
   FaultCounter(const FaultCounter&) = delete;
   FaultCounter& operator=(const FaultCounter&) = delete;
@@ -43,8 +45,6 @@ class FaultCounter {
   bool trace(int pid, bool from_exec);
   // No process is counted from now on (the window on a process attached to has closed).
   void stop_counting();
-  // Time one fault in `one_in`, chosen at random, in the kernel (0: none; 16 unless set).
-  void time_one_in(std::uint32_t one_in);
   // What was counted since the last sweep (see the contract for `what`).
   void sweep(Sweep what, std::vector<RegionFaults>& out);
   [[nodiscard]] std::uint64_t faults() const;     // every fault of a traced process the kernel saw (read so far)

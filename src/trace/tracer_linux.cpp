@@ -368,7 +368,7 @@ class Tracing {
       return;
     }
     std::string why_not;
-    counter_ = FaultCounter::open(why_not);
+    counter_ = FaultCounter::open(options_.fault_timing_one_in, why_not);
     // A process attached to is counted from the window's opening (trace_until_done), with its events.
     if (counter_ && !attaching_ && !counter_->trace(child_, true)) {
       why_not = std::string("the in-kernel counter would not take the process: ") + std::strerror(errno);
@@ -378,7 +378,6 @@ class Tracing {
     result_.kernel_counting = why_not;
     if (counter_) {
       result_.touch_samples_per_second = options_.touch_samples_per_second;
-      counter_->time_one_in(options_.fault_timing_one_in);
       result_.fault_timing_one_in = options_.fault_timing_one_in;
     }
   }

@@ -81,7 +81,7 @@ pid_t touching_child(int door, std::size_t pages) {
 
 TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   std::string why_not;
-  auto counter = FaultCounter::open(why_not);
+  auto counter = FaultCounter::open(1, why_not);  // every fault timed
   if (!counter) {
     if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
     GTEST_SKIP() << why_not;
@@ -89,7 +89,6 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   int door[2];
   ASSERT_EQ(pipe(door), 0);
   constexpr std::size_t kPages = 3 * 512 + 17;  // spans regions, not aligned to one
-  counter->time_one_in(1);
   const pid_t traced = touching_child(door[0], kPages);
   const pid_t untraced = touching_child(door[0], kPages);
   // From here on its faults count (it may still be on its way to the read that holds it).
@@ -120,7 +119,7 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   EXPECT_GE(faults, 2 * kPages);
   EXPECT_LT(faults, 2 * kPages + 64);
   EXPECT_GE(pages, 2 * kPages);
-  // Every fault is timed (time_one_in(1), below), and every fault of a fresh anonymous page updates
+  // Every fault is timed (open(1, ...), above), and every fault of a fresh anonymous page updates
   // the process's page count, which ends its timing; the time is inside the one thread's life (the
   // untraced child's faults, on the same CPUs, are not in it).
   EXPECT_EQ(timed, faults);
@@ -138,9 +137,10 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
 // are delivered by a window's sweep, and only once: a second sweep finds nothing new. The child
 // signals through a shared page faulted in before it is traced and then spins without a system
 // call or a fault, so its last fault stays its CPU's pending run until the sweep moves it out.
+// Nothing is timed here (open(0, ...)): no fault carries a timing.
 TEST(FaultCounter, AWindowDeliversTheRunACpuIsStillCounting) {
   std::string why_not;
-  auto counter = FaultCounter::open(why_not);
+  auto counter = FaultCounter::open(0, why_not);
   if (!counter) {
     if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
     GTEST_SKIP() << why_not;
@@ -165,8 +165,9 @@ TEST(FaultCounter, AWindowDeliversTheRunACpuIsStillCounting) {
   while (stage.load() != 2) usleep(1000);
   std::vector<RegionFaults> regions;
   counter->sweep(Sweep::window, regions);
-  std::uint64_t faults = 0;
-  for (const RegionFaults& region : regions) faults += region.faults;
+  std::uint64_t faults = 0, timed = 0;
+  for (const RegionFaults& region : regions) faults += region.faults, timed += region.timed_faults;
+  EXPECT_EQ(timed, 0U);
   EXPECT_GE(faults, kPages);  // and the child's first writes to its stack since the fork (copy on write)
   EXPECT_LT(faults, kPages + 64);
   regions.clear();
