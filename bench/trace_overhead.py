@@ -5,7 +5,9 @@ side by side in one sitting: a benchmark, not a test (docs/trace.md, "What traci
 The storm is tests/python/data/trace_tree.c `repeat 256 N`: 256 MiB mapped, written on base pages
 and unmapped N times (N = 32: 2.1 M faults). Each round runs every variant once, in an order
 shuffled from a recorded seed; the table gives each variant's median wall time over the rounds and
-its ratio to the untraced median. Variants whose tool is not installed are left out and said so.
+its ratio to the untraced median, and the storm process's own system time (GNU time): what the
+tool adds inside the fault handler, the tracer's presence in the faults it measures. Variants
+whose tool is not installed are left out and said so.
 
     sudo python3 bench/trace_overhead.py [--rounds 3] [--storm-rounds 32] [--memcost .venv/bin/memcost]
 """
@@ -33,8 +35,9 @@ def build_storm(folder: Path) -> Path:
     return binary
 
 
-def variants(storm: list[str], memcost: str, probe: str, folder: Path) -> dict[str, list[str]]:
-    """Each variant's command line; a tool that is not installed is left out."""
+def variants(storm: list[str], bare_storm: list[str], memcost: str, probe: str, folder: Path) -> dict[str, list[str]]:
+    """Each variant's command line; a tool that is not installed is left out. bpftrace's filter is
+    its command's pid: it runs the storm bare (not under GNU time), and its system time is not taken."""
     found = {"untraced": storm}
     if shutil.which("perf"):
         found["perf stat -e page-faults"] = ["perf", "stat", "-e", "page-faults", "-o", str(folder / "stat.txt"), "--", *storm]
@@ -44,10 +47,10 @@ def variants(storm: list[str], memcost: str, probe: str, folder: Path) -> dict[s
     if shutil.which("bpftrace"):
         found["bpftrace, faults per user stack"] = [
             "bpftrace", "-q", "-e", "tracepoint:exceptions:page_fault_user /pid == cpid/ { @[ustack] = count(); }",
-            "-c", " ".join(storm)]
+            "-c", " ".join(bare_storm)]
         found["bpftrace, faults per thread"] = [
             "bpftrace", "-q", "-e", "tracepoint:exceptions:page_fault_user /pid == cpid/ { @[tid] = count(); }",
-            "-c", " ".join(storm)]
+            "-c", " ".join(bare_storm)]
     if Path(memcost).exists():
         found["memcost trace (defaults, the whole command, a costs result present)"] = [memcost, "--results-dir", str(folder / "results"),
                                                                 "trace", "--", *storm]
@@ -82,13 +85,27 @@ def installed_probe(memcost: str) -> str:
     return path if found.returncode == 0 and Path(path).exists() else ""
 
 
-def timed(command: list[str], output: Path) -> float:
+def timed(command: list[str], output: Path, storm_time: Path | None) -> tuple[float, float | None]:
+    """The command's wall time, and the storm's own system time where GNU time reported it."""
+    if storm_time is not None:
+        storm_time.unlink(missing_ok=True)
     started = time.monotonic()
     with open(output, "w") as sink:  # the probe's records go to a file, as the memcost command keeps them
         result = subprocess.run(command, stdout=sink, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{command[0]} failed (exit {result.returncode}): {result.stderr.strip()[-300:]}")
-    return time.monotonic() - started
+    wall = time.monotonic() - started
+    system = float(storm_time.read_text().split()[-1]) if storm_time is not None and storm_time.exists() else None
+    return wall, system
+
+
+def gnu_time() -> str:
+    """GNU time (Debian's `time` package), which can write a child's system time to a file, or ""."""
+    found = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else "")
+    if not found:
+        return ""
+    answer = subprocess.run([found, "--version"], capture_output=True, text=True)
+    return found if "GNU" in answer.stdout + answer.stderr else ""
 
 
 TRACEFS = Path("/sys/kernel/tracing")
@@ -124,8 +141,16 @@ def main() -> int:
 def measure(args) -> int:
     with tempfile.TemporaryDirectory(prefix="memcost-bench-") as name:
         folder = Path(name)
-        storm = [str(build_storm(folder)), "repeat", "256", str(args.storm_rounds)]
-        commands = variants(storm, args.memcost, installed_probe(args.memcost), folder)
+        bare_storm = storm = [str(build_storm(folder)), "repeat", "256", str(args.storm_rounds)]
+        # The storm's own system time under each tool: what the tool adds inside the fault handler
+        # (its programs, its perf events, its stack copies), apart from its own process's work.
+        timer = gnu_time()
+        storm_time = folder / "storm-time.txt" if timer else None
+        if timer:
+            storm = [timer, "-f", "%S", "-o", str(storm_time), *storm]
+        else:
+            print("GNU time is not installed (Debian: time): the storm's own system time is left out", file=sys.stderr)
+        commands = variants(storm, bare_storm, args.memcost, installed_probe(args.memcost), folder)
         if Path(args.memcost).exists():
             # As a user has it after `memcost costs` once: the trace prices faults from it, not a calibration run.
             subprocess.run([args.memcost, "--results-dir", str(folder / "results"), "costs", "--quick"],
@@ -135,21 +160,33 @@ def measure(args) -> int:
                 print(f"{tool} is not installed: its variants are left out", file=sys.stderr)
         order = random.Random(args.seed)
         times: dict[str, list[float]] = {label: [] for label in commands}
+        systems: dict[str, list[float]] = {label: [] for label in commands}
         for round_number in range(args.rounds):
             labels = list(commands)
             order.shuffle(labels)
             for label in labels:
-                times[label].append(timed(commands[label], folder / "probe-output.jsonl"))
+                wall, system = timed(commands[label], folder / "probe-output.jsonl", storm_time)
+                times[label].append(wall)
+                if system is not None and not label.startswith("bpftrace"):
+                    systems[label].append(system)
             print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     base = statistics.median(times["untraced"])
+    base_system = statistics.median(systems["untraced"]) if systems["untraced"] else None
     faults = args.storm_rounds * 256 * 256
     print(f"Fault storm: {faults:,} faults ({args.storm_rounds} × 256 MiB on base pages); {args.rounds} rounds, "
-          f"order shuffled from seed {args.seed}; medians.")
-    print("| variant | wall s (median) | each round | ÷ untraced |")
-    print("|---|---|---|---|")
+          f"order shuffled from seed {args.seed}; medians. The storm's system time (GNU time, 10 ms steps) is "
+          f"the storm process's own: what a tool adds inside its fault handler, per fault beside it.")
+    print("| variant | wall s (median) | each round | ÷ untraced | storm's system s (median) | ÷ untraced | added a fault |")
+    print("|---|---|---|---|---|---|---|")
     for label, values in times.items():
         median = statistics.median(values)
-        print(f"| {label} | {median:.2f} | {', '.join(f'{v:.2f}' for v in values)} | {median / base:.2f}× |")
+        row = f"| {label} | {median:.2f} | {', '.join(f'{v:.2f}' for v in values)} | {median / base:.2f}× |"
+        if base_system and len(systems[label]) == len(values):
+            system = statistics.median(systems[label])
+            row += f" {system:.2f} | {system / base_system:.2f}× | {(system - base_system) / faults * 1e9:,.0f} ns |"
+        else:
+            row += " — | — | — |"
+        print(row)
     return 0
 
 

@@ -4,14 +4,15 @@
 
 bench/data/buffer_service.c answers HTTP on 127.0.0.1, mapping, writing and dropping a 16 MiB
 buffer per request (4,096 faults each). A client on one keep-alive connection sends requests back
-to back for --seconds and counts the answers. Each round measures, in an order shuffled from a
-recorded seed: untraced; watched by `memcost trace --pid PID --every 10s` at its defaults (faults
-counted in the kernel); and watched with `--fault-counting perf` (a record per fault). The
-service runs throughout; memcost attaches, the client starts once memcost's window is open, and
-memcost stops after the client. It prints each variant's median requests per second and its ratio
-to untraced, and memcost's own counts against the kernel's.
+to back and notes when each is answered. Each measurement runs the client --seconds untraced, then
+on while `memcost trace --pid PID --every 10s --seconds S` attaches and watches; the rate inside
+memcost's watched window (when it opened and how long it lasted come from its records) is divided
+by the rate just before. Each round measures, in an order shuffled from a recorded seed: untraced
+(two adjacent stretches); memcost at its --pid defaults (faults counted in the kernel); with fault
+time measured in the kernel; at a command's defaults; and with `--fault-counting perf` (a record
+per fault). It prints each variant's median ratio and memcost's own counts against the kernel's.
 
-    sudo python3 bench/trace_service.py [--rounds 3] [--seconds 20] [--memcost .venv/bin/memcost]
+    sudo python3 bench/trace_service.py [--rounds 5] [--seconds 12] [--memcost .venv/bin/memcost]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,12 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUEST = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n"
 
 
-def requests_for(port: int, seconds: float) -> int:
-    """Requests answered in `seconds`, one after another on one connection."""
-    answered = 0
+def answer_times(port: int, stop: threading.Event, times: list[float]) -> None:
+    """Requests sent one after another on one connection until `stop`; each answer's time
+    (CLOCK_MONOTONIC, the clock of memcost's records) appended to `times`."""
     with socket.create_connection(("127.0.0.1", port)) as connection:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while not stop.is_set():
             connection.sendall(REQUEST)
             reply = b""
             while not reply.endswith(b"\n") or b"\r\n\r\n" not in reply:
@@ -45,40 +46,62 @@ def requests_for(port: int, seconds: float) -> int:
                 if not chunk:
                     raise RuntimeError("the service closed the connection")
                 reply += chunk
-            answered += 1
-    return answered
+            times.append(time.monotonic())
 
 
-def traced(memcost: str, results: Path, pid: int, port: int, seconds: float, flags: list[str]) -> tuple[int, dict]:
-    """Requests answered while memcost watches the service, and memcost's totals."""
-    command = [memcost, "--results-dir", str(results), "trace", "--pid", str(pid), "--every", "10s",
-               "--export-pprof", str(results / "windows"), "--seconds", str(seconds + 4), *flags]
-    watcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)  # its start-up: the window opens within it (a costs result is present)
-    answered = requests_for(port, seconds)
-    _, errors = watcher.communicate(timeout=seconds + 120)
+def rate(times: list[float], begin: float, end: float) -> float:
+    return sum(begin <= at < end for at in times) / (end - begin)
+
+
+def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, flags: list[str] | None) -> tuple[float, float, dict]:
+    """One measurement, the client running throughout: `seconds` untraced, then (flags given)
+    memcost attached for `seconds` more. The rate before, the rate in memcost's watched window
+    (from its records: when it opened and how long it lasted), and memcost's totals. Untraced
+    (no flags): the rates of two adjacent stretches of `seconds`."""
+    times: list[float] = []
+    stop = threading.Event()
+    client = threading.Thread(target=answer_times, args=(port, stop, times))
+    began = time.monotonic()
+    client.start()
+    try:
+        time.sleep(seconds)
+        if flags is None:
+            time.sleep(seconds)
+            return rate(times, began, began + seconds), rate(times, began + seconds, began + 2 * seconds), {}
+        command = [memcost, "--results-dir", str(results), "trace", "--pid", str(pid), "--every", "10s",
+                   "--export-pprof", str(results / "windows"), "--seconds", str(seconds), *flags]
+        watcher = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 timeout=seconds + 120)
+    finally:
+        stop.set()
+        client.join()
     if watcher.returncode != 0:
-        raise RuntimeError(f"memcost failed (exit {watcher.returncode}): {errors.strip()[-400:]}")
+        raise RuntimeError(f"memcost failed (exit {watcher.returncode}): {watcher.stderr.strip()[-400:]}")
     document = json.loads((results / "latest" / "trace.json").read_text())
-    return answered, document["summary"]["totals"]
+    opened_ns = min(sample["metrics"]["time_ns"] for sample in document["samples"]
+                    if sample["case"].get("record") == "process" and sample["case"].get("change") == "start")
+    run = next(sample["metrics"] for sample in document["samples"] if sample["case"].get("record") == "run")
+    opened = opened_ns / 1e9
+    return (rate(times, began, began + seconds), rate(times, opened, opened + run["wall_ns"] / 1e9),
+            document["summary"]["totals"])
 
 
 # The settings that decide what watching costs: how faults are counted, how often fault time and
 # touching stacks are sampled.
 WATCHED = {
-    "(defaults: with --pid, 10 touching samples a second per CPU, no cpu-clock sampler, one fault in 256 timed)": [],
+    "(defaults: with --pid, 10 touching samples a second per CPU, no cpu-clock sampler, no fault timed)": [],
+    "--time-faults-one-in 256 (fault time measured in the kernel)": ["--time-faults-one-in", "256"],
     "--touch-samples-per-second 1000 --cpu-sample-us 1000 --time-faults-one-in 16 (a command's defaults)": [
         "--touch-samples-per-second", "1000", "--cpu-sample-us", "1000", "--time-faults-one-in", "16"],
-    "--touch-samples-per-second 1 --cpu-sample-us 0 --time-faults-one-in 0": [
-        "--touch-samples-per-second", "1", "--cpu-sample-us", "0", "--time-faults-one-in", "0"],
     "--fault-counting perf": ["--fault-counting", "perf"],
 }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=20, help="the client's time per measurement (default 20)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=12,
+                        help="the untraced stretch and memcost's window, each (default 12)")
     parser.add_argument("--memcost", default=str(ROOT / ".venv" / "bin" / "memcost"))
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args()
@@ -99,32 +122,35 @@ def main() -> int:
                 time.sleep(0.01)
             port = int(port_file.read_text())
             variants = {"untraced": None, **{f"memcost trace --pid {label}": flags for label, flags in WATCHED.items()}}
-            rates: dict[str, list[float]] = {label: [] for label in variants}
+            before: dict[str, list[float]] = {label: [] for label in variants}
+            during: dict[str, list[float]] = {label: [] for label in variants}
             counts: dict[str, list[tuple]] = {label: [] for label in variants if variants[label] is not None}
             order = random.Random(args.seed)
             for round_number in range(args.rounds):
                 labels = list(variants)
                 order.shuffle(labels)
                 for label in labels:
-                    if variants[label] is None:
-                        rates[label].append(requests_for(port, args.seconds) / args.seconds)
-                        continue
-                    answered, totals = traced(args.memcost, results, service.pid, port, args.seconds, variants[label])
-                    rates[label].append(answered / args.seconds)
-                    counts[label].append((totals["faults"], totals["kernel_faults"], totals["lost_records"],
-                                          totals["tracer_cpu_ms"], totals["wall_ms"]))
+                    untraced, watched, totals = measured(args.memcost, results, service.pid, port, args.seconds, variants[label])
+                    before[label].append(untraced)
+                    during[label].append(watched)
+                    if totals:
+                        counts[label].append((totals["faults"], totals["kernel_faults"], totals["lost_records"],
+                                              totals["tracer_cpu_ms"], totals["wall_ms"]))
                 print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
         finally:
             service.kill()
             service.wait()
-    base = statistics.median(rates["untraced"])
-    print(f"Service: 16 MiB mapped, written and dropped per request (4,096 faults); {args.rounds} rounds of "
-          f"{args.seconds:g} s, order shuffled from seed {args.seed}; medians.")
-    print("| variant | requests/s (median) | each round | ÷ untraced |")
+    print(f"Service: 16 MiB mapped, written and dropped per request (4,096 faults); {args.rounds} rounds, order "
+          f"shuffled from seed {args.seed}. Each measurement: the client runs {args.seconds:g} s untraced, then on "
+          f"through memcost's watched window ({args.seconds:g} s; the untraced row: another {args.seconds:g} s); "
+          f"the window's rate is divided by the rate just before it (the service's speed drifts from one minute "
+          f"to the next: the host takes back freed memory). Medians over the rounds.")
+    print("| variant | requests/s before → in the window (medians) | ÷ the rate just before (median) | each round |")
     print("|---|---|---|---|")
-    for label, values in rates.items():
-        median = statistics.median(values)
-        print(f"| {label} | {median:.1f} | {', '.join(f'{v:.1f}' for v in values)} | {median / base:.0%} |")
+    for label in before:
+        ratios = [watched / untraced for untraced, watched in zip(before[label], during[label])]
+        print(f"| {label} | {statistics.median(before[label]):.1f} → {statistics.median(during[label]):.1f} | "
+              f"**{statistics.median(ratios):.1%}** | {', '.join(f'{ratio:.0%}' for ratio in ratios)} |")
     print()
     print("| variant | faults (memcost) | faults (kernel) | lost | tracer CPU ms | watched ms |")
     print("|---|---|---|---|---|---|")

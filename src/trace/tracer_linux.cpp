@@ -315,15 +315,18 @@ class Tracing {
     return targets;
   }
 
-  // Attached: the process's counters and mappings as the window opens, its events enabled.
+  // Attached: the process's counters and mappings as the window opens, its events enabled. The
+  // mappings are listed after the events are enabled: one the process makes in between is both
+  // listed and recorded (its own call, later, replaces the listing), where listing first left a
+  // mapping made before the enable unknown and its faults unattributed.
   bool start_watching() {
     stat_before_ = stat_last_ = read_process_stat(child_);
     std::string name = read_text("/proc/" + std::to_string(child_) + "/comm");
     if (!name.empty() && name.back() == '\n') name.pop_back();
     reader_.started(child_, started_ns_, name);
-    report_existing_mappings(child_, started_ns_, sink_);
     if (counter_ && !counter_->trace(child_, false)) return abandon(failed("adding the process to the in-kernel counter"));
     for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+    report_existing_mappings(child_, started_ns_, sink_);
     return true;
   }
 
@@ -639,9 +642,11 @@ class Tracing {
     }
     if (g_stop_requested || kill(child_, 0) != 0 || is_zombie(child_) ||
         (options_.attach_seconds > 0 && static_cast<double>(now - started_ns_) >= options_.attach_seconds * 1e9)) {
-      // It goes on running: stop the events first, so the counts and the window agree.
-      for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+      // It goes on running: stop the events first, so the counts and the window agree; the
+      // in-kernel count before the mapping calls' events, which take an interprocessor call each
+      // to disable: a mapping made meanwhile would be missed while its faults were still counted.
       if (counter_) counter_->stop_counting();
+      for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
       if (ProcessStat current = read_process_stat(child_); current.alive) stat_last_ = current;
       return true;
     }

@@ -192,7 +192,7 @@ def test_fault_time_timed_in_the_kernel_for_every_fault_has_no_sampling_error():
 def test_fault_time_not_timed_in_the_kernel_is_said():
     summary = analysis.summarize(timed_in_kernel(0), COST)
     assert summary["rows"][0].get("fault_ms_kernel") is None and summary["totals"].get("fault_ms_kernel") is None
-    assert "not measured in the kernel (--time-faults-one-in 0)" in "\n".join(trace_experiment.totals_lines(summary))
+    assert "not measured in the kernel (--time-faults-one-in 0, the default with --pid" in "\n".join(trace_experiment.totals_lines(summary))
 
 
 def test_counted_in_the_kernel_the_exports_total_the_exact_count(tmp_path):
@@ -368,7 +368,7 @@ def test_attached_to_a_service_the_sampling_defaults_are_a_services(monkeypatch)
     arguments = _probe_arguments_of(monkeypatch, {"pid": 4321, "every": 10.0})
     flags = dict(zip(arguments[::2], arguments[1::2]))
     assert flags["--attach"] == "4321" and flags["--window-seconds"] == "10"
-    assert (flags["--touch-samples-per-second"], flags["--cpu-sample-us"], flags["--time-faults-one-in"]) == ("10", "0", "256")
+    assert (flags["--touch-samples-per-second"], flags["--cpu-sample-us"], flags["--time-faults-one-in"]) == ("10", "0", "0")
     # A flag the user gives wins; a command keeps the probe's own defaults (none passed).
     arguments = _probe_arguments_of(monkeypatch, {"pid": 4321, "cpu_sample_us": 1000})
     assert arguments[arguments.index("--cpu-sample-us") + 1] == "1000"

@@ -34,8 +34,8 @@ OPTIONS = [
     Option("touch_samples_per_second", "counting in the kernel: touching stacks sampled per second per CPU "
            "(default 1000, with --pid 10)", parse=arguments.positive_int, metavar="N"),
     Option("time_faults_one_in", "counting in the kernel: time one fault in N, chosen at random, in the kernel, from "
-           "the handler's entry to its page-count update (default 16, with --pid 256; 1: every fault, about 8 percent more time on a fault "
-           "storm here; 0: none)", parse=arguments.non_negative_int, metavar="N"),
+           "the handler's entry to its page-count update (default 16, with --pid 0; 1: every fault, about 8 percent more time on a fault "
+           "storm here; 0: none, and no program on the page-count update)", parse=arguments.non_negative_int, metavar="N"),
     Option("no_runtime_flags", "do not ask node and the JVM for perf maps of their JIT-compiled code (through "
            "NODE_OPTIONS and JAVA_TOOL_OPTIONS); their functions then go unnamed", flag_only=True),
     Option("no_python_frames", "do not load memcost's preload library into the command for Python stacks (as root it "
@@ -85,11 +85,12 @@ def this_machines_cost(results_root: Path, calibrate: bool, notes: list):
     return model
 
 
-# Attached to a running service (--pid), the sampling is sized to cost it a few percent (docs/trace.md,
-# "A service under --pid": the loopback service kept 86 % of its throughput at the command's defaults
-# and 96 % with sampling all but off): touching stacks 10 a second per CPU, no cpu-clock sampler (fault
-# time comes from the kernel's timing), one fault in 256 timed. A flag the user gives wins.
-SERVICE_DEFAULTS = {"touch_samples_per_second": 10, "cpu_sample_us": 0, "time_faults_one_in": 256}
+# Attached to a running service (--pid), the sampling is sized to cost it little (docs/trace.md, "A
+# service under --pid"): touching stacks 10 a second per CPU, no cpu-clock sampler, and no fault
+# timed in the kernel: timing puts a second program on every fault of the machine (the page-count
+# update), 7 % more of a fault storm's system time even at one fault in 256. Fault time is then the
+# estimate. A flag the user gives wins.
+SERVICE_DEFAULTS = {"touch_samples_per_second": 10, "cpu_sample_us": 0, "time_faults_one_in": 0}
 
 
 def record(values: dict, raw_path: Optional[Path] = None, on_sample=None):
@@ -413,7 +414,8 @@ def totals_lines(summary: dict) -> list[str]:
             + (f"; {totals['faults_timed_unended']:,.0f} timed faults updated no page count (a copy-on-write, a "
                f"spurious fault) and count 0" if totals.get("faults_timed_unended") else "") + ".")
     elif totals.get("counted_in_kernel") and totals.get("fault_timing_one_in") == 0:
-        lines.append("Fault time was not measured in the kernel (--time-faults-one-in 0).")
+        lines.append("Fault time was not measured in the kernel (--time-faults-one-in 0, the default with --pid: "
+                     "timing adds a program to every fault; --time-faults-one-in 256 measures it).")
     if totals.get("fault_ms_measured") is not None:
         estimate, sampled = totals["fault_ms"], totals["fault_ms_measured"]
         zeroing = totals.get("zeroing_share")
