@@ -3,6 +3,7 @@ exports. No probe, no kernel: every number here is known. (Attribution itself, w
 does as records stream, is tested in tests/cpp/attribution_test.cpp.)"""
 
 import gzip
+import sys
 
 import pytest
 
@@ -374,3 +375,19 @@ def test_attached_to_a_service_the_sampling_defaults_are_a_services(monkeypatch)
     assert arguments[arguments.index("--cpu-sample-us") + 1] == "1000"
     arguments = _probe_arguments_of(monkeypatch, {"command": ["true"]})
     assert "--touch-samples-per-second" not in arguments and "--cpu-sample-us" not in arguments
+
+
+def test_the_overhead_line_gives_the_tracers_presence_in_the_commands_kernel_time():
+    totals = {"wall_ms": 1500.0, "untraced_wall_ms": 1000.0, "system_ms": 900.0, "untraced_system_ms": 700.0,
+              "faults": 500_000, "fault_ms_measured": 600.0, "tracing_ms": 50.0}
+    [line] = trace_experiment.overhead_lines(totals)
+    # 200 ms added in 500,000 faults: 400 ns each; 50 ms of it the sampler already left out as the tracer's.
+    assert "(1.50×); system time 900 ms traced vs 700 ms untraced: the tracer added 200 ms" in line
+    assert "400 ns a fault" in line and "less the 150 ms" in line and "≈ 450.0 ms" in line
+    # Without the untraced system time (a document from before), the wall times alone.
+    assert trace_experiment.overhead_lines({**totals, "untraced_system_ms": None})[0].endswith("(1.50×).")
+
+
+def test_the_untraced_run_measures_its_own_system_time():
+    spent = trace_experiment._untraced_run([sys.executable, "-c", "import os\nfor _ in range(300000): os.stat('/')"])
+    assert spent["untraced_wall_ms"] > 0 and 0 < spent["untraced_system_ms"] <= spent["untraced_wall_ms"] * 1.5

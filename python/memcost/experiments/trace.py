@@ -6,6 +6,7 @@ experiment's; the command line (cli/trace.py) adds what names the program to tra
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -43,7 +44,8 @@ OPTIONS = [
     Option("top", "sites shown (default 10)", default=10, parse=arguments.positive_int, metavar="N", to_probe=None),
     Option("calibrate", "measure the fault cost now instead of using the newest `memcost costs` result", flag_only=True,
            to_probe=None),
-    Option("overhead", "run the command a second time, untraced, and report the tracing overhead", flag_only=True,
+    Option("overhead", "run the command a second time, untraced, and report the tracing overhead: wall time, and "
+           "the system time the tracer adds inside the command (its presence in every fault)", flag_only=True,
            to_probe=None),
     Option("verify", "after the trace, run the command again untraced with each advice applied through the preload "
            "library, interleaved with runs without it, N rounds (default 5, fewer when that would take over 10 times "
@@ -215,9 +217,7 @@ def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dic
     _corrected_by_verification(summary, directory.root, run.context.get("host", ""))
     summary["totals"]["interrupted"] = summary["totals"]["interrupted"] or interrupts.interrupted
     if values.get("overhead") and values.get("command") and not summary["totals"]["interrupted"]:
-        started = time.monotonic()
-        subprocess.run(values["command"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        summary["totals"]["untraced_wall_ms"] = (time.monotonic() - started) * 1e3
+        summary["totals"].update(_untraced_run(values["command"]))
     params = {**{k: v for k, v in values.items() if k != "windows_folder"}, "probe_settings": run.settings, "raw_records": RAW_NAME if raw else None}
     document = finish(EXPERIMENT, run.context, params, run.samples, summary,
                       run.warnings + warnings + [{"code": "calibrated", "message": note} for note in notes], directory)
@@ -226,6 +226,19 @@ def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dic
     if windows:
         document["windows"] = {"written": windows.written, "last": str(windows.last_written)}
     return document
+
+
+def _untraced_run(command: list[str]) -> dict:
+    """The command run again untraced (--overhead): its wall time, and its system time (its
+    processes' own, from the kernel's rusage of the children waited for): the traced run's system
+    time less this is the tracer's presence in the command's kernel time (its programs and events
+    in every fault), measured once."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall_ms = (time.monotonic() - started) * 1e3
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"untraced_wall_ms": wall_ms, "untraced_system_ms": (after.ru_stime - before.ru_stime) * 1e3}
 
 
 def reaggregate(path: Path) -> bool:
@@ -246,12 +259,41 @@ def reaggregate(path: Path) -> bool:
     document["samples"] = kept + run.samples
     cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
     summary, _ = analyze(document["samples"], cost=cost, params=document.get("params", {}))
-    for key in ("command", "untraced_wall_ms"):
+    for key in ("command", "untraced_wall_ms", "untraced_system_ms"):
         if key in totals:
             summary["totals"][key] = totals[key]
     document["summary"] = {**summary, "figures": document["summary"].get("figures", [])}
     write_atomically(path, json.dumps(document, indent=1) + "\n")
     return True
+
+
+def overhead_lines(totals: dict) -> list[str]:
+    """With --overhead: traced against untraced wall time, and the tracer's presence in the command."""
+    if not totals.get("untraced_wall_ms"):
+        return []
+    return [f"Overhead: traced {totals['wall_ms']:,.0f} ms vs untraced {totals['untraced_wall_ms']:,.0f} ms "
+            f"({totals['wall_ms'] / totals['untraced_wall_ms']:.2f}×)" + _presence(totals)]
+
+
+def _presence(totals: dict) -> str:
+    """The tracer's presence in the command's kernel time (--overhead): the traced run's system time
+    less the untraced run's, per fault; and the fault time the untraced program would have had,
+    the measured fault time less that presence (one run each: an estimate)."""
+    untraced = totals.get("untraced_system_ms")
+    if untraced is None or not totals.get("faults"):
+        return "."
+    added = totals["system_ms"] - untraced
+    text = (f"; system time {totals['system_ms']:,.0f} ms traced vs {untraced:,.0f} ms untraced: the tracer added "
+            f"{added:,.0f} ms inside the command's kernel time, {added * 1e6 / totals['faults']:,.0f} ns a fault")
+    measured = totals.get("fault_ms_measured")
+    # The sampler already leaves out the samples in the tracer's own functions (tracing_ms): only
+    # the rest of its presence (its programs' calls, caches it displaces) is still in the fault time.
+    rest = added - totals.get("tracing_ms", 0.0)
+    if measured is not None and rest > 0:
+        text += (f"; the fault time sampled under it, less the {rest:,.0f} ms of that not already left out as the "
+                 f"tracer's own, is ≈ {max(measured - rest, 0):,.1f} ms: what the untraced program would have had "
+                 f"(one run each, an estimate)")
+    return text + "."
 
 
 def _measured_cells(row: dict, sampled: bool, in_kernel: bool) -> list[str]:
@@ -386,9 +428,7 @@ def totals_lines(summary: dict) -> list[str]:
         + (f", {totals['elsewhere_ms']:,.1f} ms charged elsewhere, memcost's own front end included"
            if totals.get("elsewhere_ms") is not None else "")
         + f"); tracing cost {totals['tracer_cpu_ms']:,.0f} ms of CPU."]
-    if totals.get("untraced_wall_ms"):
-        lines.append(f"Overhead: traced {totals['wall_ms']:,.0f} ms vs untraced {totals['untraced_wall_ms']:,.0f} ms "
-                     f"({totals['wall_ms'] / totals['untraced_wall_ms']:.2f}×)")
+    lines += overhead_lines(totals)
     if totals.get("counted_in_kernel"):
         how = (f"How: faults from {totals['fault_source']}: every fault counted, charged in the probe to the mappings "
                f"live in its region within one generation (no page taken away between), the touching sites shared out "
