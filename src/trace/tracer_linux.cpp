@@ -320,10 +320,12 @@ class Tracing {
   // listed and recorded (its own call, later, replaces the listing), where listing first left a
   // mapping made before the enable unknown and its faults unattributed.
   bool start_watching() {
-    stat_before_ = stat_last_ = read_process_stat(child_);
     std::string name = read_text("/proc/" + std::to_string(child_) + "/comm");
     if (!name.empty() && name.back() == '\n') name.pop_back();
     reader_.started(child_, started_ns_, name);
+    // The kernel's own counters (the cross-check of the count) read right before counting starts:
+    // the faults a busy process takes between the two are in one and not the other.
+    stat_before_ = stat_last_ = read_process_stat(child_);
     if (counter_ && !counter_->trace(child_, false)) return abandon(failed("adding the process to the in-kernel counter"));
     for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
     report_existing_mappings(child_, started_ns_, sink_);
@@ -645,12 +647,18 @@ class Tracing {
       // It goes on running: stop the events first, so the counts and the window agree; the
       // in-kernel count before the mapping calls' events, which take an interprocessor call each
       // to disable: a mapping made meanwhile would be missed while its faults were still counted.
+      // The kernel's counters (the cross-check) read right after the count stops, as at the start.
       if (counter_) counter_->stop_counting();
-      for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+      else stop_events();
       if (ProcessStat current = read_process_stat(child_); current.alive) stat_last_ = current;
+      if (counter_) stop_events();
       return true;
     }
     return false;
+  }
+
+  void stop_events() {
+    for (int fd : descriptors_.fds) ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
   }
 
   bool fail(Failure why) {
