@@ -153,7 +153,9 @@ def test_java_methods_are_named_and_advice_is_in_the_jvms_terms(results_root, tm
     subprocess.run([javac, "-d", str(tmp_path), str(RUNTIMES / "Arrays.java")], check=True)
     document = trace(results_root, java, "-cp", str(tmp_path), "Arrays", cwd=tmp_path)
     touching = [row for row in document["summary"]["touching"] if row["site"].startswith("Arrays.allocateBlocks")]
-    assert touching, [row["site"] for row in document["summary"]["touching"]]
+    # Failed once in CI under AddressSanitizer (touching rows: the JVM's ObjArrayAllocator::initialize,
+    # "(no stack)", …), never in 6 runs here with and without 2 CPU hogs: the whole picture, if again.
+    assert touching, described(document)
     heap = document["summary"]["rows"][0]
     assert heap["runtime"] == "jvm"
     texts = " ".join(item["text"] for row in document["summary"]["rows"] if row["runtime"] == "jvm"
