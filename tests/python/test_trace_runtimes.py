@@ -115,9 +115,12 @@ def test_go_names_the_function_that_touched_the_heap(results_root, tmp_path):
                    env={**os.environ, "GOCACHE": str(tmp_path / "gocache"), "GOPATH": str(tmp_path / "gopath"),
                         "GOFLAGS": "-mod=mod", "GO111MODULE": "off"})
     document = trace(results_root, str(binary))
-    touching = document["summary"]["touching"][0]
-    assert touching["site"].startswith("main.renderFrames"), [row["site"] for row in document["summary"]["touching"]]
-    assert touching["faults"] >= 32 * PAGES_PER_MIB  # at least one fresh 32 MiB buffer; the Go heap reuses the rest
+    # The program's function among the touching sites, not necessarily first: beside a busy CPU
+    # (a benchmark's client left spinning) the collector's own touching (runtime.getempty,
+    # runtime.scanblock) and unnamed samples ranked above it, in a CI rehearsal and in a run here.
+    touching = [row for row in document["summary"]["touching"] if row["site"].startswith("main.renderFrames")]
+    assert len(touching) == 1, described(document)
+    assert touching[0]["faults"] >= 32 * PAGES_PER_MIB  # at least one fresh 32 MiB buffer; the Go heap reuses the rest
 
 
 def test_node_names_the_javascript_function(results_root, tmp_path):
@@ -153,8 +156,8 @@ def test_java_methods_are_named_and_advice_is_in_the_jvms_terms(results_root, tm
     subprocess.run([javac, "-d", str(tmp_path), str(RUNTIMES / "Arrays.java")], check=True)
     document = trace(results_root, java, "-cp", str(tmp_path), "Arrays", cwd=tmp_path)
     touching = [row for row in document["summary"]["touching"] if row["site"].startswith("Arrays.allocateBlocks")]
-    # Failed once in CI under AddressSanitizer (touching rows: the JVM's ObjArrayAllocator::initialize,
-    # "(no stack)", …), never in 6 runs here with and without 2 CPU hogs: the whole picture, if again.
+    # Failed once in a CI rehearsal under AddressSanitizer beside a busy CPU (touching rows: the JVM's
+    # ObjArrayAllocator::initialize, "(no stack)", …), never in 6 runs here: the whole picture, if again.
     assert touching, described(document)
     heap = document["summary"]["rows"][0]
     assert heap["runtime"] == "jvm"
