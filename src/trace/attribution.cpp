@@ -20,6 +20,15 @@ std::uint64_t duration(const trace::MappingCall& call) {
   return call.exit_ns > call.enter_ns ? call.exit_ns - call.enter_ns : 0;
 }
 
+// When a call's change to the address space is applied. A mapping is known only once its call has
+// returned; a removal (munmap, free) is applied from its entry: the memory may be gone, and mapped
+// again by another thread, before the removing thread reads the clock on its way out (a thread
+// preempted there made whole 64 MiB buffers of node lose their site: the new buffer's malloc came
+// first by exit time, and the late free took it away).
+std::uint64_t takes_effect_ns(const trace::MappingCall& call) {
+  return call.kind == CallKind::munmap || call.kind == CallKind::free ? call.enter_ns : call.exit_ns;
+}
+
 }  // namespace
 
 void Attribution::stack(std::uint32_t id, const std::vector<trace::Frame>& frames) {
@@ -68,8 +77,8 @@ std::uint32_t Attribution::program_of(int pid, std::uint64_t time_ns) const {
 }
 
 void Attribution::settle(std::uint64_t until_ns) {
-  auto by_exit = [](const auto& a, const auto& b) { return a.exit_ns < b.exit_ns; };
-  std::stable_sort(pending_calls_.begin(), pending_calls_.end(), by_exit);
+  std::stable_sort(pending_calls_.begin(), pending_calls_.end(),
+                   [](const auto& a, const auto& b) { return takes_effect_ns(a) < takes_effect_ns(b); });
   std::stable_sort(pending_faults_.begin(), pending_faults_.end(),
                    [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(pending_forks_.begin(), pending_forks_.end(),
@@ -92,7 +101,7 @@ void Attribution::settle(std::uint64_t until_ns) {
     }
   };
   while (true) {
-    const std::uint64_t call_at = calls < pending_calls_.size() ? pending_calls_[calls].exit_ns : UINT64_MAX;
+    const std::uint64_t call_at = calls < pending_calls_.size() ? takes_effect_ns(pending_calls_[calls]) : UINT64_MAX;
     const std::uint64_t fork_at = forks < pending_forks_.size() ? pending_forks_[forks].time_ns : UINT64_MAX;
     if (calls == pending_calls_.size() && forks == pending_forks_.size()) break;
     const std::uint64_t next = std::min(call_at, fork_at);
@@ -279,7 +288,7 @@ std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t leng
   mapping.origin = {call.stack, static_cast<int>(call.kind)};
   mapping.length = mapping.live_bytes = length;
   mapping.map_ns = duration(call);
-  mapping.made_ns = call.exit_ns;
+  mapping.made_ns = call.kind == CallKind::existing ? 0 : call.exit_ns;
   mapping.anonymous = anonymous;
   space.pieces[start] = {start + length, id};
   OriginSummary& origin = origins_[mapping.origin];
@@ -291,26 +300,26 @@ std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t leng
 }
 
 std::vector<std::pair<std::uint64_t, std::uint64_t>> Attribution::overlaps(Space& space, std::uint64_t start,
-                                                                            std::uint64_t end) {
+                                                                            std::uint64_t end, std::uint64_t made_by_ns) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> found;
   auto at = space.pieces.upper_bound(start);
   if (at != space.pieces.begin()) --at;
   for (; at != space.pieces.end() && at->first < end; ++at) {
-    if (at->second.end <= start) continue;
+    if (at->second.end <= start || live_[at->second.mapping].made_ns > made_by_ns) continue;
     found.emplace_back(at->second.mapping, std::min(end, at->second.end) - std::max(start, at->first));
   }
   return found;
 }
 
 std::vector<std::pair<std::uint64_t, std::uint64_t>> Attribution::cut(Space& space, std::uint64_t start,
-                                                                       std::uint64_t end) {
+                                                                       std::uint64_t end, std::uint64_t made_by_ns) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> removed;
   auto at = space.pieces.upper_bound(start);
   if (at != space.pieces.begin()) --at;
   while (at != space.pieces.end() && at->first < end) {
     const std::uint64_t piece_start = at->first;
     const Piece piece = at->second;
-    if (piece.end <= start) {
+    if (piece.end <= start || live_[piece.mapping].made_ns > made_by_ns) {
       ++at;
       continue;
     }
@@ -324,7 +333,10 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> Attribution::cut(Space& spa
 
 void Attribution::free_range(Space& space, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call,
                              bool whole) {
-  auto removed = whole ? cut(space, start, start + length) : overlaps(space, start, start + length);
+  // A removal recorded late (its thread preempted before it wrote the record) leaves alone what
+  // another thread mapped there after it began.
+  auto removed = whole ? cut(space, start, start + length, call.enter_ns)
+                       : overlaps(space, start, start + length, call.enter_ns);
   std::uint64_t total = 0;
   for (const auto& [id, bytes] : removed) total += bytes;
   for (const auto& [id, bytes] : removed) {
@@ -354,7 +366,9 @@ void Attribution::apply(const trace::MappingCall& call) {
       make(call.pid, result, args[1], call, true);
       break;
     case CallKind::free:
-      if (std::uint64_t block = block_at(space, args[0])) free_range(space, args[0], live_[block].length, call, true);
+      if (std::uint64_t block = block_at(space, args[0]); block && live_[block].made_ns <= call.enter_ns) {
+        free_range(space, args[0], live_[block].length, call, true);
+      }
       break;
     case CallKind::realloc: {
       if (result == 0) break;  // failed: the old block stays

@@ -163,7 +163,7 @@ class Attribution : public trace::Sink {
     int first_tid = 0;
     bool one_thread = true;
     bool freed = false;
-    std::uint64_t made_ns = 0;
+    std::uint64_t made_ns = 0;  // its call's exit (0: it was there when the trace began)
   };
   struct Piece {
     std::uint64_t end;
@@ -196,9 +196,12 @@ class Attribution : public trace::Sink {
   // The live mapping piece at `address` of `pid`'s space, or nullptr.
   TracedMapping* mapping_at(int pid, std::uint64_t address);
   std::uint64_t make(int pid, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool anonymous);
-  // Cut [start, end) out of the space; per mapping touched, the bytes removed.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(Space& space, std::uint64_t start, std::uint64_t end);
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> overlaps(Space& space, std::uint64_t start, std::uint64_t end);
+  // Cut [start, end) out of the space; per mapping touched, the bytes removed. Only the pieces of
+  // mappings made by `made_by_ns` (a removal cannot remove what was made after it began).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> cut(Space& space, std::uint64_t start, std::uint64_t end,
+                                                           std::uint64_t made_by_ns = UINT64_MAX);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> overlaps(Space& space, std::uint64_t start, std::uint64_t end,
+                                                                std::uint64_t made_by_ns = UINT64_MAX);
   void free_range(Space& space, std::uint64_t start, std::uint64_t length, const trace::MappingCall& call, bool whole);
   std::uint64_t block_at(Space& space, std::uint64_t start);  // the mapping a live piece starts at, or 0
   // A live piece of `id`, `bytes` long, is gone (freed, displaced, or its process exec'd); the
@@ -210,7 +213,7 @@ class Attribution : public trace::Sink {
 
   ThpMode thp_;
   std::uint64_t huge_bytes_;
-  std::vector<trace::MappingCall> pending_calls_;  // in order of exit_ns
+  std::vector<trace::MappingCall> pending_calls_;  // in order of takes_effect_ns
   std::vector<trace::Fault> pending_faults_;
   std::vector<trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
   std::vector<trace::CpuSample> pending_samples_;

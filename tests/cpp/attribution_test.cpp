@@ -193,11 +193,49 @@ TEST(Attribution, RecordsDeliveredOutOfOrderAreReplayedInTimeOrder) {
   EXPECT_EQ(faults_of(attribution, 0, kOutside, false), 5U);  // after the munmap
 }
 
+// node frees a buffer on one thread while another allocates the next: the free's thread can be
+// preempted after the memory is gone and before it reads the clock, and the new buffer, at the
+// same address, returns first. Its record may even come after the new one has been settled.
+TEST(Attribution, AFreeTakesEffectAtItsEntryAndNeverRemovesAMappingMadeAfterIt) {
+  for (const bool free_recorded_late : {false, true}) {
+    Attribution attribution(ThpMode::madvise);
+    const MappingCall freed = call(CallKind::free, 9'000, {kBase}, 0, 1, 4'000);  // entered at 5'000
+    attribution.call(call(CallKind::malloc, 1'000, {0, 64 * kMiB}, kBase, 1));
+    touch(attribution, kBase, 10, 2'000);
+    attribution.call(call(CallKind::malloc, 7'000, {0, 64 * kMiB}, kBase, 3));
+    touch(attribution, kBase, 20, 8'000);
+    if (free_recorded_late) attribution.settle(8'500);
+    attribution.call(freed);
+    touch(attribution, kBase + 20 * kPage, 5, 10'000);
+    attribution.finish();
+    const int malloc = static_cast<int>(CallKind::malloc);
+    EXPECT_EQ(faults_of(attribution, 1, malloc, false), 10U) << free_recorded_late;
+    EXPECT_EQ(faults_of(attribution, 3, malloc, false), 25U) << free_recorded_late;
+    EXPECT_EQ(faults_of(attribution, 0, kOutside, false), 0U) << free_recorded_late;
+    // In order, the first buffer was freed; recorded late, the second displaced it first.
+    EXPECT_EQ(attribution.origins().at({1, malloc}).freed, free_recorded_late ? 0U : 1U);
+    EXPECT_EQ(attribution.origins().at({3, malloc}).freed, 0U) << free_recorded_late;
+  }
+}
+
+TEST(Attribution, AMunmapRecordedLateLeavesAMappingMadeAfterItBeganAlone) {
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, kMiB, 3, 0x22}, kBase, 1));
+  attribution.call(call(CallKind::mmap, 7'000, {0, kMiB, 3, 0x22}, kBase, 3));
+  touch(attribution, kBase, 8, 8'000);
+  attribution.settle(8'500);
+  attribution.call(call(CallKind::munmap, 9'000, {kBase, kMiB}, 0, 1, 4'000));
+  touch(attribution, kBase + 8 * kPage, 2, 10'000);
+  attribution.finish();
+  EXPECT_EQ(faults_of(attribution, 3, kMmap, false), 10U);
+  EXPECT_EQ(faults_of(attribution, 0, kOutside, false), 0U);
+}
+
 TEST(Attribution, APartialMunmapSplitsTheMappingAndMremapMovesIt) {
   Attribution attribution(ThpMode::madvise);
   const std::uint64_t moved = kBase + 64 * kMiB;
   attribution.call(call(CallKind::mmap, 1'000, {0, 2 * kMiB, 3, 0x22}, kBase));
-  touch(attribution, kBase + kMiB, 10, 5'000);
+  touch(attribution, kBase + kMiB, 10, 4'000);
   attribution.call(call(CallKind::munmap, 10'000, {kBase + kMiB, kMiB}, 0, 1, 5'000));
   attribution.call(call(CallKind::mremap, 20'000, {kBase, kMiB, 2 * kMiB, 1}, moved, 1, 7'000));
   touch(attribution, moved, 20, 50'000);
@@ -297,7 +335,7 @@ TEST(Attribution, MemoryStaysBoundedOverManyCycles) {
     attribution.call(call(CallKind::mmap, time, {0, 8 * kMiB, 3, 0x22}, kBase));
     touch(attribution, kBase, 64, time + 10);
     time += 1'000;
-    attribution.call(call(CallKind::munmap, time, {kBase, 8 * kMiB}, 0));
+    attribution.call(call(CallKind::munmap, time, {kBase, 8 * kMiB}, 0, 1, 10));
     time += 100;
     if (cycle % 50 == 0) attribution.settle(time);
   }
@@ -334,7 +372,7 @@ TEST(Attribution, ABufferOutgrownAndCopiedIsCountedAsGrowthAndSameSizeChurnIsNot
     growing.call(call(CallKind::mmap, time, {0, size, 3, 0x22}, address));
     touch(growing, address, size / kPage, time + 1);  // the copy writes the new buffer
     time += size / kPage + 10;
-    if (previous) growing.call(call(CallKind::munmap, time++, {previous, previous_size}, 0));
+    if (previous) growing.call(call(CallKind::munmap, time++, {previous, previous_size}, 0, 1, 5));
     previous = address;
     previous_size = size;
     address += 2 * size;
@@ -350,7 +388,7 @@ TEST(Attribution, ABufferOutgrownAndCopiedIsCountedAsGrowthAndSameSizeChurnIsNot
   for (int frame = 0; frame < 5; ++frame) {
     churning.call(call(CallKind::mmap, time, {0, 8 * kMiB, 3, 0x22}, kBase));
     touch(churning, kBase, 16, time + 1);
-    churning.call(call(CallKind::munmap, time + 100, {kBase, 8 * kMiB}, 0));
+    churning.call(call(CallKind::munmap, time + 100, {kBase, 8 * kMiB}, 0, 1, 50));
     time += 200;
   }
   churning.finish();
