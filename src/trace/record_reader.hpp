@@ -42,6 +42,13 @@ class RecordReader {
     sink_.process({ProcessChange::start, pid, 0, time_ns, names_[pid]});
   }
 
+  // Every process of the traced tree seen so far.
+  [[nodiscard]] std::vector<int> processes() const {
+    std::vector<int> pids;
+    for (const auto& [pid, name] : names_) pids.push_back(pid);
+    return pids;
+  }
+
   // How full the fullest buffer is, 0 to 1.
   [[nodiscard]] double fullest() const;
 

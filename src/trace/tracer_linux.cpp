@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <csignal>
@@ -56,6 +57,26 @@ namespace {
 // isolate-*-v8.log into the command's working folder, which no NODE_OPTIONS switch turns off.
 constexpr const char* kNodeOptions = "--perf-basic-prof-only-functions --interpreted-frames-native-stack";
 constexpr const char* kJavaOptions = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:+PreserveFramePointer";
+
+// Whether the command or its environment asks a runtime for perf's map itself (node's
+// --perf-basic-prof or --perf-prof, the JVM's PerfMap switches, CPython's -X perf or
+// PYTHONPERFSUPPORT): then the maps are the user's, and stay.
+bool asks_for_perf_maps(const std::vector<std::string>& command) {
+  auto asks = [](std::string_view words) {
+    return words.find("perf-basic-prof") != std::string_view::npos || words.find("perf-prof") != std::string_view::npos ||
+           words.find("PerfMap") != std::string_view::npos || words == "perf";
+  };
+  for (const char* name : {"NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"}) {
+    const char* value = getenv(name);
+    if (value && asks(value)) return true;
+  }
+  const char* python = getenv("PYTHONPERFSUPPORT");
+  if (python && *python && std::string_view(python) != "0") return true;
+  for (const std::string& word : command) {
+    if (asks(word)) return true;
+  }
+  return false;
+}
 
 // `words` added after what the variable holds (the user's own settings come first and stay).
 void append_to_environment(const char* name, const char* words) {
@@ -186,6 +207,7 @@ class Tracing {
     (void)setpriority(PRIO_PROCESS, 0, -10);
     if (options_.window_opened) options_.window_opened();
     started_ns_ = monotonic_ns();
+    started_wall_s_ = time(nullptr) - 1;  // file times are whole seconds, and may lag the clock a tick
     if (!(attaching_ ? start_watching() : let_the_command_through())) return false;
     result_.started = true;
 
@@ -253,8 +275,22 @@ class Tracing {
     sweep_counts(Sweep::last);
     reader_.unwinder().name_jit_frames();  // a map written at exit is there now
     result_.unnamed_code_stacks = reader_.unwinder().unnamed_jit_stacks();
+    remove_perf_maps_asked_for();
     sink_.settle(UINT64_MAX);
     return true;
+  }
+
+  // The perf maps that node and the JVM wrote because memcost asked (kNodeOptions, kJavaOptions),
+  // now read: removed, so that /tmp does not keep one per traced process. Only a map of a process
+  // of the traced tree written while it ran, and only when the user asked for none.
+  void remove_perf_maps_asked_for() {
+    if (attaching_ || !options_.runtime_flags || asks_for_perf_maps(options_.command)) return;
+    const auto started_s = static_cast<time_t>(started_wall_s_);
+    for (int pid : reader_.processes()) {
+      const std::string path = perf_map_path(pid);
+      struct stat file {};
+      if (stat(path.c_str(), &file) == 0 && S_ISREG(file.st_mode) && file.st_mtime >= started_s) unlink(path.c_str());
+    }
   }
 
   // What the kernel accounted: the command's exit and rusage, or the attached process's /proc counters.
@@ -693,6 +729,7 @@ class Tracing {
   std::uint64_t last_sweep_ns_ = 0;
   int preload_pipe_[2] = {-1, -1}, go_[2] = {-1, -1}, exec_error_[2] = {-1, -1};
   pid_t child_ = 0;
+  std::int64_t started_wall_s_ = 0;  // the window's opening, wall-clock seconds (for file times)
   const std::size_t page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   std::size_t buffer_pages_ = 0;
   std::uint32_t stack_bytes_ = 0;

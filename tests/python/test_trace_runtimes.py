@@ -6,7 +6,6 @@ count within 2 % of what the program does where the program decides it."""
 import os
 import shutil
 import subprocess
-import warnings
 from pathlib import Path
 
 import pytest
@@ -130,14 +129,12 @@ def test_node_names_the_javascript_function(results_root, tmp_path):
     rows = rows_named(document, "allocateFrames")
     assert len(rows) == 1, [row["site"] for row in document["summary"]["rows"]]
     assert rows[0]["site"].startswith("allocateFrames (buffers.js:")
-    # Every buffer's faults, or (seen once in 5 CI runs, under AddressSanitizer, never in 30 runs
-    # here, with and without 3 CPU hogs beside it) all but two buffers'. The rest's row is in the warning,
-    # which CI prints, until the cause is found.
-    buffer_faults = 64 * PAGES_PER_MIB
-    if rows[0]["faults"] != pytest.approx(30 * buffer_faults, rel=0.02):
-        warnings.warn(f"allocateFrames was charged {rows[0]['faults']} faults, not 30 buffers' "
-                      f"{30 * buffer_faults}:\n{described(document)}")
-    assert rows[0]["faults"] >= 28 * buffer_faults - 0.02 * 30 * buffer_faults, described(document)
+    # Every buffer's faults. (Until stop 39 two buffers of 30 could lose their site: node frees a
+    # buffer on another thread, and a free recorded after the next buffer's mapping took it away.)
+    assert rows[0]["faults"] == pytest.approx(30 * 64 * PAGES_PER_MIB, rel=0.02), described(document)
+    # The perf map memcost asked node for is removed once read.
+    pids = [process["pid"] for process in document["summary"]["processes"]]
+    assert pids and not [pid for pid in pids if Path(f"/tmp/perf-{pid}.map").exists()]
     assert not [w for w in document["warnings"] if w["code"] == "runtime_unnamed"]
 
 
@@ -213,7 +210,9 @@ def test_without_root_the_javascript_function_is_still_the_site(tmp_path):
     summary = _trace_as_nobody(tmp_path, [RUNTIMES / "buffers.js"], [node, "buffers.js"])
     rows = [row for row in summary["rows"] if row["site"].startswith("allocateFrames (buffers.js:")]
     assert rows, [row["site"] for row in summary["rows"]]
-    assert rows[0]["faults"] >= 0.8 * 30 * 64 * PAGES_PER_MIB
+    # Without privilege a loaded machine can make the tracer lose records (counted).
+    lost = summary["totals"]["lost_records"]
+    assert rows[0]["faults"] + lost >= 0.98 * 30 * 64 * PAGES_PER_MIB, (rows[0]["faults"], lost)
 
 
 def test_without_root_an_inlined_helper_is_still_one_site_per_caller(tmp_path):
