@@ -70,6 +70,7 @@ PROBE_VARIANTS = {
     "--cpu-sample-us 0": ["--cpu-sample-us", "0"],
     "--cpu-sample-us 0 --time-faults-one-in 0": ["--cpu-sample-us", "0", "--time-faults-one-in", "0"],
     "--fault-counting perf": ["--fault-counting", "perf"],
+    "--fault-counting perf --touch-samples-per-second 0": ["--fault-counting", "perf", "--touch-samples-per-second", "0"],
 }
 
 

@@ -20,6 +20,8 @@ namespace memcost::trace::detail {
 // The faulting instruction is in the user registers (a kernel-mode fault's sample IP is the kernel's).
 inline constexpr std::uint64_t kFaultSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR |
                                            PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+// A fault counted by its record alone: which thread, when, where (the touching stacks are sampled).
+inline constexpr std::uint64_t kFaultAddressSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR;
 inline constexpr std::uint64_t kEnterSampleType =
     PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
 inline constexpr std::uint64_t kExitSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;

@@ -11,7 +11,9 @@
 // - Page faults: with count_in_kernel, where the BPF counter loads (fault_counter.hpp), every
 //   fault is counted in the kernel and delivered as RegionFaults, and the kernel's software
 //   page-fault event samples only the touching stacks (Fault.counted false, with its period).
-//   Otherwise that event records every fault (sample_period 1) unless told otherwise. Faults taken
+//   Otherwise, with touch_samples_per_second, a page-fault event records every fault's address
+//   (no stack: Fault.stack 0) and the minor-fault event samples the touching stacks; with 0, the
+//   page-fault event records every fault (sample_period 1, unless told otherwise) with its stack. Faults taken
 //   in kernel mode on the command's behalf (read() into a fresh buffer) are included where the
 //   caller may see kernel samples.
 // - Mapping calls (mmap, munmap, mremap, brk, madvise): the raw_syscalls tracepoints filtered to
@@ -81,8 +83,8 @@ struct Options {
   int attach_pid = 0;                    // instead of a command: a running process (needs tracepoints)
   double attach_seconds = 0;             // how long to watch it (0: until it exits or SIGINT/SIGTERM)
   std::uint64_t sample_period = 1;       // one fault sample per this many faults (counting with perf)
-  // Count every fault in the kernel (fault_counter.hpp) where it can, and sample the touching
-  // stacks `touch_samples_per_second` times a second per CPU instead of recording every fault.
+  // Count every fault in the kernel (fault_counter.hpp) where it can. Either way, sample the touching
+  // stacks `touch_samples_per_second` times a second per CPU (0: a stack with every fault, by perf).
   bool count_in_kernel = true;
   std::uint32_t touch_samples_per_second = 1000;
   // Counting in the kernel: one fault in this many, chosen at random, is timed there (0: none).
@@ -254,7 +256,7 @@ struct Result {
   std::string kernel_counting;     // why faults were not counted in the kernel, when they were not
   std::uint64_t kernel_faults = 0;           // every fault the in-kernel counter saw
   std::uint64_t kernel_faults_uncounted = 0;  // of those, not counted: its region map was full
-  std::uint64_t touch_samples_per_second = 0;  // asked of perf per CPU (0: every fault recorded)
+  std::uint64_t touch_samples_per_second = 0;  // asked of perf per CPU (0: a stack with every fault)
   std::uint32_t fault_timing_one_in = 0;       // faults timed in the kernel: one in this many (0: none)
   std::uint64_t cpu_sample_period_ns = 0;  // as used; 0: fault time not sampled (cpu_sampling says why)
   std::string cpu_sampling;     // how fault time was sampled, or why it was not

@@ -173,13 +173,20 @@ class Tracing {
     size_buffers();
     descriptors_.buffers = &reader_.buffers;
     count_in_kernel();  // first: the kernel's symbols, read next, then name its programs too
-    if (counter_) buffer_pages_ = std::min<std::size_t>(buffer_pages_, options_.counting_buffer_pages);
+    // Without the in-kernel counter, every fault is a record: its address alone, the touching stacks
+    // sampled (touch_samples_per_second), or (0) each with its stack, as --raw and --sample-period need.
+    counts_by_address_ = !counter_ && options_.touch_samples_per_second > 0;
+    if (counter_ || counts_by_address_) buffer_pages_ = std::min<std::size_t>(buffer_pages_, options_.counting_buffer_pages);
     // A record per fault into a small buffer (no privilege to lock more): the kernel stops the
     // command itself every so many faults (open_pacing_event), not only the tracer.
     stop_by_kernel_ = !counter_ && !attaching_ && buffer_pages_ * page_ < (32U << 20);
     // A quarter of what a buffer holds (a record: the copied stack and about 150 bytes more), so
     // that a few threads faulting at once before the stop takes effect still fit.
-    pace_faults_ = std::max<std::uint64_t>(16, buffer_pages_ * page_ / (stack_bytes_ + 150) / 4);
+    // With address records, a fault's record is 40 bytes; a second's touching samples take their room first.
+    const std::uint64_t record_bytes = counts_by_address_ ? 40 : stack_bytes_ + 150;
+    const std::uint64_t sample_bytes = counts_by_address_ ? std::uint64_t{options_.touch_samples_per_second} * (stack_bytes_ + 150) : 0;
+    const std::uint64_t room = buffer_pages_ * page_ > 2 * sample_bytes ? buffer_pages_ * page_ - sample_bytes : buffer_pages_ * page_ / 2;
+    pace_faults_ = std::max<std::uint64_t>(16, room / record_bytes / 4);
     choose_cpu_sampling();
     const long cpus = sysconf(_SC_NPROCESSORS_CONF);
     for (int cpu = 0; cpu < cpus; ++cpu) {
@@ -216,7 +223,7 @@ class Tracing {
     Hold hold(child_);
     // A small buffer (no privilege to lock more) overflows within one slow step: hold before each.
     // A large one only once it is filling; counting in the kernel, 16 MiB is large (no record per fault).
-    const bool small_buffers = buffer_pages_ * page_ < (counter_ ? (4U << 20) : (32U << 20));
+    const bool small_buffers = buffer_pages_ * page_ < (counter_ || counts_by_address_ ? (4U << 20) : (32U << 20));
     if (small_buffers) {
       reader_.behind_at = 1.0 / 8;
       reader_.check_every = 64;
@@ -299,6 +306,11 @@ class Tracing {
                                           : "perf software event page-faults, user mode only (kernel-mode sampling not "
                                             "permitted)";
     result_.lost_records = reader_.lost;
+    if (counts_by_address_) {
+      result_.fault_source += ", every fault recorded by its address (no stack); touching stacks sampled by a second "
+                              "page-faults event, " + std::to_string(options_.touch_samples_per_second) + " a second per CPU";
+      result_.touch_samples_per_second = options_.touch_samples_per_second;
+    }
     if (counter_) {
       result_.fault_source = "BPF programs on the tracepoints exceptions:page_fault_user and page_fault_kernel, every "
                              "fault counted in the kernel per 2 MiB region; touching stacks sampled by the perf "
@@ -461,13 +473,18 @@ class Tracing {
   // The page-fault event on `target` and `cpu`; the first on a CPU owns its ring buffer
   // (`owner_fd`, set here). kOffline, kGone, or -1 with status_ set.
   int open_fault_event(pid_t target, int cpu, int& owner_fd) {
-    const std::uint64_t sample_type = kFaultSampleType | (counter_ ? PERF_SAMPLE_PERIOD : 0);
+    const bool sampled = counter_ || counts_by_address_;
+    const std::uint64_t sample_type = kFaultSampleType | (sampled ? PERF_SAMPLE_PERIOD : 0);
     perf_event_attr attr = base_attr(sample_type, stack_bytes_);
     if (attaching_) attr.enable_on_exec = 0;  // enabled as the window opens
     attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_PAGE_FAULTS;
-    if (counter_) {
-      // The counts are the kernel counter's; perf picks the period that gives this many stacks a second.
+    // Beside the address records' page-faults event, the stacks come from the minor-fault event: two
+    // events on one software event share the kernel's sample data, and the second then wrote no
+    // samples at all (Linux 6.18). The faults of big allocations are minor faults.
+    attr.config = counts_by_address_ ? PERF_COUNT_SW_PAGE_FAULTS_MIN : PERF_COUNT_SW_PAGE_FAULTS;
+    if (sampled) {
+      // The counts are the kernel counter's, or the address records' (open_address_event); perf
+      // picks the period that gives this many stacks a second.
       attr.freq = 1;
       attr.sample_freq = options_.touch_samples_per_second;
     } else {
@@ -515,14 +532,38 @@ class Tracing {
     std::uint64_t id = 0;
     ioctl(fault_fd, PERF_EVENT_IOC_ID, &id);
     Event event{EventKind::fault, sample_type};
-    event.counted = counter_ == nullptr;
+    event.counted = !sampled;
     reader_.events[id] = event;
+    if (counts_by_address_ && !open_address_event(target, cpu, owner_fd, attr.exclude_kernel != 0)) return -1;
     if (cpu_sampling_ && !kernel_faults_) {
       cpu_sampling_ = false;
       result_.cpu_sample_period_ns = 0;
       result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1";
     }
     return fault_fd;
+  }
+
+  // Every fault's record without a stack (counts_by_address_): its thread, time and address, 40
+  // bytes where a record with the stack copied is over 2 KiB, into the same buffer. What the
+  // attribution needs to charge each fault to its mapping; the touching stacks are sampled.
+  bool open_address_event(pid_t target, int cpu, int owner_fd, bool user_only) {
+    perf_event_attr attr = base_attr(kFaultAddressSampleType, 0);
+    if (attaching_) attr.enable_on_exec = 0;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_PAGE_FAULTS;
+    attr.sample_period = 1;
+    attr.exclude_kernel = user_only ? 1 : 0;
+    const int fd = open_event(attr, target, cpu);
+    if (fd < 0) {
+      if (attaching_ && errno == ESRCH) return true;  // gone since its stack event opened
+      return abandon(failed("perf_event_open(page faults, addresses)"));
+    }
+    descriptors_.fds.push_back(fd);
+    if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+    std::uint64_t id = 0;
+    ioctl(fd, PERF_EVENT_IOC_ID, &id);
+    reader_.events[id] = Event{EventKind::fault, kFaultAddressSampleType};
+    return true;
   }
 
   // The cpu-clock sampler of kernel time on `target` and `cpu`; false with status_ set.
@@ -715,6 +756,7 @@ class Tracing {
   Sink& sink_;
   Failure& status_;
   const bool attaching_;
+  bool counts_by_address_ = false;  // every fault a record of its address, touching stacks sampled (open_address_event)
   bool stop_by_kernel_ = false;  // the kernel stops the command every pace_faults_ faults (open_pacing_event)
   std::uint64_t pace_faults_ = 0;
   Result result_;

@@ -111,23 +111,38 @@ def test_counting_in_the_kernel_times_one_fault_in_16_there(traced):
 
 
 @needs_tracing
-def test_a_record_per_fault_gives_the_same_sites_and_counts(traced, sites_program, golden_results, tmp_path):
+@pytest.mark.parametrize("touching", ["sampled", "every fault"])
+def test_the_perf_path_gives_the_same_sites_and_counts(traced, sites_program, golden_results, tmp_path, touching):
     """The perf path (--fault-counting perf), which runs wherever BPF cannot load, charges the same
-    faults to the same sites as the in-kernel counter, and its touching counts are exact."""
+    faults to the same sites as the in-kernel counter: every fault a record of its address, the
+    touching stacks sampled; or, with --touch-samples-per-second 0, every fault with its stack,
+    and then the touching counts are exact."""
     _, counted, _ = traced
     root = tmp_path / "results"
     shutil.copytree(golden_results, root)
-    result = run_memcost("--results-dir", str(root), "trace", "--fault-counting", "perf", "--",
+    every = ["--touch-samples-per-second", "0"] if touching == "every fault" else []
+    result = run_memcost("--results-dir", str(root), "trace", "--fault-counting", "perf", *every, "--",
                          str(sites_program), "fresh", "3")
     assert result.returncode == 3, result.stderr  # the program's own exit code, passed on
     recorded = load_document(root / "latest" / "trace.json")
-    assert not recorded["summary"]["totals"]["counted_in_kernel"]
-    assert recorded["summary"]["totals"]["kernel_counting"] == "not asked for"
+    totals = recorded["summary"]["totals"]
+    assert not totals["counted_in_kernel"]
+    assert totals["kernel_counting"] == "not asked for"
+    assert totals["lost_records"] == 0
     for function in ("site_a_frames", "site_b_allocate"):
         assert _row(recorded, function)["faults"] == pytest.approx(_row(counted, function)["faults"], abs=20)
-    touching = {row["site"].split(" ")[0].split(".")[0]: row for row in recorded["summary"]["touching"]}
-    assert "samples" not in touching["site_b_writer"]  # exact: no sampling error to show
-    assert touching["site_b_writer"]["faults"] == pytest.approx(65536, rel=0.02)
+    touching_rows = {row["site"].split(" ")[0].split(".")[0]: row for row in recorded["summary"]["touching"]}
+    writer = touching_rows["site_b_writer"]
+    if every:
+        assert "samples" not in writer  # exact: no sampling error to show
+        assert writer["faults"] == pytest.approx(65536, rel=0.02)
+        assert totals["touch_samples"] == 0
+    else:
+        assert writer["samples"] > 0 and totals["touch_samples"] > 0
+        assert "every fault recorded by its address" in totals["fault_source"]
+        assert "sampled stacks" in result.stdout
+        # The writer's share of the counted faults, estimated from its samples (binomial error).
+        assert abs(writer["faults"] - 65536) <= 4 * writer["faults_error"] + 0.02 * 65536, writer
 
 
 @needs_tracing
@@ -231,7 +246,7 @@ def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
             (folder / Path(name).name).chmod(0o755)
         folder.chmod(0o755)
         result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                 str(folder / "memcost-probe"), "trace", "--", str(folder / sites_program.name), "fresh"],
+                                 str(folder / "memcost-probe"), "trace", "--command-stdout-fd", "2", "--", str(folder / sites_program.name), "fresh"],
                                 capture_output=True, text=True, timeout=120, cwd="/tmp")
     finally:
         shutil.rmtree(folder)

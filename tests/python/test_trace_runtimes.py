@@ -192,7 +192,9 @@ def _trace_as_nobody(tmp_path: Path, files: list[Path], command: list[str]) -> d
             (folder / Path(name).name).chmod(0o755)
         folder.chmod(0o755)
         result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "HOME=/tmp",
-                                 str(folder / "memcost-probe"), "trace", "--", *command],
+                                 # The command's output apart from the probe's records (a long record and
+                                 # node's output, written at once, could interleave in one pipe).
+                                 str(folder / "memcost-probe"), "trace", "--command-stdout-fd", "2", "--", *command],
                                 capture_output=True, text=True, timeout=300, cwd=folder)
     finally:
         shutil.rmtree(folder)

@@ -29,11 +29,12 @@ OPTIONS = [
     Option("cpu_sample_us", "measure fault time by sampling each thread's CPU time in the kernel every US µs (default "
            "1000, with --pid 0; 0: not sampled). Needs root or kernel.perf_event_paranoid <= 1; otherwise estimated, and said so",
            parse=arguments.non_negative_int, metavar="US"),
-    Option("fault_counting", "kernel: count every fault in the kernel (a BPF program, as root) and sample the touching "
-           "stacks; perf: a record with its stack per fault (default kernel; perf where BPF cannot load, said so)",
-           choices=["kernel", "perf"], metavar="HOW"),
-    Option("touch_samples_per_second", "counting in the kernel: touching stacks sampled per second per CPU "
-           "(default 1000, with --pid 10)", parse=arguments.positive_int, metavar="N"),
+    Option("fault_counting", "kernel: count every fault in the kernel (a BPF program, as root); perf: a perf record "
+           "of every fault's address. Either way the touching stacks are sampled (default kernel; perf where BPF cannot "
+           "load, said so)", choices=["kernel", "perf"], metavar="HOW"),
+    Option("touch_samples_per_second", "touching stacks sampled per second per CPU, every fault being counted apart "
+           "(default 1000, with --pid 10; 0: a stack recorded with every fault, by perf: exact touching sites, at "
+           "several times the cost)", parse=arguments.non_negative_int, metavar="N"),
     Option("time_faults_one_in", "counting in the kernel: time one fault in N, chosen at random, in the kernel, from "
            "the handler's entry to its page-count update (default 16, with --pid 0; 1: every fault, about 8 percent more time on a fault "
            "storm here; 0: none, and no program on the page-count update)", parse=arguments.non_negative_int, metavar="N"),
@@ -433,6 +434,11 @@ def totals_lines(summary: dict) -> list[str]:
         how = (f"How: faults from {totals['fault_source']}: every fault counted, charged in the probe to the mappings "
                f"live in its region within one generation (no page taken away between), the touching sites shared out "
                f"by {totals['touch_samples']:,} sampled stacks (± binomial error)")
+    elif totals.get("touch_samples"):
+        how = (f"How: faults from {totals['fault_source']}"
+               + (f" (not counted in the kernel: {totals['kernel_counting']})" if totals.get("kernel_counting") else "")
+               + f": every fault charged in the probe to the mapping live at its address at its moment, the touching "
+               f"sites shared out by {totals['touch_samples']:,} sampled stacks (± binomial error)")
     else:
         how = (f"How: faults from {totals['fault_source']} (every {totals['sample_period']} fault"
                f"{'s' if totals['sample_period'] > 1 else ''}"

@@ -207,16 +207,18 @@ void add_trace_options(CLI::App& command, Settings& settings) {
       ->check(CLI::Range(0U, 1000000U));
   command.add_option("--fault-counting", settings.fault_counting,
                      "kernel: count every fault in the kernel (BPF, as root) and sample the touching stacks; perf: "
-                     "a perf record with its stack per fault (default kernel, and perf where BPF cannot load; "
-                     "--raw-file and --sample-period above 1 use perf)")
+                     "a perf record of every fault's address, and the touching stacks sampled (default kernel, and "
+                     "perf where BPF cannot load; --raw-file, --sample-period above 1 and --touch-samples-per-second 0 "
+                     "record a stack with every fault, by perf)")
       ->check(CLI::IsMember({"kernel", "perf"}));
   command.add_option("--time-faults-one-in", settings.time_faults_one_in,
                      "counting in the kernel: time one fault in N, chosen at random, in the kernel, from the "
                      "handler's entry to its page-count update (default 16; 1: every fault; 0: none)")
       ->check(CLI::Range(0U, 1U << 20));
   command.add_option("--touch-samples-per-second", settings.touch_samples_per_second,
-                     "counting in the kernel: touching stacks sampled per second per CPU (default 1000)")
-      ->check(CLI::Range(1U, 100000U));
+                     "touching stacks sampled per second per CPU, every fault being counted apart (default 1000; "
+                     "0: a stack with every fault, recorded by perf)")
+      ->check(CLI::Range(0U, 100000U));
   command.add_option("--window-seconds", settings.window_seconds,
                      "also emit the counters so far every this many seconds, tagged with the window's number "
                      "(a long trace's windows; 0: at the end only)")
@@ -270,8 +272,10 @@ trace::Options tracer_options(const Settings& settings) {
   options.runtime_flags = !settings.no_runtime_flags;
   options.cpu_sample_period_ns = std::uint64_t{settings.cpu_sample_us} * 1000;
   // Raw records are every fault's, and a sample period asks for perf's sampling of them.
-  options.count_in_kernel = settings.fault_counting == "kernel" && settings.raw_file.empty() && settings.sample_period == 1;
-  options.touch_samples_per_second = settings.touch_samples_per_second;
+  // Both need a stack with every recorded fault, and so does --touch-samples-per-second 0.
+  const bool stack_per_fault = !settings.raw_file.empty() || settings.sample_period > 1 || settings.touch_samples_per_second == 0;
+  options.count_in_kernel = settings.fault_counting == "kernel" && !stack_per_fault;
+  options.touch_samples_per_second = stack_per_fault ? 0 : settings.touch_samples_per_second;
   options.fault_timing_one_in = settings.time_faults_one_in;
   return options;
 }
