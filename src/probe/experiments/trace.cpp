@@ -342,10 +342,16 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
                                             "counts are a lower bound); --fault-counting perf records each fault");
   }
   if (result.lost_records) {
+    // A stack with every fault (--touch-samples-per-second 0, --raw, --sample-period) is 50 times
+    // the bytes of a fault's address record.
+    const bool stack_per_fault = !result.counted_in_kernel && result.touch_samples_per_second == 0;
     emitter.warning("events_lost", std::to_string(result.lost_records) +
                                        " records were lost (ring buffer full; the counts are a lower bound): "
-                                       "run as root (larger buffers), or pass --sample-period above 1 to "
-                                       "record one fault in N");
+                                       "run as root (faults counted in the kernel, larger buffers)" +
+                                       std::string(stack_per_fault ? ", record the stacks by sampling (leave out "
+                                                                     "--touch-samples-per-second 0 and --raw)"
+                                                                   : "") +
+                                       ", or pass --sample-period above 1 to record one fault in N");
   }
 }
 
