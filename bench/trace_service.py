@@ -20,6 +20,7 @@ per thread. It prints each variant's median ratio and memcost's own counts again
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -56,16 +57,27 @@ def rate(times: list[float], begin: float, end: float) -> float:
     return sum(begin <= at < end for at in times) / (end - begin)
 
 
-def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tuple[float, float]:
-    """One measurement of bpftrace running `program` (its PID replaced by the service's) for
-    `seconds` after the client's untraced `seconds`: the rate before, and the rate from when
-    bpftrace said it attached until it was stopped."""
+@contextlib.contextmanager
+def client_running(port: int):
+    """The client sending requests throughout the block: its answer times (filled as they come)
+    and the moment it started."""
     times: list[float] = []
     stop = threading.Event()
     client = threading.Thread(target=answer_times, args=(port, stop, times))
     began = time.monotonic()
     client.start()
     try:
+        yield times, began
+    finally:
+        stop.set()
+        client.join()
+
+
+def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tuple[float, float]:
+    """One measurement of bpftrace running `program` (its PID replaced by the service's) for
+    `seconds` after the client's untraced `seconds`: the rate before, and the rate from when
+    bpftrace said it attached until it was stopped."""
+    with client_running(port) as (times, began):
         time.sleep(seconds)
         tracer = subprocess.Popen(["bpftrace", "-e", program.replace("PID", str(pid))], stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True)
@@ -77,9 +89,6 @@ def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tupl
         closed = time.monotonic()
         tracer.send_signal(2)
         tracer.communicate(timeout=60)
-    finally:
-        stop.set()
-        client.join()
     return rate(times, began, began + seconds), rate(times, opened, closed)
 
 
@@ -88,12 +97,7 @@ def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, f
     memcost attached for `seconds` more. The rate before, the rate in memcost's watched window
     (from its records: when it opened and how long it lasted), and memcost's totals. Untraced
     (no flags): the rates of two adjacent stretches of `seconds`."""
-    times: list[float] = []
-    stop = threading.Event()
-    client = threading.Thread(target=answer_times, args=(port, stop, times))
-    began = time.monotonic()
-    client.start()
-    try:
+    with client_running(port) as (times, began):
         time.sleep(seconds)
         if flags is None:
             time.sleep(seconds)
@@ -102,9 +106,6 @@ def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, f
                    "--export-pprof", str(results / "windows"), "--seconds", str(seconds), *flags]
         watcher = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                  timeout=seconds + 120)
-    finally:
-        stop.set()
-        client.join()
     if watcher.returncode != 0:
         raise RuntimeError(f"memcost failed (exit {watcher.returncode}): {watcher.stderr.strip()[-400:]}")
     document = json.loads((results / "latest" / "trace.json").read_text())

@@ -180,9 +180,10 @@ class Tracing {
     // A record per fault into a small buffer (no privilege to lock more): the kernel stops the
     // command itself every so many faults (open_pacing_event), not only the tracer.
     stop_by_kernel_ = !counter_ && !attaching_ && buffer_pages_ * page_ < (32U << 20);
-    // A quarter of what a buffer holds (a record: the copied stack and about 150 bytes more), so
-    // that a few threads faulting at once before the stop takes effect still fit.
-    // With address records, a fault's record is 40 bytes; a second's touching samples take their room first.
+    // A quarter of what a buffer holds, so that the faults of a few threads before the stop takes
+    // effect (it comes late: up to about 6,000 faults after the overflow was measured) still fit.
+    // A record is 40 bytes with address records, after a second of touching samples' room; with a
+    // stack per fault, the copied stack and about 150 bytes more.
     const std::uint64_t record_bytes = counts_by_address_ ? 40 : stack_bytes_ + 150;
     const std::uint64_t sample_bytes = counts_by_address_ ? std::uint64_t{options_.touch_samples_per_second} * (stack_bytes_ + 150) : 0;
     const std::uint64_t room = buffer_pages_ * page_ > 2 * sample_bytes ? buffer_pages_ * page_ - sample_bytes : buffer_pages_ * page_ / 2;
