@@ -5,11 +5,13 @@
 
 #include <cstring>
 
+#include "trace/common.hpp"
 #include "trace/python_frames.hpp"
 
 namespace memcost::trace::detail {
 
-void PreloadReader::drain() {
+std::uint64_t PreloadReader::drain() {
+  const std::uint64_t began_ns = monotonic_ns();
   char chunk[65536];
   while (true) {
     ssize_t got = read(fd_, chunk, sizeof(chunk));
@@ -40,6 +42,7 @@ void PreloadReader::drain() {
     at += record.size;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(at));
+  return began_ns;
 }
 
 }  // namespace memcost::trace::detail

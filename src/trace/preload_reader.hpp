@@ -2,6 +2,7 @@
 // pipe as they come and delivered as mapping calls, their stacks symbolized by the Unwinder.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "trace/preload_abi.h"
@@ -24,7 +25,11 @@ class PreloadReader {
   void read_from(int fd) { fd_ = fd; }
 
   // Every whole record the pipe holds now, as calls to the sink (a record cut short waits).
-  void drain();
+  // Returns when it began to read (CLOCK_MONOTONIC): every call whose record was written before
+  // then has been delivered. A record is written after its call returns, and the memory the
+  // call made is touched only after that, but a thread can be held up between the two (a busy
+  // CPU): faults are settled no later than this, or a mapping could miss its first faults.
+  std::uint64_t drain();
 
  private:
   int fd_;

@@ -206,6 +206,14 @@ class Tracing {
     return true;
   }
 
+  // The records the buffers and the preload pipe hold now, delivered; returns the time up to which
+  // every record of both has been (the earlier of the two: a call's pipe record can come well after
+  // the perf records of other threads' events at the same moment).
+  std::uint64_t read_records(Hold& hold) {
+    const std::uint64_t settled = reader_.drain(false, [&] { hold.hold(); });
+    return preloading_ ? std::min(settled, preload_.drain()) : settled;
+  }
+
   // The window opens: the command goes through the door (or the events are enabled on the
   // process attached to) and the tracer reads until it has ended, holding the traced tree still
   // whenever a buffer fills.
@@ -243,8 +251,7 @@ class Tracing {
       // Behind the kernel (a buffer a quarter full): hold the traced tree still while catching
       // up, rather than lose records. It is told nothing.
       if (reader_.fullest() > reader_.behind_at) hold.hold();
-      std::uint64_t settled = reader_.drain(false, [&] { hold.hold(); });
-      if (preloading_) preload_.drain();
+      std::uint64_t settled = read_records(hold);
       const std::uint64_t now = monotonic_ns();
       const bool period_ended = options_.period_ns && options_.period_ended && now - period_started >= options_.period_ns;
       if (counter_) {
@@ -258,7 +265,7 @@ class Tracing {
       // inside the read): what was written up to it is read too before the command goes on, so that
       // a buffer never starts the next quarter with the last one unread.
       const bool stopped_while_reading = stop_by_kernel_ && !stopped && (hold.holding() || stopped_by_kernel());
-      if (stopped_while_reading) sink_.settle(reader_.drain(false, [&] { hold.hold(); }));
+      if (stopped_while_reading) sink_.settle(read_records(hold));
       const bool kernel_stopped = stopped || (stopped_while_reading && !hold.holding());
       hold.release();
       if (kernel_stopped) {

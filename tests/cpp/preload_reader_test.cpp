@@ -82,5 +82,29 @@ TEST(PreloadReader, ARecordBecomesACallWithItsPythonFrames) {
   close(fds[1]);
 }
 
+// The tracer settles faults no later than the moment the pipe was last read from: a record written
+// before drain() began is delivered by it, one written after is not, and the time says which.
+TEST(PreloadReader, DrainSaysUpToWhenEveryRecordWasDelivered) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_NONBLOCK), 0);
+  Options options;
+  CollectingSink sink;
+  detail::Unwinder unwinder(options, sink);
+  detail::PreloadReader reader(fds[0], unwinder, sink);
+  const std::vector<char> record = malloc_record();
+  ASSERT_EQ(write(fds[1], record.data(), record.size()), static_cast<ssize_t>(record.size()));
+  const std::uint64_t written_ns = detail::monotonic_ns();
+  const std::uint64_t began_ns = reader.drain();
+  const std::uint64_t returned_ns = detail::monotonic_ns();
+  EXPECT_EQ(sink.calls.size(), 1U);
+  EXPECT_GE(began_ns, written_ns);
+  EXPECT_LE(began_ns, returned_ns);
+  // An empty pipe: nothing delivered, and the time still moves on.
+  EXPECT_GE(reader.drain(), began_ns);
+  EXPECT_EQ(sink.calls.size(), 1U);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 }  // namespace
 }  // namespace memcost::trace
