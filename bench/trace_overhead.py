@@ -9,7 +9,9 @@ its ratio to the untraced median, and the storm process's own system time (GNU t
 tool adds inside the fault handler, the tracer's presence in the faults it measures. Variants
 whose tool is not installed are left out and said so.
 
-    sudo python3 bench/trace_overhead.py [--rounds 3] [--storm-rounds 32] [--memcost .venv/bin/memcost]
+`--only TEXT` (repeatable) keeps the variants whose label contains TEXT, and untraced.
+
+    sudo python3 bench/trace_overhead.py [--rounds 3] [--storm-rounds 32] [--only TEXT] [--memcost .venv/bin/memcost]
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ PROBE_VARIANTS = {
     "--cpu-sample-us 0 --time-faults-one-in 0": ["--cpu-sample-us", "0", "--time-faults-one-in", "0"],
     "--fault-counting perf": ["--fault-counting", "perf"],
     "--fault-counting perf --touch-samples-per-second 0": ["--fault-counting", "perf", "--touch-samples-per-second", "0"],
+    # What `trace --pid` samples by default (docs/trace.md, "A service under --pid"), and sampled
+    # counts instead: one fault in N recorded with its stack by perf, no program on every fault.
+    "--touch-samples-per-second 10 --cpu-sample-us 0 --time-faults-one-in 0 (the --pid defaults)": [
+        "--touch-samples-per-second", "10", "--cpu-sample-us", "0", "--time-faults-one-in", "0"],
+    "--sample-period 64 --cpu-sample-us 0": ["--sample-period", "64", "--cpu-sample-us", "0"],
+    "--sample-period 256 --cpu-sample-us 0": ["--sample-period", "256", "--cpu-sample-us", "0"],
 }
 
 
@@ -127,6 +135,8 @@ def main() -> int:
     parser.add_argument("--storm-rounds", type=int, default=32, help="256 MiB written and freed this many times (default 32)")
     parser.add_argument("--memcost", default=str(ROOT / ".venv" / "bin" / "memcost"), help="the memcost command to measure")
     parser.add_argument("--seed", type=int, default=int(time.time()), help="the order's seed (recorded in the output)")
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="measure only the variants whose label contains TEXT (repeatable; untraced always runs)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("trace_overhead: run as root (perf record, bpftrace and memcost trace need it)", file=sys.stderr)
@@ -152,6 +162,9 @@ def measure(args) -> int:
         else:
             print("GNU time is not installed (Debian: time): the storm's own system time is left out", file=sys.stderr)
         commands = variants(storm, bare_storm, args.memcost, installed_probe(args.memcost), folder)
+        if args.only:
+            commands = {label: command for label, command in commands.items()
+                        if label == "untraced" or any(text in label for text in args.only)}
         if Path(args.memcost).exists():
             # As a user has it after `memcost costs` once: the trace prices faults from it, not a calibration run.
             subprocess.run([args.memcost, "--results-dir", str(folder / "results"), "costs", "--quick"],

@@ -12,9 +12,13 @@ by the rate just before. Each round measures, in an order shuffled from a record
 time measured in the kernel; at a command's defaults; with `--fault-counting perf` (a record of
 each fault's address); and, where bpftrace is installed, an empty BPF program on the fault
 tracepoint (near the floor of any exact count in the kernel) and bpftrace counting the service's faults
-per thread. It prints each variant's median ratio and memcost's own counts against the kernel's.
+per thread; and sampled counts (`--sample-period 64`, `256`). The client first runs one stretch
+unmeasured (the service's first seconds are slower). It prints each variant's median ratio with a
+distribution-free 95 % interval of the median, the service's own CPU time per request before ÷ in
+the window (the same ratio, apart from waiting), and memcost's own counts against the kernel's.
+`--only TEXT` (repeatable) keeps the variants whose label contains TEXT, and untraced.
 
-    sudo python3 bench/trace_service.py [--rounds 5] [--seconds 12] [--memcost .venv/bin/memcost]
+    sudo python3 bench/trace_service.py [--rounds 5] [--seconds 12] [--only TEXT] [--memcost .venv/bin/memcost]
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -53,31 +58,67 @@ def answer_times(port: int, stop: threading.Event, times: list[float]) -> None:
             times.append(time.monotonic())
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median: the order statistics k and n + 1 - k, the widest
+    pair whose binomial coverage is at least `confidence` (the whole range when there are too few)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    best = (ordered[0], ordered[-1])
+    for k in range(1, n // 2 + 1):
+        coverage = sum(math.comb(n, i) for i in range(k, n - k + 1)) / 2 ** n
+        if coverage < confidence:
+            break
+        best = (ordered[k - 1], ordered[n - k])
+    return best
+
+
 def rate(times: list[float], begin: float, end: float) -> float:
     return sum(begin <= at < end for at in times) / (end - begin)
 
 
+def cpu_times(pid: int, stop: threading.Event, readings: list[tuple[float, float]]) -> None:
+    """The service's own CPU time (user + system, /proc/PID/stat) every 50 ms until `stop`, with
+    when it was read: what a request costs the service, apart from how long it waited."""
+    tick = os.sysconf("SC_CLK_TCK")
+    while not stop.is_set():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        readings.append((time.monotonic(), (int(fields[11]) + int(fields[12])) / tick))
+        stop.wait(0.05)
+
+
+def cpu_per_request(readings: list[tuple[float, float]], times: list[float], begin: float, end: float) -> float:
+    """The service's CPU seconds per request between the readings nearest `begin` and `end`."""
+    first = min(readings, key=lambda reading: abs(reading[0] - begin))
+    last = min(readings, key=lambda reading: abs(reading[0] - end))
+    answered = sum(first[0] <= at < last[0] for at in times)
+    return (last[1] - first[1]) / answered if answered else float("nan")
+
+
 @contextlib.contextmanager
-def client_running(port: int):
-    """The client sending requests throughout the block: its answer times (filled as they come)
-    and the moment it started."""
+def client_running(port: int, pid: int):
+    """The client sending requests throughout the block: its answer times (filled as they come),
+    the moment it started, and the service's CPU time read as it goes."""
     times: list[float] = []
+    readings: list[tuple[float, float]] = []
     stop = threading.Event()
     client = threading.Thread(target=answer_times, args=(port, stop, times))
+    reader = threading.Thread(target=cpu_times, args=(pid, stop, readings))
     began = time.monotonic()
+    reader.start()
     client.start()
     try:
-        yield times, began
+        yield times, began, readings
     finally:
         stop.set()
         client.join()
+        reader.join()
 
 
-def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tuple[float, float]:
+def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tuple[float, float, float]:
     """One measurement of bpftrace running `program` (its PID replaced by the service's) for
-    `seconds` after the client's untraced `seconds`: the rate before, and the rate from when
-    bpftrace said it attached until it was stopped."""
-    with client_running(port) as (times, began):
+    `seconds` after the client's untraced `seconds`: the rate before, the rate from when bpftrace
+    said it attached until it was stopped, and the service's CPU per request before ÷ during."""
+    with client_running(port, pid) as (times, began, readings):
         time.sleep(seconds)
         tracer = subprocess.Popen(["bpftrace", "-e", program.replace("PID", str(pid))], stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True)
@@ -89,19 +130,24 @@ def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tupl
         closed = time.monotonic()
         tracer.send_signal(2)
         tracer.communicate(timeout=60)
-    return rate(times, began, began + seconds), rate(times, opened, closed)
+    return (rate(times, began, began + seconds), rate(times, opened, closed),
+            cpu_per_request(readings, times, began, began + seconds) / cpu_per_request(readings, times, opened, closed))
 
 
-def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, flags: list[str] | None) -> tuple[float, float, dict]:
+def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, flags: list[str] | None) \
+        -> tuple[float, float, float, dict]:
     """One measurement, the client running throughout: `seconds` untraced, then (flags given)
     memcost attached for `seconds` more. The rate before, the rate in memcost's watched window
-    (from its records: when it opened and how long it lasted), and memcost's totals. Untraced
-    (no flags): the rates of two adjacent stretches of `seconds`."""
-    with client_running(port) as (times, began):
+    (from its records: when it opened and how long it lasted), the service's CPU per request
+    before ÷ in the window, and memcost's totals. Untraced (no flags): two adjacent stretches."""
+    with client_running(port, pid) as (times, began, readings):
         time.sleep(seconds)
         if flags is None:
             time.sleep(seconds)
-            return rate(times, began, began + seconds), rate(times, began + seconds, began + 2 * seconds), {}
+            middle = began + seconds
+            return (rate(times, began, middle), rate(times, middle, middle + seconds),
+                    cpu_per_request(readings, times, began, middle) / cpu_per_request(readings, times, middle, middle + seconds),
+                    {})
         command = [memcost, "--results-dir", str(results), "trace", "--pid", str(pid), "--every", "10s",
                    "--export-pprof", str(results / "windows"), "--seconds", str(seconds), *flags]
         watcher = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -112,8 +158,9 @@ def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, f
     opened_ns = min(sample["metrics"]["time_ns"] for sample in document["samples"]
                     if sample["case"].get("record") == "process" and sample["case"].get("change") == "start")
     run = next(sample["metrics"] for sample in document["samples"] if sample["case"].get("record") == "run")
-    opened = opened_ns / 1e9
-    return (rate(times, began, began + seconds), rate(times, opened, opened + run["wall_ns"] / 1e9),
+    opened, closed = opened_ns / 1e9, (opened_ns + run["wall_ns"]) / 1e9
+    return (rate(times, began, began + seconds), rate(times, opened, closed),
+            cpu_per_request(readings, times, began, began + seconds) / cpu_per_request(readings, times, opened, closed),
             document["summary"]["totals"])
 
 
@@ -125,6 +172,8 @@ WATCHED = {
     "--touch-samples-per-second 1000 --cpu-sample-us 1000 --time-faults-one-in 16 (a command's defaults)": [
         "--touch-samples-per-second", "1000", "--cpu-sample-us", "1000", "--time-faults-one-in", "16"],
     "--fault-counting perf": ["--fault-counting", "perf"],
+    "--sample-period 64 (one fault in 64 recorded with its stack, counts scaled)": ["--sample-period", "64"],
+    "--sample-period 256": ["--sample-period", "256"],
 }
 
 # What a user could run instead, and near the floor of any exact count in the kernel: a BPF program
@@ -145,6 +194,8 @@ def main() -> int:
                         help="the untraced stretch and memcost's window, each (default 12)")
     parser.add_argument("--memcost", default=str(ROOT / ".venv" / "bin" / "memcost"))
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="measure only the variants whose label contains TEXT (repeatable; untraced always runs)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("trace_service: run as root (memcost trace --pid needs it)", file=sys.stderr)
@@ -162,13 +213,20 @@ def main() -> int:
             while not port_file.exists() or not port_file.read_text().strip():
                 time.sleep(0.01)
             port = int(port_file.read_text())
+            # The service's first seconds run slower (its first faults, the client's start): not measured.
+            with client_running(port, service.pid):
+                time.sleep(args.seconds)
             variants: dict = {"untraced": None, **{f"memcost trace --pid {label}": flags for label, flags in WATCHED.items()}}
             if shutil.which("bpftrace"):
                 variants.update(BPFTRACE)
             else:
                 print("bpftrace is not installed: its variants are left out", file=sys.stderr)
+            if args.only:
+                variants = {label: flags for label, flags in variants.items()
+                            if label == "untraced" or any(text in label for text in args.only)}
             before: dict[str, list[float]] = {label: [] for label in variants}
             during: dict[str, list[float]] = {label: [] for label in variants}
+            cpu_ratios: dict[str, list[float]] = {label: [] for label in variants}
             counts: dict[str, list[tuple]] = {label: [] for label in variants if isinstance(variants[label], list)}
             order = random.Random(args.seed)
             for round_number in range(args.rounds):
@@ -176,13 +234,14 @@ def main() -> int:
                 order.shuffle(labels)
                 for label in labels:
                     if isinstance(variants[label], str):
-                        untraced, watched = measured_bpftrace(variants[label], service.pid, port, args.seconds)
+                        untraced, watched, efficiency = measured_bpftrace(variants[label], service.pid, port, args.seconds)
                         totals = {}
                     else:
-                        untraced, watched, totals = measured(args.memcost, results, service.pid, port, args.seconds,
-                                                             variants[label])
+                        untraced, watched, efficiency, totals = measured(args.memcost, results, service.pid, port,
+                                                                         args.seconds, variants[label])
                     before[label].append(untraced)
                     during[label].append(watched)
+                    cpu_ratios[label].append(efficiency)
                     if totals:
                         counts[label].append((totals["faults"], totals["kernel_faults"], totals["lost_records"],
                                               totals["tracer_cpu_ms"], totals["wall_ms"]))
@@ -195,12 +254,22 @@ def main() -> int:
           f"through memcost's watched window ({args.seconds:g} s; the untraced row: another {args.seconds:g} s); "
           f"the window's rate is divided by the rate just before it (the service's speed drifts from one minute "
           f"to the next: the host takes back freed memory). Medians over the rounds.")
-    print("| variant | requests/s before → in the window (medians) | ÷ the rate just before (median) | each round |")
-    print("|---|---|---|---|")
+    print("| variant | requests/s before → in the window (medians) | ÷ the rate just before (median) | 95 % interval of the median | each round |")
+    print("|---|---|---|---|---|")
     for label in before:
         ratios = [watched / untraced for untraced, watched in zip(before[label], during[label])]
+        low, high = median_interval(ratios)
         print(f"| {label} | {statistics.median(before[label]):.1f} → {statistics.median(during[label]):.1f} | "
-              f"**{statistics.median(ratios):.1%}** | {', '.join(f'{ratio:.0%}' for ratio in ratios)} |")
+              f"**{statistics.median(ratios):.1%}** | {low:.1%}–{high:.1%} | {', '.join(f'{ratio:.0%}' for ratio in ratios)} |")
+    print()
+    print("The service's own CPU time per request (user + system, /proc/PID/stat every 50 ms), before ÷ in the "
+          "window: what watching adds to each request's work, apart from waiting and the client.")
+    print("| variant | CPU per request, before ÷ in the window (median) | 95 % interval of the median | each round |")
+    print("|---|---|---|---|")
+    for label, ratios in cpu_ratios.items():
+        low, high = median_interval(ratios)
+        print(f"| {label} | **{statistics.median(ratios):.1%}** | {low:.1%}–{high:.1%} | "
+              f"{', '.join(f'{ratio:.0%}' for ratio in ratios)} |")
     print()
     print("| variant | faults (memcost) | faults (kernel) | lost | tracer CPU ms | watched ms |")
     print("|---|---|---|---|---|---|")
