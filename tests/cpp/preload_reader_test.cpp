@@ -49,13 +49,23 @@ std::vector<char> malloc_record() {
   return record;
 }
 
-TEST(PreloadReader, ARecordBecomesACallWithItsPythonFrames) {
-  int fds[2];
-  ASSERT_EQ(pipe2(fds, O_NONBLOCK), 0);
+// A pipe, as the tracer has it from the preload library, and its reader.
+class PreloadReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(pipe2(fds, O_NONBLOCK), 0); }
+  void TearDown() override {
+    close(fds[0]);
+    close(fds[1]);
+  }
+  int fds[2] = {-1, -1};
   Options options;
   CollectingSink sink;
-  detail::Unwinder unwinder(options, sink);
-  detail::PreloadReader reader(fds[0], unwinder, sink);
+  detail::Unwinder unwinder{options, sink};
+  detail::PreloadReader reader{-1, unwinder, sink};
+};
+
+TEST_F(PreloadReaderTest, ARecordBecomesACallWithItsPythonFrames) {
+  reader.read_from(fds[0]);
   const std::vector<char> record = malloc_record();
   // The first part alone: the record waits for the rest.
   ASSERT_EQ(write(fds[1], record.data(), 40), 40);
@@ -78,19 +88,12 @@ TEST(PreloadReader, ARecordBecomesACallWithItsPythonFrames) {
     return frame.kind == FrameKind::python && frame.function == "f" && frame.file == "a.py" && frame.line == 3;
   });
   EXPECT_TRUE(python) << frames.size();
-  close(fds[0]);
-  close(fds[1]);
 }
 
 // The tracer settles faults no later than the moment the pipe was last read from: a record written
 // before drain() began is delivered by it, one written after is not, and the time says which.
-TEST(PreloadReader, DrainSaysUpToWhenEveryRecordWasDelivered) {
-  int fds[2];
-  ASSERT_EQ(pipe2(fds, O_NONBLOCK), 0);
-  Options options;
-  CollectingSink sink;
-  detail::Unwinder unwinder(options, sink);
-  detail::PreloadReader reader(fds[0], unwinder, sink);
+TEST_F(PreloadReaderTest, DrainSaysUpToWhenEveryRecordWasDelivered) {
+  reader.read_from(fds[0]);
   const std::vector<char> record = malloc_record();
   ASSERT_EQ(write(fds[1], record.data(), record.size()), static_cast<ssize_t>(record.size()));
   const std::uint64_t written_ns = detail::monotonic_ns();
@@ -102,8 +105,6 @@ TEST(PreloadReader, DrainSaysUpToWhenEveryRecordWasDelivered) {
   // An empty pipe: nothing delivered, and the time still moves on.
   EXPECT_GE(reader.drain(), began_ns);
   EXPECT_EQ(sink.calls.size(), 1U);
-  close(fds[0]);
-  close(fds[1]);
 }
 
 }  // namespace
