@@ -94,6 +94,14 @@ def cpu_per_request(readings: list[tuple[float, float]], times: list[float], beg
     return (last[1] - first[1]) / answered if answered else float("nan")
 
 
+def compared(times: list[float], readings: list[tuple[float, float]], before: tuple[float, float],
+             during: tuple[float, float]) -> tuple[float, float, float]:
+    """The rate in the stretch `before` and in `during` (each a begin and an end), and the
+    service's CPU per request before ÷ during."""
+    return (rate(times, *before), rate(times, *during),
+            cpu_per_request(readings, times, *before) / cpu_per_request(readings, times, *during))
+
+
 @contextlib.contextmanager
 def client_running(port: int, pid: int):
     """The client sending requests throughout the block: its answer times (filled as they come),
@@ -130,8 +138,7 @@ def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tupl
         closed = time.monotonic()
         tracer.send_signal(2)
         tracer.communicate(timeout=60)
-    return (rate(times, began, began + seconds), rate(times, opened, closed),
-            cpu_per_request(readings, times, began, began + seconds) / cpu_per_request(readings, times, opened, closed))
+    return compared(times, readings, (began, began + seconds), (opened, closed))
 
 
 def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, flags: list[str] | None) \
@@ -145,9 +152,7 @@ def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, f
         if flags is None:
             time.sleep(seconds)
             middle = began + seconds
-            return (rate(times, began, middle), rate(times, middle, middle + seconds),
-                    cpu_per_request(readings, times, began, middle) / cpu_per_request(readings, times, middle, middle + seconds),
-                    {})
+            return (*compared(times, readings, (began, middle), (middle, middle + seconds)), {})
         command = [memcost, "--results-dir", str(results), "trace", "--pid", str(pid), "--every", "10s",
                    "--export-pprof", str(results / "windows"), "--seconds", str(seconds), *flags]
         watcher = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -159,9 +164,7 @@ def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, f
                     if sample["case"].get("record") == "process" and sample["case"].get("change") == "start")
     run = next(sample["metrics"] for sample in document["samples"] if sample["case"].get("record") == "run")
     opened, closed = opened_ns / 1e9, (opened_ns + run["wall_ns"]) / 1e9
-    return (rate(times, began, began + seconds), rate(times, opened, closed),
-            cpu_per_request(readings, times, began, began + seconds) / cpu_per_request(readings, times, opened, closed),
-            document["summary"]["totals"])
+    return (*compared(times, readings, (began, began + seconds), (opened, closed)), document["summary"]["totals"])
 
 
 # The settings that decide what watching costs: how faults are counted, how often fault time and
