@@ -72,6 +72,13 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
     return best
 
 
+def ratio_cells(ratios: list[float]) -> str:
+    """A row's median ratio, its interval and each round's, as Markdown cells."""
+    low, high = median_interval(ratios)
+    return (f"**{statistics.median(ratios):.1%}** | {low:.1%}–{high:.1%} | "
+            f"{', '.join(f'{ratio:.0%}' for ratio in ratios)} |")
+
+
 def rate(times: list[float], begin: float, end: float) -> float:
     return sum(begin <= at < end for at in times) / (end - begin)
 
@@ -261,18 +268,15 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for label in before:
         ratios = [watched / untraced for untraced, watched in zip(before[label], during[label])]
-        low, high = median_interval(ratios)
         print(f"| {label} | {statistics.median(before[label]):.1f} → {statistics.median(during[label]):.1f} | "
-              f"**{statistics.median(ratios):.1%}** | {low:.1%}–{high:.1%} | {', '.join(f'{ratio:.0%}' for ratio in ratios)} |")
+              f"{ratio_cells(ratios)}")
     print()
     print("The service's own CPU time per request (user + system, /proc/PID/stat every 50 ms), before ÷ in the "
           "window: what watching adds to each request's work, apart from waiting and the client.")
     print("| variant | CPU per request, before ÷ in the window (median) | 95 % interval of the median | each round |")
     print("|---|---|---|---|")
     for label, ratios in cpu_ratios.items():
-        low, high = median_interval(ratios)
-        print(f"| {label} | **{statistics.median(ratios):.1%}** | {low:.1%}–{high:.1%} | "
-              f"{', '.join(f'{ratio:.0%}' for ratio in ratios)} |")
+        print(f"| {label} | {ratio_cells(ratios)}")
     print()
     print("| variant | faults (memcost) | faults (kernel) | lost | tracer CPU ms | watched ms |")
     print("|---|---|---|---|---|---|")
