@@ -33,6 +33,18 @@ def test_row_figures_follow_their_definitions():
     assert row["missed_percent"] == pytest.approx(100 * (1 - 30 / (row["total_us_per_mb"] * 8)))
 
 
+def test_a_first_touch_without_faults_costs_nothing_to_fault_not_its_noise():
+    # glibc recycles a freed 16 MiB block: no fault, and the first write came out faster than the second.
+    recycled = [_row_sample(rep=i, route="malloc", first_touch_minor_faults=0, first_touch_ns=8 * 40_000,
+                            second_touch_ns=8 * (60_000 + 10_000 * i), free_after_touch_ns=8 * 100) for i in range(3)]
+    row = costs.summarize_rows(recycled)[0]
+    assert row["fault_us_per_mb"] == 0 and row["faults_per_mb"] == 0
+    assert row["total_us_per_mb"] == pytest.approx(20 / 8 + 0.1 + 5)
+    # With faults counted, a first write timed faster than the second is noise as well, not a negative cost.
+    noisy = costs.summarize_rows([_row_sample(rep=i, first_touch_ns=8 * 50_000) for i in range(3)])[0]
+    assert noisy["fault_us_per_mb"] == 0
+
+
 def test_warmups_are_left_out_and_medians_resist_outliers():
     samples = [_row_sample(rep=-1, warmup=True, first_touch_ns=8 * 5_000_000)]
     samples += [_row_sample(rep=i, first_touch_ns=8 * t) for i, t in enumerate([700_000, 710_000, 2_000_000])]
