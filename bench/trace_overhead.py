@@ -10,8 +10,11 @@ tool adds inside the fault handler, the tracer's presence in the faults it measu
 whose tool is not installed are left out and said so.
 
 `--only TEXT` (repeatable) keeps the variants whose label contains TEXT, and untraced.
+`--other-probe PATH` runs every probe variant with another build of memcost-probe as well, so that
+two builds are compared in one sitting, interleaved.
 
     sudo python3 bench/trace_overhead.py [--rounds 3] [--storm-rounds 32] [--only TEXT] [--memcost .venv/bin/memcost]
+        [--other-probe PATH]
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ def build_storm(folder: Path) -> Path:
     return binary
 
 
-def variants(storm: list[str], bare_storm: list[str], memcost: str, probe: str, folder: Path) -> dict[str, list[str]]:
+def variants(storm: list[str], bare_storm: list[str], memcost: str, probe: str, folder: Path,
+             other_probe: str | None = None) -> dict[str, list[str]]:
     """Each variant's command line; a tool that is not installed is left out. bpftrace's filter is
     its command's pid: it runs the storm bare (not under GNU time), and its system time is not taken."""
     found = {"untraced": storm}
@@ -60,6 +64,9 @@ def variants(storm: list[str], bare_storm: list[str], memcost: str, probe: str, 
         # The tracer alone (no front end, no cost calibration), at each setting that decides its cost.
         for label, flags in PROBE_VARIANTS.items():
             found[f"memcost-probe trace {label}"] = [probe, "trace", *flags, "--", *storm]
+    if other_probe:
+        for label, flags in PROBE_VARIANTS.items():
+            found[f"{other_probe} trace {label}"] = [other_probe, "trace", *flags, "--", *storm]
     return found
 
 
@@ -137,6 +144,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()), help="the order's seed (recorded in the output)")
     parser.add_argument("--only", action="append", default=[], metavar="TEXT",
                         help="measure only the variants whose label contains TEXT (repeatable; untraced always runs)")
+    parser.add_argument("--other-probe", metavar="PATH",
+                        help="also every probe variant with this memcost-probe build, interleaved")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("trace_overhead: run as root (perf record, bpftrace and memcost trace need it)", file=sys.stderr)
@@ -161,7 +170,7 @@ def measure(args) -> int:
             storm = [timer, "-f", "%S", "-o", str(storm_time), *storm]
         else:
             print("GNU time is not installed (Debian: time): the storm's own system time is left out", file=sys.stderr)
-        commands = variants(storm, bare_storm, args.memcost, installed_probe(args.memcost), folder)
+        commands = variants(storm, bare_storm, args.memcost, installed_probe(args.memcost), folder, args.other_probe)
         if args.only:
             commands = {label: command for label, command in commands.items()
                         if label == "untraced" or any(text in label for text in args.only)}

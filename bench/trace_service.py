@@ -16,9 +16,12 @@ per thread; and sampled counts (`--sample-period 64`, `256`). The client first r
 unmeasured (the service's first seconds are slower). It prints each variant's median ratio with a
 distribution-free 95 % interval of the median, the service's own CPU time per request before ÷ in
 the window (the same ratio, apart from waiting), and memcost's own counts against the kernel's.
-`--only TEXT` (repeatable) keeps the variants whose label contains TEXT, and untraced.
+`--only TEXT` (repeatable) keeps the variants whose label contains TEXT, untraced and the other probe's.
+`--other-probe PATH` adds the --pid defaults run by another build of memcost-probe (MEMCOST_PROBE),
+so that two builds are compared in one sitting, interleaved.
 
     sudo python3 bench/trace_service.py [--rounds 5] [--seconds 12] [--only TEXT] [--memcost .venv/bin/memcost]
+        [--other-probe PATH]
 """
 
 from __future__ import annotations
@@ -148,8 +151,8 @@ def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tupl
     return compared(times, readings, (began, began + seconds), (opened, closed))
 
 
-def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, flags: list[str] | None) \
-        -> tuple[float, float, float, dict]:
+def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, flags: list[str] | None,
+             probe: str | None = None) -> tuple[float, float, float, dict]:
     """One measurement, the client running throughout: `seconds` untraced, then (flags given)
     memcost attached for `seconds` more. The rate before, the rate in memcost's watched window
     (from its records: when it opened and how long it lasted), the service's CPU per request
@@ -162,8 +165,9 @@ def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, f
             return (*compared(times, readings, (began, middle), (middle, middle + seconds)), {})
         command = [memcost, "--results-dir", str(results), "trace", "--pid", str(pid), "--every", "10s",
                    "--export-pprof", str(results / "windows"), "--seconds", str(seconds), *flags]
+        environment = {**os.environ, "MEMCOST_PROBE": probe} if probe else None
         watcher = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                 timeout=seconds + 120)
+                                 timeout=seconds + 120, env=environment)
     if watcher.returncode != 0:
         raise RuntimeError(f"memcost failed (exit {watcher.returncode}): {watcher.stderr.strip()[-400:]}")
     document = json.loads((results / "latest" / "trace.json").read_text())
@@ -206,6 +210,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--only", action="append", default=[], metavar="TEXT",
                         help="measure only the variants whose label contains TEXT (repeatable; untraced always runs)")
+    parser.add_argument("--other-probe", metavar="PATH",
+                        help="also the --pid defaults with this memcost-probe build (MEMCOST_PROBE), interleaved")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("trace_service: run as root (memcost trace --pid needs it)", file=sys.stderr)
@@ -231,9 +237,12 @@ def main() -> int:
                 variants.update(BPFTRACE)
             else:
                 print("bpftrace is not installed: its variants are left out", file=sys.stderr)
+            other_label = f"memcost trace --pid (defaults), the probe at {args.other_probe}"
+            if args.other_probe:
+                variants[other_label] = []
             if args.only:
                 variants = {label: flags for label, flags in variants.items()
-                            if label == "untraced" or any(text in label for text in args.only)}
+                            if label in ("untraced", other_label) or any(text in label for text in args.only)}
             before: dict[str, list[float]] = {label: [] for label in variants}
             during: dict[str, list[float]] = {label: [] for label in variants}
             cpu_ratios: dict[str, list[float]] = {label: [] for label in variants}
@@ -247,8 +256,9 @@ def main() -> int:
                         untraced, watched, efficiency = measured_bpftrace(variants[label], service.pid, port, args.seconds)
                         totals = {}
                     else:
-                        untraced, watched, efficiency, totals = measured(args.memcost, results, service.pid, port,
-                                                                         args.seconds, variants[label])
+                        untraced, watched, efficiency, totals = measured(
+                            args.memcost, results, service.pid, port, args.seconds, variants[label],
+                            args.other_probe if label == other_label else None)
                     before[label].append(untraced)
                     during[label].append(watched)
                     cpu_ratios[label].append(efficiency)

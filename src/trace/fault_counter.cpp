@@ -56,7 +56,8 @@ int quiet(enum libbpf_print_level, const char*, va_list) { return 0; }
 
 }  // namespace
 
-std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t time_one_in, std::string& why_not) {
+std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t time_one_in, std::uint32_t touch_samples_per_second,
+                                                 std::string& why_not) {
   if (geteuid() != 0) {
     why_not = "counting in the kernel needs root (BPF programs)";
     return nullptr;
@@ -81,6 +82,7 @@ std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t time_one_in, std:
   // Not timing, the page-count program would only cost every fault on the machine a call (the
   // fault storm's system time was 6 % more with it attached and nothing timed than without it).
   kernel->skeleton->data->timing_one_in = time_one_in;
+  kernel->skeleton->bss->touch_ns_apart = touch_samples_per_second ? 1'000'000'000ULL / touch_samples_per_second : 0;
   if (time_one_in == 0) bpf_program__set_autoattach(kernel->skeleton->progs.on_page_count, false);
   if (fault_counts__attach(kernel->skeleton) != 0) {
     why_not = std::string("the kernel would not attach memcost's BPF programs to the page-fault tracepoints: ") +
@@ -98,6 +100,12 @@ bool FaultCounter::trace(int pid, bool from_exec) {
   const std::uint32_t generation = from_exec ? MEMCOST_AWAITING_EXEC : 0;
   return bpf_map__update_elem(kernel_->skeleton->maps.generations, &key, sizeof(key), &generation, sizeof(generation),
                               BPF_ANY) == 0;
+}
+
+bool FaultCounter::touch_output(int cpu, int event_fd) {
+  const auto key = static_cast<std::uint32_t>(cpu);
+  const auto fd = static_cast<std::uint32_t>(event_fd);
+  return bpf_map__update_elem(kernel_->skeleton->maps.touch_samples, &key, sizeof(key), &fd, sizeof(fd), BPF_ANY) == 0;
 }
 
 void FaultCounter::stop_counting() {
@@ -211,13 +219,14 @@ std::uint64_t FaultCounter::total(unsigned which) const {
 
 struct FaultCounter::Kernel {};
 
-std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t, std::string& why_not) {
+std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t, std::uint32_t, std::string& why_not) {
   why_not = "this memcost was built without BPF (libbpf-dev, clang and bpftool were not found)";
   return nullptr;
 }
 FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(kernel)) {}
 FaultCounter::~FaultCounter() = default;
 bool FaultCounter::trace(int, bool) { return false; }
+bool FaultCounter::touch_output(int, int) { return false; }
 void FaultCounter::stop_counting() {}
 void FaultCounter::move_pending_out() {}
 void FaultCounter::sweep(Sweep, std::vector<RegionFaults>&) {}

@@ -7,6 +7,9 @@
 //   with BPF, not root, no BTF, a program the kernel refuses); the tracer then counts with perf.
 //   It times one fault in `time_one_in`, chosen at random, in the kernel; with 0 the program that
 //   ends a timing (on every page-count update of every process) is not attached at all.
+// - Touching stacks: with `touch_samples_per_second`, the fault program sends about that many of
+//   its faults a second on each CPU to the perf BPF-output event given for that CPU
+//   (touch_output), as a memcost_touch_sample standing for the faults counted since the last.
 // - trace(pid): that process is counted from now on; the processes it forks are added in the
 //   kernel as they are made (a thread shares its process's counts).
 // - sweep(): delivers what was counted since the last sweep as RegionFaults (only what is new
@@ -35,7 +38,8 @@ enum class Sweep { ended, window, last };
 class FaultCounter {
  public:
   // nullptr with `why_not` set when the kernel side cannot run here.
-  static std::unique_ptr<FaultCounter> open(std::uint32_t time_one_in, std::string& why_not);
+  static std::unique_ptr<FaultCounter> open(std::uint32_t time_one_in, std::uint32_t touch_samples_per_second,
+                                            std::string& why_not);
   ~FaultCounter();
   FaultCounter(const FaultCounter&) = delete;
   FaultCounter& operator=(const FaultCounter&) = delete;
@@ -43,6 +47,9 @@ class FaultCounter {
   // False with errno set when the kernel's map refused it. `from_exec`: counted from its next
   // exec (a forked command waiting at the door), not from now.
   bool trace(int pid, bool from_exec);
+  // The perf BPF-output event (PERF_COUNT_SW_BPF_OUTPUT, on `cpu`, every process) the touching
+  // samples of that CPU go to; false with errno set when the kernel's map refused it.
+  bool touch_output(int cpu, int event_fd);
   // No process is counted from now on (the window on a process attached to has closed).
   void stop_counting();
   // What was counted since the last sweep (see the contract for `what`).

@@ -22,6 +22,10 @@ inline constexpr std::uint64_t kFaultSampleType = PERF_SAMPLE_IDENTIFIER | PERF_
                                            PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
 // A fault counted by its record alone: which thread, when, where (the touching stacks are sampled).
 inline constexpr std::uint64_t kFaultAddressSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR;
+// A touching stack sent by the in-kernel counter (a BPF-output event): the fault's address and
+// weight in the raw data (memcost_touch_sample), the user registers and stack copied by perf.
+inline constexpr std::uint64_t kTouchSampleType =
+    PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
 inline constexpr std::uint64_t kEnterSampleType =
     PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
 inline constexpr std::uint64_t kExitSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
@@ -39,6 +43,7 @@ struct Event {
   std::uint32_t number_offset = 0;
   std::vector<std::uint32_t> offsets = {};
   bool counted = true;  // faults: false when counted in the kernel, the samples being touching stacks only
+  bool touch_in_raw = false;  // faults: the in-kernel counter's touching sample, its fault in the raw data
 };
 
 // The mapping calls traced, by their system call numbers on this architecture (<sys/syscall.h>).

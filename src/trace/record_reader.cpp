@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "trace/bpf/fault_counts.h"
+
 namespace memcost::trace::detail {
 
 std::uint64_t RecordReader::drain(bool final, const std::function<void()>& behind) {
@@ -146,7 +148,8 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
   auto tid = static_cast<int>(in.take<std::uint32_t>());
   auto time = in.take<std::uint64_t>();
   std::uint64_t address = (event.sample_type & PERF_SAMPLE_ADDR) ? in.take<std::uint64_t>() : 0;
-  const std::uint64_t period = (event.sample_type & PERF_SAMPLE_PERIOD) ? in.take<std::uint64_t>() : 1;
+  std::uint64_t period = (event.sample_type & PERF_SAMPLE_PERIOD) ? in.take<std::uint64_t>() : 1;
+  bool user = (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER;
   if (event.kind == EventKind::cpu) {
     CpuSample cpu{pid, tid, time, false, false, false};
     const auto count = in.take<std::uint64_t>();
@@ -166,6 +169,14 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
   if (event.sample_type & PERF_SAMPLE_RAW) {
     auto size = in.take<std::uint32_t>();
     const std::uint8_t* raw = in.at;
+    if (event.touch_in_raw) {
+      // Sent from inside the kernel's fault handling: the sample's own mode is the kernel's.
+      memcost_touch_sample touch{};
+      std::memcpy(&touch, raw, std::min<std::size_t>(size, sizeof(touch)));
+      address = touch.address;
+      period = touch.faults;
+      user = touch.user != 0;
+    }
     for (std::size_t i = 0; i < event.offsets.size() && i < 6; ++i) {
       if (event.offsets[i] + 8 <= size) std::memcpy(&args[i], raw + event.offsets[i], 8);
     }
@@ -193,8 +204,7 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
   }
   switch (event.kind) {
     case EventKind::fault:
-      sink_.fault({pid, tid, time, address, stack, (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER,
-                   event.counted, period});
+      sink_.fault({pid, tid, time, address, stack, user, event.counted, period});
       break;
     case EventKind::cpu:
       break;

@@ -201,6 +201,7 @@ class Tracing {
         if (cpu_sampling_ && !open_cpu_clock(target, cpu, owner_fd)) return false;
         if (!open_tracepoints(target, cpu, owner_fd)) return false;
       }
+      if (counter_ && owner_fd >= 0 && !open_touch_output(cpu, owner_fd)) return false;
     }
     if (check_fd_ >= 0) close(std::exchange(check_fd_, -1));  // the command's events now hold the tracepoints
     return true;
@@ -321,9 +322,9 @@ class Tracing {
     }
     if (counter_) {
       result_.fault_source = "BPF programs on the tracepoints exceptions:page_fault_user and page_fault_kernel, every "
-                             "fault counted in the kernel per 2 MiB region; touching stacks sampled by the perf "
-                             "software event page-faults, " + std::to_string(options_.touch_samples_per_second) +
-                             " a second per CPU";
+                             "fault counted in the kernel per 2 MiB region; touching stacks sampled by the same "
+                             "programs, about " + std::to_string(options_.touch_samples_per_second) +
+                             " a second per CPU, copied by perf's bpf-output event";
       result_.kernel_faults = counter_->faults();
       result_.kernel_faults_uncounted = counter_->uncounted();
     }
@@ -429,7 +430,7 @@ class Tracing {
       return;
     }
     std::string why_not;
-    counter_ = FaultCounter::open(options_.fault_timing_one_in, why_not);
+    counter_ = FaultCounter::open(options_.fault_timing_one_in, options_.touch_samples_per_second, why_not);
     // A process attached to is counted from the window's opening (trace_until_done), with its events.
     if (counter_ && !attaching_ && !counter_->trace(child_, true)) {
       why_not = std::string("the in-kernel counter would not take the process: ") + std::strerror(errno);
@@ -479,7 +480,9 @@ class Tracing {
   }
 
   // The page-fault event on `target` and `cpu`; the first on a CPU owns its ring buffer
-  // (`owner_fd`, set here). kOffline, kGone, or -1 with status_ set.
+  // (`owner_fd`, set here). Counting in the kernel, a dummy event in its place (it samples
+  // nothing): it carries the target's mappings, names and forks, and owns the buffer the
+  // counter's touching samples go to (open_touch_output). kOffline, kGone, or -1 with status_ set.
   int open_fault_event(pid_t target, int cpu, int& owner_fd) {
     const bool sampled = counter_ || counts_by_address_;
     const std::uint64_t sample_type = kFaultSampleType | (sampled ? PERF_SAMPLE_PERIOD : 0);
@@ -489,10 +492,11 @@ class Tracing {
     // Beside the address records' page-faults event, the stacks come from the minor-fault event: two
     // events on one software event share the kernel's sample data, and the second then wrote no
     // samples at all (Linux 6.18). The faults of big allocations are minor faults.
-    attr.config = counts_by_address_ ? PERF_COUNT_SW_PAGE_FAULTS_MIN : PERF_COUNT_SW_PAGE_FAULTS;
-    if (sampled) {
-      // The counts are the kernel counter's, or the address records' (open_address_event); perf
-      // picks the period that gives this many stacks a second.
+    attr.config = counter_ ? PERF_COUNT_SW_DUMMY
+                           : counts_by_address_ ? PERF_COUNT_SW_PAGE_FAULTS_MIN : PERF_COUNT_SW_PAGE_FAULTS;
+    if (counts_by_address_) {
+      // The counts are the address records' (open_address_event); perf picks the period that
+      // gives this many stacks a second.
       attr.freq = 1;
       attr.sample_freq = options_.touch_samples_per_second;
     } else {
@@ -549,6 +553,30 @@ class Tracing {
       result_.cpu_sampling = "not permitted: kernel-mode samples need root or kernel.perf_event_paranoid <= 1";
     }
     return fault_fd;
+  }
+
+  // The in-kernel counter's touching samples on `cpu` (a perf BPF-output event, every process: the
+  // counter sends only the traced ones' faults), into that CPU's ring buffer; false with status_ set.
+  // perf copies the user registers and stack of the fault's thread beside what the program sends.
+  bool open_touch_output(int cpu, int owner_fd) {
+    perf_event_attr attr = base_attr(kTouchSampleType, stack_bytes_);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_BPF_OUTPUT;
+    attr.disabled = 0;  // every process's: only the counter decides what is sent
+    attr.inherit = 0;
+    attr.enable_on_exec = 0;
+    const int fd = open_event(attr, -1, cpu);
+    if (fd < 0) return abandon(failed("perf_event_open(bpf-output, touching samples)"));
+    descriptors_.fds.push_back(fd);
+    if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, owner_fd) != 0) return abandon(failed("ioctl(PERF_EVENT_IOC_SET_OUTPUT)"));
+    if (!counter_->touch_output(cpu, fd)) return abandon(failed("adding the touching samples' event to the counter"));
+    std::uint64_t id = 0;
+    ioctl(fd, PERF_EVENT_IOC_ID, &id);
+    Event event{EventKind::fault, kTouchSampleType};
+    event.counted = false;
+    event.touch_in_raw = true;
+    reader_.events[id] = event;
+    return true;
   }
 
   // Every fault's record without a stack (counts_by_address_): its thread, time and address, 40

@@ -2,6 +2,7 @@
 // a child process that touches a known number of pages.
 #include "trace/fault_counter.hpp"
 
+#include <linux/perf_event.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -12,6 +13,9 @@
 #include <cstring>
 
 #include <gtest/gtest.h>
+
+#include "os/perf_linux.hpp"
+#include "trace/bpf/fault_counts.h"
 
 namespace memcost::trace {
 namespace {
@@ -81,7 +85,7 @@ pid_t touching_child(int door, std::size_t pages) {
 
 TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   std::string why_not;
-  auto counter = FaultCounter::open(1, why_not);  // every fault timed
+  auto counter = FaultCounter::open(1, 0, why_not);  // every fault timed
   if (!counter) {
     if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
     GTEST_SKIP() << why_not;
@@ -140,7 +144,7 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
 // Nothing is timed here (open(0, ...)): no fault carries a timing.
 TEST(FaultCounter, AWindowDeliversTheRunACpuIsStillCounting) {
   std::string why_not;
-  auto counter = FaultCounter::open(0, why_not);
+  auto counter = FaultCounter::open(0, 0, why_not);
   if (!counter) {
     if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
     GTEST_SKIP() << why_not;
@@ -180,6 +184,93 @@ TEST(FaultCounter, AWindowDeliversTheRunACpuIsStillCounting) {
   EXPECT_EQ(counter->uncounted(), 0U);
   munmap(memory, kPages * 4096);
   munmap(flags, 4096);
+}
+
+// The touching samples the counter sends: each of the traced process (never of the untraced one),
+// at a page it touched, and their weights add up to the faults it counted, short only of each
+// CPU's faults since its last sample. Read from the BPF-output events' ring buffers as perf
+// writes them: identifier, thread, time, then the raw memcost_touch_sample.
+TEST(FaultCounter, TouchingSamplesStandForEveryCountedFault) {
+  std::string why_not;
+  auto counter = FaultCounter::open(0, 20'000, why_not);  // about one sample each 50 µs per CPU
+  if (!counter) {
+    if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
+    GTEST_SKIP() << why_not;
+  }
+  constexpr std::size_t kBufferPages = 64;
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  struct Output {
+    int fd;
+    void* base;
+  };
+  std::vector<Output> outputs;
+  for (int cpu = 0; cpu < sysconf(_SC_NPROCESSORS_CONF); ++cpu) {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_BPF_OUTPUT;
+    attr.sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
+    attr.sample_period = 1;
+    const int fd = os::perf::open_event(attr, -1, cpu);
+    if (fd < 0) continue;  // an offline CPU
+    void* base = mmap(nullptr, (kBufferPages + 1) * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(base, MAP_FAILED);
+    ASSERT_TRUE(counter->touch_output(cpu, fd));
+    outputs.push_back({fd, base});
+  }
+  int door[2];
+  ASSERT_EQ(pipe(door), 0);
+  constexpr std::size_t kPages = 4 * 512;
+  const pid_t traced = touching_child(door[0], kPages);
+  const pid_t untraced = touching_child(door[0], kPages);
+  ASSERT_TRUE(counter->trace(traced, false));
+  ASSERT_EQ(write(door[1], "xx", 2), 2);
+  int status = 0;
+  waitpid(traced, &status, 0);
+  waitpid(untraced, &status, 0);
+  std::vector<RegionFaults> regions;
+  counter->sweep(Sweep::last, regions);
+  std::uint64_t faults = 0;
+  for (const RegionFaults& region : regions) faults += region.faults;
+  std::uint64_t samples = 0, weights = 0, in_regions = 0;
+  for (const Output& output : outputs) {
+    auto* meta = static_cast<perf_event_mmap_page*>(output.base);
+    const auto* data = static_cast<const std::uint8_t*>(output.base) + page;
+    const std::uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+    EXPECT_LT(head, kBufferPages * page) << "the test's buffer wrapped: sample less often";
+    for (std::uint64_t at = 0; at < head;) {
+      perf_event_header header{};
+      std::memcpy(&header, data + at, sizeof(header));
+      ASSERT_GT(header.size, 0);
+      if (header.type == PERF_RECORD_SAMPLE) {
+        std::uint32_t pid = 0, raw_bytes = 0;
+        std::memcpy(&pid, data + at + sizeof(header) + 8, sizeof(pid));
+        std::memcpy(&raw_bytes, data + at + sizeof(header) + 24, sizeof(raw_bytes));
+        memcost_touch_sample touch{};
+        ASSERT_GE(raw_bytes, sizeof(touch));
+        std::memcpy(&touch, data + at + sizeof(header) + 28, sizeof(touch));
+        EXPECT_EQ(static_cast<pid_t>(pid), traced);
+        EXPECT_GE(touch.faults, 1U);
+        ++samples;
+        weights += touch.faults;
+        for (const RegionFaults& region : regions) {
+          if (touch.address >= region.start && touch.address < region.start + kRegionBytes) {
+            ++in_regions;
+            break;
+          }
+        }
+      }
+      at += header.size;
+    }
+    munmap(output.base, (kBufferPages + 1) * page);
+    close(output.fd);
+  }
+  EXPECT_GT(samples, 10U);
+  EXPECT_EQ(in_regions, samples);  // every sample's address is a page the count has
+  EXPECT_LE(weights, faults);
+  EXPECT_GE(weights, faults * 3 / 4) << samples << " samples";
+  close(door[0]);
+  close(door[1]);
 }
 
 }  // namespace

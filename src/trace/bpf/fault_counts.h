@@ -43,6 +43,15 @@ struct memcost_region_counts {
   unsigned int threads_differ; /* 1: another thread faulted here too */
 };
 
+/* A touching stack's sample: the raw data of a perf BPF-output event, whose own sample carries the
+   thread, the time, the user registers and a copy of the user stack (perf takes them itself). */
+struct memcost_touch_sample {
+  unsigned long long address;
+  unsigned long long faults; /* the traced faults this CPU counted since its last sample, this one included */
+  unsigned int user;         /* 1: a fault of user code; 0: one a system call took for it */
+  unsigned int pad;
+};
+
 /* Totals kept beside the regions: what could not be counted is said, never dropped silently. */
 enum memcost_fault_total {
   MEMCOST_TOTAL_NO_ROOM = 0,      /* faults not counted: the region map was full */
