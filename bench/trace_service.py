@@ -5,23 +5,26 @@
 bench/data/buffer_service.c answers HTTP on 127.0.0.1, mapping, writing and dropping a 16 MiB
 buffer per request (4,096 faults each). A client on one keep-alive connection sends requests back
 to back and notes when each is answered. Each measurement runs the client --seconds untraced, then
-on while `memcost trace --pid PID --every 10s --seconds S` attaches and watches; the rate inside
-memcost's watched window (when it opened and how long it lasted come from its records) is divided
-by the rate just before. Each round measures, in an order shuffled from a recorded seed: untraced
-(two adjacent stretches); memcost at its --pid defaults (faults counted in the kernel); with fault
+on while `memcost trace --pid PID --every 10s --seconds S` attaches and watches, then --seconds more
+untraced once memcost has exited; the rate inside memcost's watched window (when it opened and how
+long it lasted come from its records) is divided by the mean of the rates just before and just
+after (a drift through the measurement cancels). Each round measures, in an order shuffled from a recorded seed: untraced
+(three adjacent stretches, the middle one against the outer two); memcost at its --pid defaults (faults counted in the kernel); with fault
 time measured in the kernel; at a command's defaults; with `--fault-counting perf` (a record of
 each fault's address); and, where bpftrace is installed, an empty BPF program on the fault
 tracepoint (near the floor of any exact count in the kernel) and bpftrace counting the service's faults
 per thread; and sampled counts (`--sample-period 64`, `256`). The client first runs one stretch
 unmeasured (the service's first seconds are slower). It prints each variant's median ratio with a
-distribution-free 95 % interval of the median, the service's own CPU time per request before ÷ in
+distribution-free 95 % interval of the median, the service's own CPU time per request around ÷ in
 the window (the same ratio, apart from waiting), and memcost's own counts against the kernel's.
 `--only TEXT` (repeatable) keeps the variants whose label contains TEXT, untraced and the other probe's.
 `--other-probe PATH` adds the --pid defaults run by another build of memcost-probe (MEMCOST_PROBE),
-so that two builds are compared in one sitting, interleaved.
+so that two builds are compared in one sitting, interleaved. `--soak SECONDS` instead watches once
+for that long at the defaults and prints memcost's memory each minute, its count against the
+kernel's and the window files it wrote.
 
     sudo python3 bench/trace_service.py [--rounds 5] [--seconds 12] [--only TEXT] [--memcost .venv/bin/memcost]
-        [--other-probe PATH]
+        [--other-probe PATH] [--soak 3600]
 """
 
 from __future__ import annotations
@@ -105,11 +108,14 @@ def cpu_per_request(readings: list[tuple[float, float]], times: list[float], beg
 
 
 def compared(times: list[float], readings: list[tuple[float, float]], before: tuple[float, float],
-             during: tuple[float, float]) -> tuple[float, float, float]:
-    """The rate in the stretch `before` and in `during` (each a begin and an end), and the
-    service's CPU per request before ÷ during."""
-    return (rate(times, *before), rate(times, *during),
-            cpu_per_request(readings, times, *before) / cpu_per_request(readings, times, *during))
+             during: tuple[float, float], after: tuple[float, float]) -> tuple[float, float, float]:
+    """The rate around the window (the mean of the stretches `before` and `after` it, each a begin
+    and an end), the rate `during` it, and the service's CPU per request around ÷ during. Taking
+    both sides cancels a drift that runs through the measurement, which a stretch before alone
+    charges to the window."""
+    around = (rate(times, *before) + rate(times, *after)) / 2
+    cpu_around = (cpu_per_request(readings, times, *before) + cpu_per_request(readings, times, *after)) / 2
+    return around, rate(times, *during), cpu_around / cpu_per_request(readings, times, *during)
 
 
 @contextlib.contextmanager
@@ -134,8 +140,8 @@ def client_running(port: int, pid: int):
 
 def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tuple[float, float, float]:
     """One measurement of bpftrace running `program` (its PID replaced by the service's) for
-    `seconds` after the client's untraced `seconds`: the rate before, the rate from when bpftrace
-    said it attached until it was stopped, and the service's CPU per request before ÷ during."""
+    `seconds` between two untraced `seconds` of the client: the rate around, the rate from when
+    bpftrace said it attached until it was stopped, and the service's CPU per request around ÷ during."""
     with client_running(port, pid) as (times, began, readings):
         time.sleep(seconds)
         tracer = subprocess.Popen(["bpftrace", "-e", program.replace("PID", str(pid))], stdout=subprocess.PIPE,
@@ -148,26 +154,33 @@ def measured_bpftrace(program: str, pid: int, port: int, seconds: float) -> tupl
         closed = time.monotonic()
         tracer.send_signal(2)
         tracer.communicate(timeout=60)
-    return compared(times, readings, (began, began + seconds), (opened, closed))
+        ended = time.monotonic()
+        time.sleep(seconds)
+    return compared(times, readings, (began, began + seconds), (opened, closed), (ended, ended + seconds))
 
 
 def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, flags: list[str] | None,
              probe: str | None = None) -> tuple[float, float, float, dict]:
     """One measurement, the client running throughout: `seconds` untraced, then (flags given)
-    memcost attached for `seconds` more. The rate before, the rate in memcost's watched window
-    (from its records: when it opened and how long it lasted), the service's CPU per request
-    before ÷ in the window, and memcost's totals. Untraced (no flags): two adjacent stretches."""
+    memcost attached for `seconds` more, then `seconds` untraced after memcost exited. The rate
+    around (the mean of before and after), the rate in memcost's watched window (from its records:
+    when it opened and how long it lasted), the service's CPU per request around ÷ in the window,
+    and memcost's totals. Untraced (no flags): three adjacent stretches."""
     with client_running(port, pid) as (times, began, readings):
         time.sleep(seconds)
         if flags is None:
-            time.sleep(seconds)
-            middle = began + seconds
-            return (*compared(times, readings, (began, middle), (middle, middle + seconds)), {})
+            time.sleep(2 * seconds)
+            first, second = began + seconds, began + 2 * seconds
+            return (*compared(times, readings, (began, first), (first, second), (second, second + seconds)), {})
         command = [memcost, "--results-dir", str(results), "trace", "--pid", str(pid), "--every", "10s",
                    "--export-pprof", str(results / "windows"), "--seconds", str(seconds), *flags]
         environment = {**os.environ, "MEMCOST_PROBE": probe} if probe else None
         watcher = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                  timeout=seconds + 120, env=environment)
+        # The stretch after begins once memcost has exited: none of its work (the results written
+        # after the window) falls in it.
+        ended = time.monotonic()
+        time.sleep(seconds)
     if watcher.returncode != 0:
         raise RuntimeError(f"memcost failed (exit {watcher.returncode}): {watcher.stderr.strip()[-400:]}")
     document = json.loads((results / "latest" / "trace.json").read_text())
@@ -175,7 +188,57 @@ def measured(memcost: str, results: Path, pid: int, port: int, seconds: float, f
                     if sample["case"].get("record") == "process" and sample["case"].get("change") == "start")
     run = next(sample["metrics"] for sample in document["samples"] if sample["case"].get("record") == "run")
     opened, closed = opened_ns / 1e9, (opened_ns + run["wall_ns"]) / 1e9
-    return (*compared(times, readings, (began, began + seconds), (opened, closed)), document["summary"]["totals"])
+    return (*compared(times, readings, (began, began + seconds), (opened, closed), (ended, ended + seconds)),
+            document["summary"]["totals"])
+
+
+def resident_mb(pid: int) -> float:
+    """A process's resident memory (VmRSS), in MB; 0 once it has gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return 0.0
+
+
+def soak(memcost: str, results: Path, pid: int, port: int, seconds: float) -> int:
+    """One long watch at the --pid defaults (--every 10s), the client running throughout: each
+    minute, the RSS of memcost's front end and of its probe and the service's rate that minute; at
+    the end, the count against the kernel's, records lost, and the window files written."""
+    windows = results / "soak-windows"
+    command = [memcost, "--results-dir", str(results), "trace", "--pid", str(pid), "--every", "10s",
+               "--export-pprof", str(windows), "--seconds", str(seconds)]
+    print(f"Soak: `memcost trace --pid PID --every 10s --seconds {seconds:g}` on the service, the client sending "
+          "requests throughout; each minute the resident memory (VmRSS) of memcost's front end and probe.")
+    print("| minute | front end MB | probe MB | requests/s that minute |")
+    print("|---|---|---|---|")
+    with client_running(port, pid) as (times, _, _):
+        watcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        started = time.monotonic()
+        minute = 0
+        while watcher.poll() is None:
+            time.sleep(0.5)
+            if time.monotonic() - started < 60 * (minute + 1):
+                continue
+            minute += 1
+            probes = subprocess.run(["pgrep", "-P", str(watcher.pid)], capture_output=True, text=True).stdout.split()
+            probe_mb = sum(resident_mb(int(child)) for child in probes)
+            now = time.monotonic()
+            print(f"| {minute} | {resident_mb(watcher.pid):.1f} | {probe_mb:.1f} | {rate(times, now - 60, now):.1f} |",
+                  flush=True)
+        stderr = watcher.communicate()[1]
+    if watcher.returncode != 0:
+        print(f"memcost failed (exit {watcher.returncode}): {stderr.strip()[-400:]}", file=sys.stderr)
+        return 1
+    totals = json.loads((results / "latest" / "trace.json").read_text())["summary"]["totals"]
+    files = sorted(windows.glob("*.pb.gz"))
+    print()
+    print(f"Faults counted {totals['faults']:,}, the kernel's {totals['kernel_faults']:,}; lost records "
+          f"{totals['lost_records']:,}; tracer CPU {totals['tracer_cpu_ms'] / 1e3:,.1f} s in {totals['wall_ms'] / 1e3:,.0f} s; "
+          f"{len(files)} window files, {sum(f.stat().st_size for f in files) / 1e3:,.0f} kB in all.")
+    return 0
 
 
 # The settings that decide what watching costs: how faults are counted, how often fault time and
@@ -212,6 +275,8 @@ def main() -> int:
                         help="measure only the variants whose label contains TEXT (repeatable; untraced always runs)")
     parser.add_argument("--other-probe", metavar="PATH",
                         help="also the --pid defaults with this memcost-probe build (MEMCOST_PROBE), interleaved")
+    parser.add_argument("--soak", type=float, metavar="SECONDS",
+                        help="instead: one watch this long at the --pid defaults, memcost's memory each minute")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("trace_service: run as root (memcost trace --pid needs it)", file=sys.stderr)
@@ -232,6 +297,8 @@ def main() -> int:
             # The service's first seconds run slower (its first faults, the client's start): not measured.
             with client_running(port, service.pid):
                 time.sleep(args.seconds)
+            if args.soak:
+                return soak(args.memcost, results, service.pid, port, args.soak)
             variants: dict = {"untraced": None, **{f"memcost trace --pid {label}": flags for label, flags in WATCHED.items()}}
             if shutil.which("bpftrace"):
                 variants.update(BPFTRACE)
@@ -243,7 +310,7 @@ def main() -> int:
             if args.only:
                 variants = {label: flags for label, flags in variants.items()
                             if label in ("untraced", other_label) or any(text in label for text in args.only)}
-            before: dict[str, list[float]] = {label: [] for label in variants}
+            around: dict[str, list[float]] = {label: [] for label in variants}
             during: dict[str, list[float]] = {label: [] for label in variants}
             cpu_ratios: dict[str, list[float]] = {label: [] for label in variants}
             counts: dict[str, list[tuple]] = {label: [] for label in variants if isinstance(variants[label], list)}
@@ -259,7 +326,7 @@ def main() -> int:
                         untraced, watched, efficiency, totals = measured(
                             args.memcost, results, service.pid, port, args.seconds, variants[label],
                             args.other_probe if label == other_label else None)
-                    before[label].append(untraced)
+                    around[label].append(untraced)
                     during[label].append(watched)
                     cpu_ratios[label].append(efficiency)
                     if totals:
@@ -271,19 +338,20 @@ def main() -> int:
             service.wait()
     print(f"Service: 16 MiB mapped, written and dropped per request (4,096 faults); {args.rounds} rounds, order "
           f"shuffled from seed {args.seed}. Each measurement: the client runs {args.seconds:g} s untraced, then on "
-          f"through memcost's watched window ({args.seconds:g} s; the untraced row: another {args.seconds:g} s); "
-          f"the window's rate is divided by the rate just before it (the service's speed drifts from one minute "
-          f"to the next: the host takes back freed memory). Medians over the rounds.")
-    print("| variant | requests/s before → in the window (medians) | ÷ the rate just before (median) | 95 % interval of the median | each round |")
+          f"through memcost's watched window ({args.seconds:g} s; the untraced row: another {args.seconds:g} s), then "
+          f"{args.seconds:g} s untraced after memcost exited; the window's rate is divided by the mean of the rates "
+          f"before and after it (the service's speed drifts from one minute to the next: the host takes back freed "
+          f"memory). Medians over the rounds.")
+    print("| variant | requests/s around → in the window (medians) | ÷ the rate around (median) | 95 % interval of the median | each round |")
     print("|---|---|---|---|---|")
-    for label in before:
-        ratios = [watched / untraced for untraced, watched in zip(before[label], during[label])]
-        print(f"| {label} | {statistics.median(before[label]):.1f} → {statistics.median(during[label]):.1f} | "
+    for label in around:
+        ratios = [watched / untraced for untraced, watched in zip(around[label], during[label])]
+        print(f"| {label} | {statistics.median(around[label]):.1f} → {statistics.median(during[label]):.1f} | "
               f"{ratio_cells(ratios)}")
     print()
-    print("The service's own CPU time per request (user + system, /proc/PID/stat every 50 ms), before ÷ in the "
+    print("The service's own CPU time per request (user + system, /proc/PID/stat every 50 ms), around ÷ in the "
           "window: what watching adds to each request's work, apart from waiting and the client.")
-    print("| variant | CPU per request, before ÷ in the window (median) | 95 % interval of the median | each round |")
+    print("| variant | CPU per request, around ÷ in the window (median) | 95 % interval of the median | each round |")
     print("|---|---|---|---|")
     for label, ratios in cpu_ratios.items():
         print(f"| {label} | {ratio_cells(ratios)}")
