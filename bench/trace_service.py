@@ -8,9 +8,9 @@ to back and notes when each is answered. Each measurement runs the client --seco
 on while `memcost trace --pid PID --every 10s --seconds S` attaches and watches, then --seconds more
 untraced once memcost has exited; the rate inside memcost's watched window (when it opened and how
 long it lasted come from its records) is divided by the mean of the rates just before and just
-after (a drift through the measurement cancels). Each round measures, in an order shuffled from a recorded seed: untraced
-(three adjacent stretches, the middle one against the outer two); memcost at its --pid defaults (faults counted in the kernel); with fault
-time measured in the kernel; at a command's defaults; with `--fault-counting perf` (a record of
+after (a drift through the measurement cancels). Each round measures, in an order shuffled from a
+recorded seed: untraced (three adjacent stretches, the middle one against the outer two); memcost
+at its --pid defaults (faults counted in the kernel); with fault time measured in the kernel; at a command's defaults; with `--fault-counting perf` (a record of
 each fault's address); and, where bpftrace is installed, an empty BPF program on the fault
 tracepoint (near the floor of any exact count in the kernel) and bpftrace counting the service's faults
 per thread; and sampled counts (`--sample-period 64`, `256`). The client first runs one stretch
