@@ -5,18 +5,19 @@
 bench/data/buffer_service.c answers HTTP on 127.0.0.1, mapping, writing and dropping a 16 MiB
 buffer per request (4,096 faults each). A client on one keep-alive connection sends requests back
 to back and notes when each is answered. Each measurement runs the client --seconds untraced, then
-on while `memcost trace --pid PID --every 10s --seconds S` attaches and watches, then --seconds more
-untraced once memcost has exited; the rate inside memcost's watched window (when it opened and how
-long it lasted come from its records) is divided by the mean of the rates just before and just
+on while `memcost trace --pid PID --every 10s --seconds S` attaches and watches, then --seconds
+more untraced once memcost has exited; the rate inside memcost's watched window (when it opened and
+how long it lasted come from its records) is divided by the mean of the rates just before and just
 after (a drift through the measurement cancels). Each round measures, in an order shuffled from a
 recorded seed: untraced (three adjacent stretches, the middle one against the outer two); memcost
-at its --pid defaults (faults counted in the kernel); with fault time measured in the kernel; at a command's defaults; with `--fault-counting perf` (a record of
-each fault's address); and, where bpftrace is installed, an empty BPF program on the fault
-tracepoint (near the floor of any exact count in the kernel) and bpftrace counting the service's faults
-per thread; and sampled counts (`--sample-period 64`, `256`). The client first runs one stretch
-unmeasured (the service's first seconds are slower). It prints each variant's median ratio with a
-distribution-free 95 % interval of the median, the service's own CPU time per request around ÷ in
-the window (the same ratio, apart from waiting), and memcost's own counts against the kernel's.
+at its --pid defaults (faults counted in the kernel); with fault time measured in the kernel; at a
+command's defaults; with `--fault-counting perf` (a record of each fault's address); and, where
+bpftrace is installed, an empty BPF program on the fault tracepoint (near the floor of any exact
+count in the kernel) and bpftrace counting the service's faults per thread; and sampled counts
+(`--sample-period 64`, `256`). The client first runs one stretch unmeasured (the service's first
+seconds are slower). It prints each variant's median ratio with a distribution-free 95 % interval
+of the median, the service's own CPU time per request around ÷ in the window (the same ratio, apart
+from waiting), and memcost's own counts against the kernel's.
 `--only TEXT` (repeatable) keeps the variants whose label contains TEXT, untraced and the other probe's.
 `--other-probe PATH` adds the --pid defaults run by another build of memcost-probe (MEMCOST_PROBE),
 so that two builds are compared in one sitting, interleaved. `--soak SECONDS` instead watches once
