@@ -73,8 +73,10 @@ cross-arm64: | prerequisites
 
 # MEMCOST_REQUIRE_WINE: the Windows tests fail, not skip, when Wine or the Windows build is missing.
 # MEMCOST_REQUIRE_TRACING (as root): so do the tests that need perf events, tracepoints or tracefs.
+# build/libc: other C libraries to run the preload library under (tools/foreign-libcs).
 test-python: setup
-	MEMCOST_REQUIRE_WINE=1 $(REQUIRE_TRACING) $(VENV)/bin/pytest -q
+	bash tools/foreign-libcs build/libc
+	MEMCOST_REQUIRE_FOREIGN_LIBCS=1 MEMCOST_REQUIRE_WINE=1 $(REQUIRE_TRACING) $(VENV)/bin/pytest -q
 
 clean:
 	rm -rf build $(VENV)

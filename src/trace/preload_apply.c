@@ -65,7 +65,7 @@ static size_t smallest = SIZE_MAX;
 static char report_path[512];
 static struct outstanding outstanding[MAX_OUTSTANDING];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread int applying; /* an advice's own calls (threads, dladdr) go straight through */
+static MEMCOST_THREAD_LOCAL int applying; /* an advice's own calls (threads, dladdr) go straight through */
 static uint64_t executable_name;
 
 static uint64_t name_hash(const char *name, size_t length) {

@@ -20,6 +20,18 @@
 
 enum { MEMCOST_APPLY_MAX_FRAMES = 4 };
 
+/* Every thread-local variable of the preload library. The initial-exec model reads it at a fixed
+   offset from the thread pointer; the default model for shared libraries calls __tls_get_addr,
+   which may itself call malloc and free while it brings a thread's TLS table up to date after a
+   dlopen or dlclose (glibc 2.39 on every access by such a thread): malloc -> __tls_get_addr ->
+   malloc -> ... until the stack runs out (`import torch` on a GPU host). A library preloaded at
+   start-up always has room in the static TLS block. tests/python/test_preload_safety.py reads the
+   built library back to check that nothing in it reaches __tls_get_addr; its control builds the
+   library with the default model (-DMEMCOST_THREAD_LOCAL=__thread) and sees it crash. */
+#ifndef MEMCOST_THREAD_LOCAL
+#define MEMCOST_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+#endif
+
 /* The caller's return addresses, innermost first, skipping `skip` frames (preload_linux.c). */
 uint32_t memcost_return_addresses(uint64_t *pcs, uint32_t most, uint32_t skip);
 

@@ -60,7 +60,7 @@ _Static_assert(offsetof(struct record, pcs) == sizeof(struct memcost_preload_hea
 
 static int out_fd = -1;
 static size_t min_bytes = 64 * 1024;
-static __thread int inside; /* the unwinder may allocate the first time it runs */
+static MEMCOST_THREAD_LOCAL int inside; /* the unwinder may allocate the first time it runs */
 
 /* The big blocks handed out, so that free() knows which to report: open addressing. */
 static uintptr_t table[TABLE_SIZE];
@@ -352,9 +352,9 @@ int madvise(void *address, size_t length, int advice) {
    (sqlite runs its queries without it) cannot read its frames; it uses its Python stack as last
    read with the GIL held, refreshed at most every PYTHON_REFRESH_NS while it allocates. */
 enum { PYTHON_REFRESH_NS = 1000000, CHECK_CLOCK_EVERY = 64 };
-static __thread struct python_block last_python; /* magic 0: none yet */
-static __thread uint64_t last_python_ns;
-static __thread uint32_t small_calls;
+static MEMCOST_THREAD_LOCAL struct python_block last_python; /* magic 0: none yet */
+static MEMCOST_THREAD_LOCAL uint64_t last_python_ns;
+static MEMCOST_THREAD_LOCAL uint32_t small_calls;
 
 static void refresh_python(void) {
   if (++small_calls % CHECK_CLOCK_EVERY != 0 || inside || !py.is_initialized() || !py.gil_held()) return;
