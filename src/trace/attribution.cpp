@@ -58,6 +58,17 @@ void Attribution::region_faults(const trace::RegionFaults& counts) {
   most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size() + pending_regions_.size());
 }
 
+void Attribution::call_faults(const trace::CallFaults& faults) {
+  faults_seen_ += faults.faults;
+  faults_in_calls_ += faults.faults;
+  CallFaultsSummary& summary = calls_faulting_[{faults.stack, faults.syscall}];
+  ++summary.calls;
+  summary.faults += faults.faults;
+  summary.call_ns += faults.exit_ns > faults.enter_ns ? faults.exit_ns - faults.enter_ns : 0;
+  pending_call_faults_.push_back(faults);
+  most_pending_ = std::max(most_pending_, pending_calls_.size() + pending_faults_.size() + pending_call_faults_.size());
+}
+
 void Attribution::process(const trace::ProcessEvent& event) {
   if (stacks) stacks->process(event);
   if (event.change == trace::ProcessChange::exit) return;
@@ -87,15 +98,20 @@ void Attribution::settle(std::uint64_t until_ns) {
                    [](const auto& a, const auto& b) { return a.time_ns < b.time_ns; });
   std::stable_sort(pending_regions_.begin(), pending_regions_.end(),
                    [](const auto& a, const auto& b) { return a.last_ns < b.last_ns; });
-  std::size_t calls = 0, faults = 0, forks = 0, samples = 0, regions = 0;
-  // Faults, regions' counts and CPU samples before `time_ns`, in time order between them.
+  std::stable_sort(pending_call_faults_.begin(), pending_call_faults_.end(),
+                   [](const auto& a, const auto& b) { return a.exit_ns < b.exit_ns; });
+  std::size_t calls = 0, faults = 0, forks = 0, samples = 0, regions = 0, in_calls = 0;
+  // Faults, regions' counts, calls' faults and CPU samples before `time_ns`, in time order between them.
   auto faults_before = [&](std::uint64_t time_ns) {
     while (true) {
       const std::uint64_t fault_at = faults < pending_faults_.size() ? pending_faults_[faults].time_ns : UINT64_MAX;
       const std::uint64_t sample_at = samples < pending_samples_.size() ? pending_samples_[samples].time_ns : UINT64_MAX;
       const std::uint64_t region_at = regions < pending_regions_.size() ? pending_regions_[regions].last_ns : UINT64_MAX;
-      if (std::min({fault_at, sample_at, region_at}) >= time_ns) break;
-      if (region_at <= std::min(fault_at, sample_at)) charge(pending_regions_[regions++]);
+      const std::uint64_t in_call_at =
+          in_calls < pending_call_faults_.size() ? pending_call_faults_[in_calls].exit_ns : UINT64_MAX;
+      if (std::min({fault_at, sample_at, region_at, in_call_at}) >= time_ns) break;
+      if (in_call_at <= std::min({fault_at, sample_at, region_at})) charge(pending_call_faults_[in_calls++]);
+      else if (region_at <= std::min(fault_at, sample_at)) charge(pending_regions_[regions++]);
       else if (fault_at <= sample_at) charge(pending_faults_[faults++]);
       else charge(pending_samples_[samples++]);
     }
@@ -130,16 +146,23 @@ void Attribution::settle(std::uint64_t until_ns) {
     for (; faults < pending_faults_.size(); ++faults) charge(pending_faults_[faults]);
     for (; samples < pending_samples_.size(); ++samples) charge(pending_samples_[samples]);
     for (; regions < pending_regions_.size(); ++regions) charge(pending_regions_[regions]);
+    for (; in_calls < pending_call_faults_.size(); ++in_calls) charge(pending_call_faults_[in_calls]);
   }
   pending_calls_.erase(pending_calls_.begin(), pending_calls_.begin() + static_cast<std::ptrdiff_t>(calls));
   pending_faults_.erase(pending_faults_.begin(), pending_faults_.begin() + static_cast<std::ptrdiff_t>(faults));
   pending_forks_.erase(pending_forks_.begin(), pending_forks_.begin() + static_cast<std::ptrdiff_t>(forks));
   pending_samples_.erase(pending_samples_.begin(), pending_samples_.begin() + static_cast<std::ptrdiff_t>(samples));
   pending_regions_.erase(pending_regions_.begin(), pending_regions_.begin() + static_cast<std::ptrdiff_t>(regions));
+  pending_call_faults_.erase(pending_call_faults_.begin(),
+                             pending_call_faults_.begin() + static_cast<std::ptrdiff_t>(in_calls));
 }
 
 void Attribution::finish() {
   settle(UINT64_MAX);
+  // Faults of a mapping call whose own record never came (lost): outside.
+  for (const trace::CallFaults& faults : std::exchange(awaiting_mapping_, {})) {
+    faults_[{0, kOutside, faults.stack, faults.pid, program_of(faults.pid, faults.exit_ns), false}] += faults.faults;
+  }
   std::vector<std::uint64_t> ids;
   ids.reserve(live_.size());
   for (const auto& [id, mapping] : live_) ids.push_back(id);
@@ -251,6 +274,59 @@ void Attribution::charge(const trace::RegionFaults& counts) {
   }
 }
 
+void Attribution::charge(const trace::CallFaults& call) {
+  const std::uint32_t program = program_of(call.pid, call.exit_ns);
+  // The bytes of each live mapping's 2 MiB regions inside the call's range: the kernel faulted in
+  // the pages there that were not yet present, so each region gets its share by size.
+  struct Part {
+    TracedMapping* mapping;
+    std::uint64_t region, bytes;
+  };
+  std::vector<Part> parts;
+  std::uint64_t covered = 0;
+  const std::uint64_t end = call.start + call.length;
+  if (auto space = spaces_.find(call.pid); space != spaces_.end() && call.length > 0 && end > call.start) {
+    auto& pieces = space->second.pieces;
+    auto first = pieces.upper_bound(call.start);
+    if (first != pieces.begin()) --first;
+    for (auto it = first; it != pieces.end() && it->first < end; ++it) {
+      const Piece& piece = it->second;
+      if (piece.end <= call.start) continue;
+      const std::uint64_t from = std::max(it->first, call.start), to = std::min(piece.end, end);
+      for (std::uint64_t at = from; at < to;) {
+        const std::uint64_t region_end = std::min(to, (at / huge_bytes_ + 1) * huge_bytes_);
+        parts.push_back({&live_[piece.mapping], at / huge_bytes_, region_end - at});
+        covered += region_end - at;
+        at = region_end;
+      }
+    }
+  }
+  if (parts.empty() && makes_its_range(call) && awaiting_mapping_.size() < kAwaitingMappingKept) {
+    // The mapping this call made and faulted in (MAP_POPULATE): its own record of the same return
+    // can come a few microseconds later (another program on the same tracepoint). Charged when it
+    // is applied (apply), or outside at the end.
+    awaiting_mapping_.push_back(call);
+    return;
+  }
+  if (parts.empty()) {
+    faults_[{0, kOutside, call.stack, call.pid, program, false}] += call.faults;
+    return;
+  }
+  // Whole faults in proportion to the bytes, the ones left over to the parts met first.
+  std::uint64_t given = 0;
+  std::vector<std::uint64_t> shares(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i) given += shares[i] = call.faults * parts[i].bytes / covered;
+  for (std::size_t i = 0; given < call.faults; i = (i + 1) % parts.size(), ++given) ++shares[i];
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (shares[i] == 0) continue;
+    TracedMapping& mapping = *parts[i].mapping;
+    if (mapping.first_tid == 0) mapping.first_tid = call.tid;
+    if (mapping.first_tid != call.tid) mapping.one_thread = false;
+    add_faults(mapping, parts[i].region, {mapping.origin.stack, mapping.origin.call, call.stack, call.pid, program, false},
+               shares[i]);
+  }
+}
+
 void Attribution::charge_time(const trace::RegionFaults& counts, const FaultKey& key, double share) {
   if (counts.timed_faults == 0 && counts.timings_ended == 0) return;
   FaultTime& time = fault_time_[key];
@@ -352,7 +428,27 @@ std::uint64_t Attribution::block_at(Space& space, std::uint64_t start) {
   return found == space.pieces.end() ? 0 : found->second.mapping;
 }
 
+// mmap and mremap: the range a call's faults fell in is the mapping the call itself returned.
+bool Attribution::makes_its_range(const trace::CallFaults& call) {
+  return call.length > 0 && (call.syscall == linux_abi::kSysMmap || call.syscall == linux_abi::kSysMremap);
+}
+
 void Attribution::apply(const trace::MappingCall& call) {
+  apply_to_space(call);
+  if (awaiting_mapping_.empty() || failed(call) || (call.kind != CallKind::mmap && call.kind != CallKind::mremap)) return;
+  // The faults of the call that made this mapping, which came before it.
+  const auto result = static_cast<std::uint64_t>(call.result);
+  for (auto it = awaiting_mapping_.begin(); it != awaiting_mapping_.end(); ++it) {
+    if (it->pid == call.pid && it->tid == call.tid && it->start == result) {
+      const trace::CallFaults faults = *it;
+      awaiting_mapping_.erase(it);
+      charge(faults);
+      return;
+    }
+  }
+}
+
+void Attribution::apply_to_space(const trace::MappingCall& call) {
   if (failed(call)) return;
   Space& space = spaces_[call.pid];
   const auto result = static_cast<std::uint64_t>(call.result);

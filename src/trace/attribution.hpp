@@ -101,6 +101,12 @@ struct FaultTime {
   double timed_faults = 0, timings_ended = 0, kernel_ns = 0, kernel_ns_squares = 0;
 };
 
+// The system calls that took faults without an exception (trace::CallFaults), per call stack and
+// system call: how many, their faults, and their time from entry to return.
+struct CallFaultsSummary {
+  std::uint64_t calls = 0, faults = 0, call_ns = 0;
+};
+
 class Attribution : public trace::Sink {
  public:
   static constexpr std::size_t kMaxSizes = 256;
@@ -116,6 +122,9 @@ class Attribution : public trace::Sink {
   void process(const trace::ProcessEvent& event) override;
   void cpu_sample(const trace::CpuSample& sample) override;
   void region_faults(const trace::RegionFaults& counts) override;
+  // Charged to the live mappings in its range, in proportion to the bytes of each 2 MiB region
+  // there (none: outside), touched by the call's stack; as it returns.
+  void call_faults(const trace::CallFaults& faults) override;
 
   // Every record with a time up to `until_ns` has been delivered: replay them.
   void settle(std::uint64_t until_ns);
@@ -137,7 +146,11 @@ class Attribution : public trace::Sink {
   [[nodiscard]] std::uint64_t cpu_samples_unmatched() const { return cpu_samples_unmatched_; }
   // In the fault handler but in perf, recording the fault for the tracer: not the fault's time.
   [[nodiscard]] std::uint64_t cpu_samples_tracing() const { return cpu_samples_tracing_; }
-  [[nodiscard]] std::uint64_t faults_seen() const { return faults_seen_; }  // counted, one by one or by region
+  [[nodiscard]] std::uint64_t faults_seen() const { return faults_seen_; }  // counted, one by one, by region or by call
+  [[nodiscard]] std::uint64_t faults_in_calls() const { return faults_in_calls_; }  // of those, by call
+  [[nodiscard]] const std::map<std::pair<std::uint32_t, long>, CallFaultsSummary>& calls_faulting() const {
+    return calls_faulting_;
+  }
   [[nodiscard]] std::uint64_t touch_samples_seen() const { return touch_samples_seen_; }
   [[nodiscard]] std::uint64_t calls_seen() const { return calls_seen_; }
   // The most records held at once waiting for their moment to settle, and live mappings at once.
@@ -177,17 +190,17 @@ class Attribution : public trace::Sink {
     std::vector<std::uint64_t> unclaimed_heap;
   };
   static constexpr std::size_t kUnclaimedHeapKept = 64;
-  struct Program {
-    std::uint64_t from_ns;
-  };
 
   void apply(const trace::MappingCall& call);
+  void apply_to_space(const trace::MappingCall& call);
+  static bool makes_its_range(const trace::CallFaults& call);
   void apply_brk(Space& space, const trace::MappingCall& call);
   // A marker: the heap grown since the last one was made by the marker's stack (its Python frames).
   void claim_heap(Space& space, const trace::MappingCall& marker);
   void charge(const trace::Fault& fault);
   void charge(const trace::CpuSample& sample);
   void charge(const trace::RegionFaults& counts);
+  void charge(const trace::CallFaults& call);
   // `share` of a region's timed faults and their time, to `key`.
   void charge_time(const trace::RegionFaults& counts, const FaultKey& key, double share);
   // `count` faults in one region of `mapping`, keyed by `key` (whose huge is false); a region's
@@ -218,6 +231,10 @@ class Attribution : public trace::Sink {
   std::vector<trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
   std::vector<trace::CpuSample> pending_samples_;
   std::vector<trace::RegionFaults> pending_regions_;  // charged at their last fault's moment
+  std::vector<trace::CallFaults> pending_call_faults_;  // charged as their call returned
+  std::vector<trace::CallFaults> awaiting_mapping_;     // charged once the mapping their call made is applied
+  static constexpr std::size_t kAwaitingMappingKept = 1024;
+  std::map<std::pair<std::uint32_t, long>, CallFaultsSummary> calls_faulting_;
   std::unordered_map<FaultKey, TouchSamples, FaultKeyHash> touch_samples_;
   std::unordered_map<int, FaultKey> last_fault_;  // per thread
   std::unordered_map<FaultKey, FaultTime, FaultKeyHash> fault_time_;
@@ -229,7 +246,7 @@ class Attribution : public trace::Sink {
   std::unordered_map<int, std::vector<std::uint64_t>> programs_;  // pid -> when each program began
   std::unordered_map<FaultKey, std::uint64_t, FaultKeyHash> faults_;
   std::map<OriginKey, OriginSummary> origins_;
-  std::uint64_t faults_seen_ = 0, touch_samples_seen_ = 0, calls_seen_ = 0;
+  std::uint64_t faults_seen_ = 0, touch_samples_seen_ = 0, calls_seen_ = 0, faults_in_calls_ = 0;
   std::size_t most_pending_ = 0, most_live_ = 0;
 };
 

@@ -237,5 +237,6 @@ std::uint64_t FaultCounter::total(unsigned) const { return 0; }
 std::uint64_t FaultCounter::faults() const { return faults_read_ + uncounted(); }
 std::uint64_t FaultCounter::uncounted() const { return total(MEMCOST_TOTAL_NO_ROOM) + total(MEMCOST_TOTAL_BUSY); }
 std::uint64_t FaultCounter::generations() const { return total(MEMCOST_TOTAL_GENERATIONS); }
+std::uint64_t FaultCounter::in_calls() const { return total(MEMCOST_TOTAL_IN_CALLS); }
 
 }  // namespace memcost::trace

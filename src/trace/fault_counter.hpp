@@ -16,6 +16,10 @@
 //   per region), and takes the regions of ended generations out of the kernel's map. What it
 //   reads of the current generations: nothing (Sweep::ended), what is new in them (Sweep::window,
 //   a window's end), or all of it, taken out too (Sweep::last, the end of the trace).
+// - Faults a system call takes without an exception (get_user_pages: MAP_POPULATE,
+//   MADV_POPULATE_*, mlock, a driver pinning memory) are counted per call from the thread's own
+//   fault counters (what rusage reads) and sent, one record per call that took any, to that CPU's
+//   BPF-output event with the call's stack (memcost_call_faults); in_calls() is their total.
 // - A fault the kernel's map had no room for is counted in uncounted(), never dropped silently.
 // - Each CPU counts the run of faults it is taking in one region in a pending slot of its own, and
 //   moves it into the regions map when a fault falls elsewhere or a mapping call intervenes;
@@ -57,6 +61,7 @@ class FaultCounter {
   [[nodiscard]] std::uint64_t faults() const;     // every fault of a traced process the kernel saw (read so far)
   [[nodiscard]] std::uint64_t uncounted() const;  // of those, not counted: the region map was full
   [[nodiscard]] std::uint64_t generations() const;
+  [[nodiscard]] std::uint64_t in_calls() const;  // faults taken inside system calls without an exception
   // Regions held between sweeps at most, and kernel records read (a measure of the reader's work).
   [[nodiscard]] std::size_t most_regions() const { return most_regions_; }
 

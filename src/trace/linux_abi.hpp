@@ -9,9 +9,20 @@
 namespace memcost::trace::linux_abi {
 
 inline constexpr std::uint64_t kMapPrivate = 0x02, kMapAnonymous = 0x20;
+// x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl): the calls that fault pages in.
+inline constexpr long kSysMmap = 9, kSysIoctl = 16, kSysMremap = 25, kSysMadvise = 28, kSysMlock = 149, kSysMlockall = 151,
+                      kSysMlock2 = 325;
 inline constexpr std::uint64_t kMadvDontneed = 4, kMadvFree = 8, kMadvRemove = 9, kMadvHugepage = 14, kMadvNohugepage = 15;
 
 }  // namespace memcost::trace::linux_abi
+
+#if __has_include(<sys/syscall.h>) && defined(__x86_64__)
+#include <sys/syscall.h>
+static_assert(SYS_mmap == memcost::trace::linux_abi::kSysMmap && SYS_ioctl == memcost::trace::linux_abi::kSysIoctl &&
+              SYS_mremap == memcost::trace::linux_abi::kSysMremap && SYS_madvise == memcost::trace::linux_abi::kSysMadvise &&
+              SYS_mlock == memcost::trace::linux_abi::kSysMlock && SYS_mlockall == memcost::trace::linux_abi::kSysMlockall &&
+              SYS_mlock2 == memcost::trace::linux_abi::kSysMlock2);
+#endif
 
 #if __has_include(<sys/mman.h>)
 #include <sys/mman.h>

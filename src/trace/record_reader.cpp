@@ -166,16 +166,31 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
   }
   std::uint64_t args[6] = {};
   std::optional<CallKind> call;
+  std::optional<CallFaults> call_faults;
+  bool unreadable = false;
   if (event.sample_type & PERF_SAMPLE_RAW) {
     auto size = in.take<std::uint32_t>();
     const std::uint8_t* raw = in.at;
-    if (event.touch_in_raw) {
+    std::uint32_t kind = 0;
+    if (event.touch_in_raw && size >= sizeof(kind)) std::memcpy(&kind, raw, sizeof(kind));
+    if (kind == MEMCOST_OUTPUT_TOUCH && size >= sizeof(memcost_touch_sample)) {
       // Sent from inside the kernel's fault handling: the sample's own mode is the kernel's.
       memcost_touch_sample touch{};
-      std::memcpy(&touch, raw, std::min<std::size_t>(size, sizeof(touch)));
+      std::memcpy(&touch, raw, sizeof(touch));
       address = touch.address;
       period = touch.faults;
       user = touch.user != 0;
+    } else if (kind == MEMCOST_OUTPUT_CALL_FAULTS && size >= sizeof(memcost_call_faults)) {
+      memcost_call_faults record{};
+      std::memcpy(&record, raw, sizeof(record));
+      CallFaults faults{pid, tid, record.enter_ns, time, static_cast<long>(record.syscall), 0, 0, record.faults, 0};
+      std::uint64_t call_args[6];
+      std::copy(std::begin(record.args), std::end(record.args), std::begin(call_args));
+      call_range(faults.syscall, call_args, record.result, faults.start, faults.length);
+      call_faults = faults;
+    } else if (event.touch_in_raw) {
+      unreadable = true;  // not the counter's (never expected): counted, not read
+      ++malformed;
     }
     for (std::size_t i = 0; i < event.offsets.size() && i < 6; ++i) {
       if (event.offsets[i] + 8 <= size) std::memcpy(&args[i], raw + event.offsets[i], 8);
@@ -204,7 +219,12 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
   }
   switch (event.kind) {
     case EventKind::fault:
-      sink_.fault({pid, tid, time, address, stack, user, event.counted, period});
+      if (call_faults) {
+        call_faults->stack = stack;
+        sink_.call_faults(*call_faults);
+      } else if (!unreadable) {
+        sink_.fault({pid, tid, time, address, stack, user, event.counted, period});
+      }
       break;
     case EventKind::cpu:
       break;

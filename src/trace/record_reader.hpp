@@ -18,6 +18,7 @@ class RecordReader {
   std::unordered_map<std::uint64_t, Event> events;  // by perf id
   std::vector<RingBuffer> buffers;
   std::uint64_t lost = 0;
+  std::uint64_t malformed = 0;  // samples whose raw data is none of the in-kernel counter's records
   const KernelSymbols* kernel = nullptr;  // for classifying CPU samples
   // How full a buffer may get before `behind` is called, looked at every `check_every` samples
   // read: small buffers (no privilege to lock more) fill within a millisecond, so they are watched closely.

@@ -189,6 +189,30 @@ struct RegionFaults {
   std::uint64_t fault_ns_squares = 0;
 };
 
+// The faults one system call took without an exception: the kernel faulting pages in on purpose
+// (get_user_pages: MAP_POPULATE, MADV_POPULATE_*, mlock, MAP_LOCKED, a driver pinning memory in an
+// ioctl), which no exception tracepoint and no perf event sees. Counted from the thread's own fault
+// counters across the call: in the kernel (fault_counter.hpp), or by the preload library with
+// getrusage(RUSAGE_THREAD). The call's stack is the touching site.
+struct CallFaults {
+  int pid = 0;
+  int tid = 0;
+  std::uint64_t enter_ns = 0;  // CLOCK_MONOTONIC
+  std::uint64_t exit_ns = 0;
+  long syscall = -1;           // its number (x86-64)
+  std::uint64_t start = 0;     // the range its arguments name (length 0: they name none: ioctl, mlockall)
+  std::uint64_t length = 0;
+  std::uint64_t faults = 0;
+  std::uint32_t stack = 0;
+};
+
+// The range a call that faults pages in works on, by its number and arguments (x86-64): mmap and
+// mremap the mapping they return, madvise, mlock and mlock2 their arguments; none for the others.
+// Its name for the reports ("syscall N" for one without).
+void call_range(long syscall, const std::uint64_t (&args)[6], std::int64_t result, std::uint64_t& start,
+                std::uint64_t& length);
+[[nodiscard]] std::string syscall_name(long syscall);
+
 // One sample of CPU time (cpu-clock, every cpu_sample_period_ns of a thread's CPU time) taken in
 // the kernel, classified by the kernel's call chain: inside the page-fault handler, and there
 // inside page clearing (zeroing a page before the program sees it) or inside perf recording the
@@ -227,6 +251,7 @@ class Sink {
   virtual void process(const ProcessEvent& event) = 0;
   virtual void cpu_sample(const CpuSample& sample) { (void)sample; }
   virtual void region_faults(const RegionFaults& counts) { (void)counts; }
+  virtual void call_faults(const CallFaults& faults) { (void)faults; }
   // Every call and fault up to this moment (CLOCK_MONOTONIC) has been delivered; UINT64_MAX at the end.
   virtual void settle(std::uint64_t until_ns) { (void)until_ns; }
 };
@@ -256,6 +281,7 @@ struct Result {
   std::string kernel_counting;     // why faults were not counted in the kernel, when they were not
   std::uint64_t kernel_faults = 0;           // every fault the in-kernel counter saw
   std::uint64_t kernel_faults_uncounted = 0;  // of those, not counted: its region map was full
+  std::uint64_t kernel_faults_in_calls = 0;   // taken inside system calls without an exception (populate, mlock, pinning)
   std::uint64_t touch_samples_per_second = 0;  // asked of perf per CPU (0: a stack with every fault)
   std::uint32_t fault_timing_one_in = 0;       // faults timed in the kernel: one in this many (0: none)
   std::uint64_t cpu_sample_period_ns = 0;  // as used; 0: fault time not sampled (cpu_sampling says why)

@@ -324,9 +324,13 @@ class Tracing {
       result_.fault_source = "BPF programs on the tracepoints exceptions:page_fault_user and page_fault_kernel, every "
                              "fault counted in the kernel per 2 MiB region; touching stacks sampled by the same "
                              "programs, about " + std::to_string(options_.touch_samples_per_second) +
-                             " a second per CPU, copied by perf's bpf-output event";
+                             " a second per CPU, copied by perf's bpf-output event; faults taken inside system calls "
+                             "without an exception (MAP_POPULATE, MADV_POPULATE_*, mlock, a driver pinning) counted per "
+                             "call on raw_syscalls sys_enter and sys_exit from the thread's own fault counters, with "
+                             "the call's stack";
       result_.kernel_faults = counter_->faults();
       result_.kernel_faults_uncounted = counter_->uncounted();
+      result_.kernel_faults_in_calls = counter_->in_calls();
     }
     result_.unwind_failures = reader_.unwind_failures();
     if (attaching_) {

@@ -159,6 +159,65 @@ TEST(Attribution, ARegionsSingleFaultInAnAdvisedMappingIsAHugePage) {
   EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 2U);
 }
 
+// A system call's faults taken without an exception (MAP_POPULATE, mlock, a driver pinning).
+trace::CallFaults call_faults(long syscall, std::uint64_t exit_ns, std::uint64_t start, std::uint64_t length,
+                              std::uint64_t faults, std::uint32_t stack = 9) {
+  return trace::CallFaults{kPid, kPid, exit_ns - 500, exit_ns, syscall, start, length, faults, stack};
+}
+
+// Faults per (allocation origin, touching stack, page kind).
+std::uint64_t faults_touched(const Attribution& attribution, std::uint32_t stack, int call, std::uint32_t touch, bool huge) {
+  std::uint64_t total = 0;
+  for (const auto& [key, count] : attribution.faults()) {
+    if (key.allocation_stack == stack && key.allocation_call == call && key.touch_stack == touch && key.huge == huge) {
+      total += count;
+    }
+  }
+  return total;
+}
+
+constexpr long kSysMadvise = 28, kSysMlock = 149, kSysMmap = 9, kSysIoctl = 16;
+
+TEST(Attribution, ASystemCallsFaultsGoToTheMappingsInItsRangeTouchedByTheCall) {
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, 8 * kMiB, 3, 0x22}, kBase, 1));
+  attribution.call(call(CallKind::mmap, 2'000, {0, 2 * kMiB, 3, 0x22}, kBase + 8 * kMiB, 2));
+  // madvise(MADV_POPULATE_WRITE) over all of the first and half of the second: 2,304 base pages.
+  attribution.call_faults(call_faults(kSysMadvise, 5'000, kBase, 9 * kMiB, 2304));
+  attribution.call_faults(call_faults(kSysIoctl, 6'000, 0, 0, 40, 10));  // a driver's pinning: no range
+  attribution.finish();
+  EXPECT_EQ(faults_touched(attribution, 1, kMmap, 9, false), 2048U);  // by size: 8 of the 9 MiB
+  EXPECT_EQ(faults_touched(attribution, 2, kMmap, 9, false), 256U);
+  EXPECT_EQ(faults_touched(attribution, 0, kOutside, 10, false), 40U);
+  EXPECT_EQ(attribution.faults_seen(), 2344U);
+  EXPECT_EQ(attribution.faults_in_calls(), 2344U);
+  const auto& madvise = attribution.calls_faulting().at({9, kSysMadvise});
+  EXPECT_EQ(madvise.calls, 1U);
+  EXPECT_EQ(madvise.faults, 2304U);
+  EXPECT_EQ(madvise.call_ns, 500U);
+}
+
+TEST(Attribution, APopulatedHugePageRegionIsOneFaultAndAHugePage) {
+  Attribution attribution(ThpMode::always);
+  attribution.call(call(CallKind::mmap, 1'000, {0, 8 * kMiB, 3, 0x22}, kBase, 1));
+  attribution.call_faults(call_faults(kSysMlock, 5'000, kBase, 8 * kMiB, 4));  // mlock on THP: one fault a 2 MiB region
+  attribution.finish();
+  EXPECT_EQ(faults_touched(attribution, 1, kMmap, 9, true), 4U);
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 0U);
+}
+
+TEST(Attribution, AMappingCallsFaultsThatArriveBeforeItsRecordWaitForIt) {
+  // mmap(MAP_POPULATE): the faults' record and the call's own record are taken at the same return by
+  // two programs, the call's a few microseconds later.
+  Attribution attribution(ThpMode::madvise);
+  attribution.call_faults(call_faults(kSysMmap, 1'000, kBase, 4 * kMiB, 1024));
+  attribution.call(call(CallKind::mmap, 1'012, {0, 4 * kMiB, 3, 0x8022}, kBase, 1));
+  attribution.call_faults(call_faults(kSysMmap, 9'000, kBase + 64 * kMiB, 4 * kMiB, 7));  // its record was lost
+  attribution.finish();
+  EXPECT_EQ(faults_touched(attribution, 1, kMmap, 9, false), 1024U);
+  EXPECT_EQ(faults_touched(attribution, 0, kOutside, 9, false), 7U);
+}
+
 TEST(Attribution, TouchingSamplesAreKeptApartFromTheCounts) {
   // Counted in the kernel, perf's fault samples only say which stacks touched, and for how many.
   Attribution attribution(ThpMode::madvise);

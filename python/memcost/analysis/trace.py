@@ -69,6 +69,9 @@ class Trace:
     # Faults counted in the kernel: the touching stacks sampled, as dicts: allocation_stack,
     # allocation_call, touch_stack, pid, program, samples, faults (what the samples stand for).
     touch_samples: list = field(default_factory=list)
+    # The system calls that took faults without an exception (MAP_POPULATE, mlock, pinning): dicts
+    # call, stack (their touching stack in `faults`), calls, faults, call_ns.
+    call_faults: list = field(default_factory=list)
 
     @property
     def period(self) -> int:
@@ -82,7 +85,7 @@ KERNEL_TIME = ("timed_faults", "timings_ended", "kernel_ns", "kernel_ns_squares"
 
 
 def read(samples: list) -> Trace:
-    stacks, faults, origins, processes, fault_time, touch_samples = {}, [], [], [], [], []
+    stacks, faults, origins, processes, fault_time, touch_samples, call_faults = {}, [], [], [], [], [], []
     run: dict = {}
     for sample in samples:
         record, metrics = sample["case"]["record"], sample["metrics"]
@@ -100,12 +103,14 @@ def read(samples: list) -> Trace:
             touch_samples.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
         elif record == "allocations":
             origins.append({"call": sample["case"]["call"], **metrics})
+        elif record == "call_faults":
+            call_faults.append({"call": sample["case"]["call"], **metrics})
         elif record == "process":
             processes.append({"change": sample["case"]["change"], **metrics})
         elif record == "run":
             run = metrics
     processes.sort(key=lambda p: p["time_ns"])
-    return Trace(stacks, faults, origins, run, processes, fault_time, touch_samples)
+    return Trace(stacks, faults, origins, run, processes, fault_time, touch_samples, call_faults)
 
 
 def touch_rows(trace: Trace) -> list[dict]:
@@ -120,6 +125,9 @@ def touch_rows(trace: Trace) -> list[dict]:
         sampled[(row["allocation_stack"], row["allocation_call"], row["pid"], row["program"])].append(row)
     rows = []
     for row in trace.faults:
+        if row["touch_stack"]:  # counted with its own stack (a system call's faults): exact, not shared
+            rows.append(row)
+            continue
         touches = sampled.get((row["allocation_stack"], row["allocation_call"], row["pid"], row["program"]), [])
         weight = sum(touch["faults"] for touch in touches)
         if not weight:
@@ -585,6 +593,8 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         "fault_source": run.get("fault_source", "?"), "call_source": run.get("call_source", "?"),
         "counted_in_kernel": bool(run.get("counted_in_kernel")), "kernel_counting": run.get("kernel_counting", ""),
         "touch_samples": run.get("touch_samples", 0), "faults_uncounted": run.get("kernel_faults_uncounted", 0),
+        "faults_in_calls": run.get("faults_in_calls", 0),
+        "faults_in_calls_kernel": run.get("kernel_faults_in_calls"),
         "fault_ms": sum(r["fault_ms"] for r in rows), "free_ms": sum(r["free_ms"] for r in rows),
         "map_ms": sum(r["map_ms"] for r in rows),
         "cost_source": cost.source, "base_fault_us_per_mb": cost.base_us_per_mb, "thp_fault_us_per_mb": cost.thp_us_per_mb,
@@ -612,27 +622,66 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
             "totals": totals, "headline": headline(rows, totals)}
 
 
+def count_gap_reason(totals: dict) -> str:
+    """Why the faults counted differ from the kernel's own count for the command: the reasons this
+    trace itself recorded, or a plain statement that it recorded none."""
+    counted, kernel = totals["faults"], totals["kernel_faults"]
+    reasons = []
+    if totals.get("lost_records"):
+        reasons.append(f"{totals['lost_records']:,} records were lost")
+    if totals.get("faults_uncounted"):
+        reasons.append(f"{totals['faults_uncounted']:,} faults could not be counted: the in-kernel region map was full")
+    in_calls_kernel = totals.get("faults_in_calls_kernel")
+    if in_calls_kernel is not None and in_calls_kernel > totals.get("faults_in_calls", 0):
+        reasons.append(f"{in_calls_kernel - totals.get('faults_in_calls', 0):,} faults taken inside system calls were "
+                       "counted in the kernel but their records did not arrive")
+    if not totals.get("counted_in_kernel") and counted < kernel:
+        reasons.append("without root, faults taken inside system calls are seen only in the calls the preload "
+                       "library wraps (mmap, madvise, mlock, mlock2, mlockall, ioctl), and faults in kernel mode "
+                       "only where perf_event_paranoid allows")
+    if counted > kernel:
+        reasons.append("the kernel's count covers the command and the children it waited for; processes it did not "
+                       "wait for were traced too")
+    if not reasons:
+        return "this trace recorded nothing that explains the difference; per-site counts may be incomplete"
+    return "; ".join(reasons)
+
+
 def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[dict]:
     counts: dict[str, Counter] = defaultdict(Counter)
     fault_ms: dict[str, float] = defaultdict(float)
     stack_of: dict[str, int] = {}
     samples: Counter = Counter()
+    exact: Counter = Counter()  # counted with their own stack, where the rest are shared out by samples
     allocations, touching = allocation_names(trace, which), touching_names(trace, which)
+    # A system call's faults are touched by the call: named by it ("madvise ← by_madv_populate").
+    calls_at = {row["stack"]: row["call"] for row in trace.call_faults}
+    call_ms: Counter = Counter()
+    for row in trace.call_faults:
+        call_ms[f"{row['call']} ← {touching(row['stack'])}"] += row["call_ns"] / 1e6
     for row in touch_rows(trace):
         site = touching(row["touch_stack"])
+        if row["touch_stack"] in calls_at:
+            site = f"{calls_at[row['touch_stack']]} ← {site}"
         stack_of.setdefault(site, row["touch_stack"])
         faults = row["faults"] * trace.period
         counts[site][allocation_site(allocations, row["allocation_stack"], row["allocation_call"])] += faults
         fault_ms[site] += faults * cost.fault_us("thp" if row["huge"] else "base") / 1e3
         samples[site] += row.get("samples", 0)
+        if "samples" not in row:
+            exact[site] += faults
     rows = [{"site": site, "stack": stack_of[site], "faults": round(sum(c.values())), "fault_ms": fault_ms[site],
-             "allocation_site": c.most_common(1)[0][0]} for site, c in counts.items()]
+             "allocation_site": c.most_common(1)[0][0], **({"call_ms": call_ms[site]} if site in call_ms else {})}
+            for site, c in counts.items()]
     if trace.touch_samples:
-        # Sampled stacks: a site's share is a proportion estimated from its samples (binomial error).
+        # Sampled stacks: a site's share is a proportion estimated from its samples (binomial error);
+        # a site whose faults were all counted with their stack is exact (no `samples`).
         for row in rows:
-            n = samples[row["site"]]
+            n, estimated = samples[row["site"]], row["faults"] - exact[row["site"]]
+            if not estimated:
+                continue
             row["samples"] = n
-            row["faults_error"] = row["faults"] / math.sqrt(n) if n else None
+            row["faults_error"] = estimated / math.sqrt(n) if n else None
     rows.sort(key=lambda r: r["faults"], reverse=True)
     return rows
 

@@ -137,9 +137,8 @@ def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None, para
     if totals["sample_period"] == 1 and totals["kernel_faults"] and \
             abs(totals["faults"] - totals["kernel_faults"]) > 0.02 * totals["kernel_faults"] + 100:
         warnings.append({"code": "fault_count_mismatch",
-                         "message": f"{totals['faults']:,} faults were sampled but the kernel counted "
-                                    f"{totals['kernel_faults']:,}: some were lost or happened in children that "
-                                    "outlived the command; per-site counts are a lower bound"})
+                         "message": f"{totals['faults']:,} faults were counted but the kernel counted "
+                                    f"{totals['kernel_faults']:,} for the command: {analysis.count_gap_reason(totals)}"})
     warnings += [{"code": "runtime_unnamed", "message": message} for message in analysis.runtime_flags_missing(samples)]
     return summary, warnings
 
@@ -329,8 +328,11 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
               number(r["fault_ms"], 1),
               number(r["free_ms"], 1), f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-",
               f"{r['wall_share']:.1%}", f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
-    touching = [[readable(r["site"]), _sampled_count(r), number(r["fault_ms"], 1), readable(r["allocation_site"])]
-                for r in summary["touching"][:top]]
+    # A system call that faulted pages in: its time from entry to return, measured.
+    in_calls = any("call_ms" in r for r in summary["touching"][:top])
+    touching = [[readable(r["site"]), _sampled_count(r), number(r["fault_ms"], 1),
+                 *([number(r["call_ms"], 1) if "call_ms" in r else "-"] if in_calls else []),
+                 readable(r["allocation_site"])] for r in summary["touching"][:top]]
     processes = summary.get("processes", [])
     shown = [[str(r["pid"]), r["name"], str(r["parent"] or "-"), f"{r['faults']:,}", f"{r['faults_attributed']:,}"]
              for r in processes[:top]]
@@ -343,7 +345,8 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
                           ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", *measured_headers,
                            "fault ms (est.)", "free ms", "churn", "% wall", "% CPU"], sites),
                          ("Touching sites — where the pages were faulted in",
-                          ["site", "faults", "fault ms (est.)", "memory allocated at"], touching)] \
+                          ["site", "faults", "fault ms (est.)", *(["ms in the call"] if in_calls else []),
+                           "memory allocated at"], touching)] \
         + verification_tables(summary)
 
 

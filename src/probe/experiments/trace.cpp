@@ -11,6 +11,8 @@
 //                 stacks are 0 and the next record has them;
 //   touch_samples — counted in the kernel only: per (allocation stack and call, touching stack,
 //                 process, program) the touching stacks sampled and the faults they stand for;
+//   call_faults — per system call that took faults without an exception (MAP_POPULATE, mlock,
+//                 MADV_POPULATE_*, a driver pinning) and its stack: calls, faults, time in them;
 //   allocations — per allocation origin (stack and call): mappings made and freed, bytes,
 //                 measured call time, the largest mapping, the freed mappings by size;
 //   run         — last: the command's exit, CPU and fault counts, what was lost, how it was measured.
@@ -142,6 +144,12 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution, con
        {"timings_ended", [](const trace::FaultTime& time) { return json(time.timings_ended); }},
        {"kernel_ns", [](const trace::FaultTime& time) { return json(time.kernel_ns); }},
        {"kernel_ns_squares", [](const trace::FaultTime& time) { return json(time.kernel_ns_squares); }}});
+  for (const auto& [key, summary] : attribution.calls_faulting()) {
+    json tags = case_of("call_faults", window);
+    tags["call"] = trace::syscall_name(key.second);
+    emitter.sample(std::move(tags), {{"stack", key.first}, {"calls", summary.calls}, {"faults", summary.faults},
+                                     {"call_ns", summary.call_ns}});
+  }
   for (const auto& [origin, summary] : attribution.origins()) {
     json sizes = json::array();
     for (const auto& [bytes, size] : summary.by_size) {
@@ -318,6 +326,7 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
        {"sample_period", result.counted_in_kernel ? 1 : settings.sample_period},
        {"counted_in_kernel", result.counted_in_kernel}, {"kernel_counting", result.kernel_counting},
        {"kernel_faults", result.kernel_faults}, {"kernel_faults_uncounted", result.kernel_faults_uncounted},
+       {"kernel_faults_in_calls", result.kernel_faults_in_calls}, {"faults_in_calls", attribution.faults_in_calls()},
        {"touch_samples_per_second", result.touch_samples_per_second},
        {"fault_timing_one_in", result.fault_timing_one_in},
        {"touch_samples", attribution.touch_samples_seen()},

@@ -20,6 +20,8 @@ struct task_struct {
   int tgid;
   int pagefault_disabled;
   struct mm_struct* mm;
+  unsigned long min_flt;  // the thread's faults, as the kernel accounts them (rusage)
+  unsigned long maj_flt;
 } __attribute__((preserve_access_index));
 
 struct pt_regs {
@@ -27,6 +29,8 @@ struct pt_regs {
   unsigned long si;
   unsigned long dx;
   unsigned long r10;
+  unsigned long r8;
+  unsigned long r9;
   unsigned long orig_ax;
 } __attribute__((preserve_access_index));
 
@@ -83,6 +87,24 @@ struct {
   __type(key, __u32);
   __type(value, struct pending_region);
 } pending SEC(".maps");
+
+// The system call each thread of a traced process is in (memcost_call_faults): its entry, the
+// thread's fault counters then, and the faults the exception tracepoints counted for it since.
+struct call_state {
+  __u64 enter_ns;
+  __u64 faults_at_enter;
+  __u64 exception_faults;
+  __u64 args[6];
+  __u32 syscall;
+  __u32 open;  // 1 between its entry and its return
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
+  __type(value, struct call_state);
+} calls SEC(".maps");
 
 // One perf BPF-output event per CPU (the reader's), writing into that CPU's ring buffer.
 struct {
@@ -156,7 +178,8 @@ static __always_inline void touch_sample(void* ctx, struct pending_region* here,
   if (next < gap / 2) next = gap / 2;
   if (next < 1) next = 1;
   if (next > (1u << 24)) next = 1u << 24;
-  struct memcost_touch_sample sample = {.address = address, .faults = here->faults_since_touch, .user = user};
+  struct memcost_touch_sample sample = {
+      .kind = MEMCOST_OUTPUT_TOUCH, .user = user, .address = address, .faults = here->faults_since_touch};
   bpf_perf_event_output(ctx, &touch_samples, BPF_F_CURRENT_CPU, &sample, sizeof(sample));
   here->faults_since_touch = 0;
   here->last_touch_ns = now;
@@ -213,6 +236,11 @@ static __always_inline int count_fault(void* ctx, unsigned long address, __u32 u
   here->counts.pages[(page / 64) & (MEMCOST_REGION_WORDS - 1)] |= 1ULL << (page % 64);
   here->counts.faults += 1;
   if (here->counts.first_tid != tid) here->counts.threads_differ = 1;
+  if (!user) {
+    // Counted here: not to be counted again as one the system call took without an exception.
+    struct call_state* call = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
+    if (call && call->open) call->exception_faults += 1;
+  }
   here->faults_since_touch += 1;
   if (touch_ns_apart) {
     if (here->touch_countdown <= 1) touch_sample(ctx, here, address, user);
@@ -310,8 +338,26 @@ int BPF_PROG(on_syscall, struct pt_regs* regs, long id) {
   __u32 zero = 0;
   struct pending_region* here = bpf_map_lookup_elem(&pending, &zero);
   if (here && here->fault_started_ns && here->fault_tid == (__u32)bpf_get_current_pid_tgid()) here->fault_started_ns = 0;
-  if (id != NR_MUNMAP && id != NR_MREMAP && id != NR_BRK && id != NR_MADVISE && id != NR_MMAP) return 0;
   __u32 tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);
+  __u32* generation = bpf_map_lookup_elem(&generations, &tgid);
+  if (!generation || *generation == MEMCOST_AWAITING_EXEC) return 0;
+  // Every call of a traced thread: any of them may fault pages in without an exception.
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct call_state* call = bpf_task_storage_get(&calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  if (call) {
+    call->faults_at_enter = task->min_flt + task->maj_flt;
+    call->exception_faults = 0;
+    call->syscall = (__u32)id;
+    call->args[0] = BPF_CORE_READ(regs, di);
+    call->args[1] = BPF_CORE_READ(regs, si);
+    call->args[2] = BPF_CORE_READ(regs, dx);
+    call->args[3] = BPF_CORE_READ(regs, r10);
+    call->args[4] = BPF_CORE_READ(regs, r8);
+    call->args[5] = BPF_CORE_READ(regs, r9);
+    call->open = 1;
+    call->enter_ns = bpf_ktime_get_ns();
+  }
+  if (id != NR_MUNMAP && id != NR_MREMAP && id != NR_BRK && id != NR_MADVISE && id != NR_MMAP) return 0;
   if (id == NR_MMAP && !(BPF_CORE_READ(regs, r10) & MAP_FIXED_FLAG)) return 0;
   if (id == NR_MADVISE) {
     unsigned long advice = BPF_CORE_READ(regs, dx);
@@ -321,10 +367,27 @@ int BPF_PROG(on_syscall, struct pt_regs* regs, long id) {
   return 0;
 }
 
+// The faults a traced thread's call took without an exception, sent with the call's stack.
+static __always_inline void call_returned(void* ctx, long ret) {
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct call_state* call = bpf_task_storage_get(&calls, task, 0, 0);
+  if (!call || !call->open) return;
+  call->open = 0;
+  __u64 risen = task->min_flt + task->maj_flt - call->faults_at_enter;
+  if (risen <= call->exception_faults) return;
+  struct memcost_call_faults record = {.kind = MEMCOST_OUTPUT_CALL_FAULTS, .syscall = call->syscall,
+                                       .enter_ns = call->enter_ns, .faults = risen - call->exception_faults,
+                                       .result = ret};
+  for (int i = 0; i < 6; ++i) record.args[i] = call->args[i];
+  add_total(MEMCOST_TOTAL_IN_CALLS, record.faults);
+  bpf_perf_event_output(ctx, &touch_samples, BPF_F_CURRENT_CPU, &record, sizeof(record));
+}
+
 // A call that made a mapping has returned: pending regions begun before are moved out, so none is
 // stamped earlier than a mapping its pages are in (a region's faults are charged at its stamp).
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_syscall_exit, struct pt_regs* regs, long ret) {
+  call_returned(ctx, ret);
   long id = BPF_CORE_READ(regs, orig_ax);
   if (id != NR_MMAP && id != NR_BRK && id != NR_MREMAP) return 0;
   __u32 tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);

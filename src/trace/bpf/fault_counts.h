@@ -43,13 +43,34 @@ struct memcost_region_counts {
   unsigned int threads_differ; /* 1: another thread faulted here too */
 };
 
-/* A touching stack's sample: the raw data of a perf BPF-output event, whose own sample carries the
-   thread, the time, the user registers and a copy of the user stack (perf takes them itself). */
+/* What the counter sends to perf's BPF-output event on each CPU, each behind its kind. perf puts
+   the sample's own thread, time, user registers and a copy of the user stack beside it. */
+enum memcost_output_kind {
+  MEMCOST_OUTPUT_TOUCH = 1,       /* struct memcost_touch_sample */
+  MEMCOST_OUTPUT_CALL_FAULTS = 2, /* struct memcost_call_faults */
+};
+
+/* A touching stack's sample: the fault, and the faults it stands for. */
 struct memcost_touch_sample {
+  unsigned int kind;         /* MEMCOST_OUTPUT_TOUCH */
+  unsigned int user;         /* 1: a fault of user code; 0: one a system call took for it */
   unsigned long long address;
   unsigned long long faults; /* the traced faults this CPU counted since its last sample, this one included */
-  unsigned int user;         /* 1: a fault of user code; 0: one a system call took for it */
-  unsigned int pad;
+};
+
+/* A system call of a traced process that took faults without an exception, sent as it returns (so
+   the copied stack is the call's). The kernel faults pages in on purpose inside some calls, through
+   get_user_pages: MAP_POPULATE, MADV_POPULATE_*, mlock, MAP_LOCKED, a driver pinning memory in an
+   ioctl. No exception, so no exception tracepoint, and no perf event: only the thread's own
+   counters (min_flt, maj_flt: what rusage reads) see them. `faults` is what those counters rose
+   by during the call, less the faults the exception tracepoints counted for the thread meanwhile. */
+struct memcost_call_faults {
+  unsigned int kind;    /* MEMCOST_OUTPUT_CALL_FAULTS */
+  unsigned int syscall; /* its number (x86-64) */
+  unsigned long long enter_ns; /* CLOCK_MONOTONIC; it returned at the sample's time */
+  unsigned long long faults;
+  unsigned long long args[6];
+  long long result;
 };
 
 /* Totals kept beside the regions: what could not be counted is said, never dropped silently. */
@@ -57,7 +78,8 @@ enum memcost_fault_total {
   MEMCOST_TOTAL_NO_ROOM = 0,      /* faults not counted: the region map was full */
   MEMCOST_TOTAL_GENERATIONS = 1,  /* generation changes */
   MEMCOST_TOTAL_BUSY = 2,         /* faults not counted: their CPU's pending region was being updated */
-  MEMCOST_TOTALS = 3,
+  MEMCOST_TOTAL_IN_CALLS = 3,     /* faults taken inside system calls without an exception (memcost_call_faults) */
+  MEMCOST_TOTALS = 4,
 };
 
 #endif
