@@ -1,10 +1,13 @@
 #include "trace/perf_map.hpp"
 
+#include <fcntl.h>
+#include <cerrno>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <string>
 
 namespace memcost::trace {
 namespace {
@@ -42,17 +45,32 @@ std::pair<std::string, int> split_location(std::string_view text) {
 
 std::string perf_map_path(int pid) { return "/tmp/perf-" + std::to_string(pid) + ".map"; }
 
-bool PerfMap::load(const std::string& path) {
-  std::error_code error;
-  const std::uintmax_t bytes = std::filesystem::file_size(path, error);
-  if (error) return false;
-  if (bytes == bytes_read_) return true;
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
+bool PerfMap::load(const std::string& path, unsigned owner) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    refused_ = errno == ELOOP;  // a symbolic link
+    return false;
+  }
+  struct stat file {};
+  const bool trusted = fstat(fd, &file) == 0 && S_ISREG(file.st_mode) && (file.st_uid == owner || file.st_uid == 0) &&
+                       static_cast<std::uintmax_t>(file.st_size) <= kMostBytes;
+  refused_ = !trusted;
+  if (!trusted || static_cast<std::uintmax_t>(file.st_size) == bytes_read_) {
+    close(fd);
+    return trusted;
+  }
+  std::string text(static_cast<std::size_t>(file.st_size), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(fd, text.data() + got, text.size() - got);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  close(fd);
+  text.resize(got);
   entries_.clear();
-  parse(text.str());
-  bytes_read_ = bytes;
+  parse(text);
+  bytes_read_ = static_cast<std::uintmax_t>(file.st_size);
   return true;
 }
 

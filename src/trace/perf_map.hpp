@@ -14,8 +14,13 @@ namespace memcost::trace {
 
 class PerfMap {
  public:
-  // Reads the map at `path` again if it grew since the last read; false when there is no map.
-  bool load(const std::string& path);
+  // Reads the map at `path` again if it grew since the last read; false when there is no map, or
+  // when the file is not one to trust (refused() says so). Any user can create /tmp/perf-PID.map
+  // before the process does, so, as perf does, only a regular file (not a link) owned by `owner`
+  // (the traced process's user) or root is read, and at most kMostBytes of it.
+  bool load(const std::string& path, unsigned owner);
+  [[nodiscard]] bool refused() const { return refused_; }
+  static constexpr std::uintmax_t kMostBytes = 1ULL << 30;
   // Parses map text (the same as load, from memory: what the tests use).
   void parse(std::string_view text);
 
@@ -32,6 +37,7 @@ class PerfMap {
   };
   std::vector<Entry> entries_;  // sorted by start
   std::uintmax_t bytes_read_ = 0;
+  bool refused_ = false;
 };
 
 // The path perf's convention gives a process's map.

@@ -15,12 +15,19 @@ enum memcost_preload_call {
   MEMCOST_CALL_MALLOC = 5,
   MEMCOST_CALL_FREE = 6,
   MEMCOST_CALL_REALLOC = 7,
+  /* Not a call the tracer replays but what one took: the faults a system call took without an
+     exception (MAP_POPULATE, MADV_POPULATE_*, mlock, a driver pinning memory in an ioctl), from
+     the thread's own fault counters (getrusage RUSAGE_THREAD) across it. args: 0 its number,
+     1 and 2 the range it worked on (length 0: none known), 3 the faults. */
+  MEMCOST_CALL_FAULTS_IN_CALL = 16,
 };
 
 enum { MEMCOST_PRELOAD_MAX_FRAMES = 48 };
 
-/* A record: this header, then `frames` return addresses (uint64), then, when python_bytes is not
-   0, a Python block (its header and frames). `size` covers all of it. */
+/* A record: this header, then `frames` return addresses (uint64, at most MEMCOST_PRELOAD_MAX_FRAMES),
+   then, when python_bytes is not 0, a Python block (its header and frames). `size` is exactly all
+   of it, and at most MEMCOST_PRELOAD_MAX_RECORD_BYTES: one write() of at most PIPE_BUF, so that
+   records of several threads never interleave. */
 struct memcost_preload_header {
   uint32_t size, kind, pid, tid;
   uint64_t enter_ns, exit_ns; /* CLOCK_MONOTONIC */
@@ -40,5 +47,10 @@ struct memcost_python_header {
   uint64_t magic;
   uint32_t bytes, frames; /* bytes: of the frames that follow */
 };
+
+/* The largest record: header, every frame and a full Python block. */
+#define MEMCOST_PRELOAD_MAX_RECORD_BYTES \
+  (sizeof(struct memcost_preload_header) + MEMCOST_PRELOAD_MAX_FRAMES * 8 + sizeof(struct memcost_python_header) + \
+   MEMCOST_PYTHON_BLOCK_BYTES)
 
 #endif

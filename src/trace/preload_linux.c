@@ -2,7 +2,9 @@
 
    1. Reporting (MEMCOST_PRELOAD_FD set): what `memcost trace` uses instead of the kernel's syscall
       tracepoints when it may not read them (not root). It reports every mmap, munmap, mremap and
-      madvise, and every malloc, calloc, realloc, aligned allocation and free of at least
+      madvise, the faults that mmap, madvise, mlock, mlock2, mlockall and ioctl took inside the
+      kernel without an exception (MAP_POPULATE, MADV_POPULATE_*, a driver pinning: no perf
+      event sees those), and every malloc, calloc, realloc, aligned allocation and free of at least
       MEMCOST_PRELOAD_MIN_BYTES (glibc's malloc makes its own mmap and brk calls internally, where
       no interposer can see them), each with its measured duration, its return addresses and the
       Python stack, as one binary record per write() to the descriptor in MEMCOST_PRELOAD_FD (a
@@ -27,7 +29,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -294,17 +298,35 @@ static long checked(long result) {
   return result;
 }
 
+/* The calling thread's faults so far, as the kernel accounts them (what rusage reads): they rise
+   inside a system call that faults pages in without an exception. Reporting only (0 otherwise). */
+static uint64_t thread_faults(void) {
+  struct rusage usage;
+  if (out_fd < 0 || syscall(SYS_getrusage, RUSAGE_THREAD, &usage) != 0) return 0;
+  return (uint64_t)usage.ru_minflt + (uint64_t)usage.ru_majflt;
+}
+
+/* The faults a call took, if any (the thread's count read right after it returned: the reporting
+   itself faults), reported with its stack: the call is their touching site. */
+static void faults_taken(long number, uint64_t before, uint64_t after, uint64_t enter, uint64_t exit, uint64_t start,
+                         uint64_t length, long result) {
+  if (after > before) emit(MEMCOST_CALL_FAULTS_IN_CALL, enter, exit, (uint64_t)number, start, length, after - before, result, NULL);
+}
+
 void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offset) {
   if (!address && fd == -1 && (flags & (MAP_ANONYMOUS | MAP_PRIVATE | MAP_SHARED | MAP_FIXED)) == (MAP_ANONYMOUS | MAP_PRIVATE)
       && length >= memcost_apply_min_bytes()) {
     void *advised = memcost_apply_mmap(length, prot, flags);
     if (advised) return advised;
   }
+  const int faults_in = (flags & (MAP_POPULATE | MAP_LOCKED)) != 0;
+  uint64_t before = faults_in ? thread_faults() : 0;
   uint64_t enter = now_ns();
   long result = syscall(SYS_mmap, address, length, prot, flags, fd, offset);
-  uint64_t exit = now_ns();
+  uint64_t exit = now_ns(), after = faults_in ? thread_faults() : 0;
   if (length >= min_bytes) emit(MEMCOST_CALL_MMAP, enter, exit, (uint64_t)(uintptr_t)address, length, (uint64_t)prot,
                                 (uint64_t)flags, result, NULL);
+  if (checked(result) != -1) faults_taken(SYS_mmap, before, after, enter, exit, (uint64_t)result, length, result);
   return (void *)checked(result);
 }
 
@@ -335,9 +357,48 @@ void *mremap(void *address, size_t old_length, size_t new_length, int flags, ...
 }
 
 int madvise(void *address, size_t length, int advice) {
+  uint64_t before = thread_faults();
   uint64_t enter = now_ns();
   long result = syscall(SYS_madvise, address, length, advice);
-  if (length >= min_bytes) emit(MEMCOST_CALL_MADVISE, enter, now_ns(), (uint64_t)(uintptr_t)address, length, (uint64_t)advice, 0, result, NULL);
+  uint64_t exit = now_ns(), after = thread_faults();
+  if (length >= min_bytes) emit(MEMCOST_CALL_MADVISE, enter, exit, (uint64_t)(uintptr_t)address, length, (uint64_t)advice, 0, result, NULL);
+  faults_taken(SYS_madvise, before, after, enter, exit, (uint64_t)(uintptr_t)address, length, result);
+  return (int)checked(result);
+}
+
+int mlock(const void *address, size_t length) {
+  uint64_t before = thread_faults(), enter = now_ns();
+  long result = syscall(SYS_mlock, address, length);
+  faults_taken(SYS_mlock, before, thread_faults(), enter, now_ns(), (uint64_t)(uintptr_t)address, length, result);
+  return (int)checked(result);
+}
+
+int mlock2(const void *address, size_t length, unsigned int flags) {
+  uint64_t before = thread_faults(), enter = now_ns();
+  long result = syscall(SYS_mlock2, address, length, flags);
+  faults_taken(SYS_mlock2, before, thread_faults(), enter, now_ns(), (uint64_t)(uintptr_t)address, length, result);
+  return (int)checked(result);
+}
+
+int mlockall(int flags) {
+  uint64_t before = thread_faults(), enter = now_ns();
+  long result = syscall(SYS_mlockall, flags);
+  faults_taken(SYS_mlockall, before, thread_faults(), enter, now_ns(), 0, 0, result);
+  return (int)checked(result);
+}
+
+/* A driver pins memory in an ioctl (CUDA's cudaHostAlloc and cudaHostRegister): the range is the
+   driver's to know, so the faults are reported without one. The argument is passed as the one
+   pointer-sized word every ioctl takes. */
+int ioctl(int fd, unsigned long request, ...) {
+  va_list rest;
+  va_start(rest, request);
+  void *argument = va_arg(rest, void *);
+  va_end(rest);
+  if (out_fd < 0) return (int)checked(syscall(SYS_ioctl, fd, request, argument));  /* the kernel counts (root) */
+  uint64_t before = thread_faults(), enter = now_ns();
+  long result = syscall(SYS_ioctl, fd, request, argument);
+  faults_taken(SYS_ioctl, before, thread_faults(), enter, now_ns(), 0, 0, result);
   return (int)checked(result);
 }
 

@@ -18,24 +18,41 @@ static_assert(static_cast<int>(CallKind::mmap) == MEMCOST_CALL_MMAP && static_ca
               "the preload library's record kinds are the tracer's call kinds");
 static_assert(sizeof(PreloadRecord) == 96, "the record header's layout: no padding, the same in C and C++");
 
+static_assert(MEMCOST_PRELOAD_MAX_RECORD_BYTES <= 4096, "a record is one atomic write to a pipe (PIPE_BUF)");
+
+// Whether a record's header describes a record of the format (preload_abi.h): its kind, its size
+// exactly its parts, each within its bounds. The bytes come from the traced program, which can
+// write anything into the descriptor it inherits: nothing else of a header is trusted.
+[[nodiscard]] bool well_formed(const PreloadRecord& header);
+
 // Reads the preload library's records from its pipe as they come.
 class PreloadReader {
  public:
-  PreloadReader(int fd, Unwinder& recorder, Sink& sink) : fd_(fd), unwinder_(recorder), sink_(sink) {}
+  PreloadReader(int fd, Unwinder& unwinder, Sink& sink) : fd_(fd), unwinder_(unwinder), sink_(sink) {}
   void read_from(int fd) { fd_ = fd; }
+  // The faults inside system calls are counted in the kernel (fault_counter.hpp): the library's own
+  // count of them (MEMCOST_CALL_FAULTS_IN_CALL) is passed over, not counted twice.
+  bool call_faults_counted_in_kernel = false;
 
   // Every whole record the pipe holds now, as calls to the sink (a record cut short waits).
   // Returns when it began to read (CLOCK_MONOTONIC): every call whose record was written before
   // then has been delivered. A record is written after its call returns, and the memory the
   // call made is touched only after that, but a thread can be held up between the two (a busy
   // CPU): faults are settled no later than this, or a mapping could miss its first faults.
-  std::uint64_t drain();
+  // Bytes that are no record of the format (something else wrote into the pipe) are passed over
+  // to the next well-formed header and counted; with `final`, so is a record left cut short.
+  std::uint64_t drain(bool final = false);
+
+  // Runs of bytes passed over (each a malformed record, or garbage between records), and their bytes.
+  [[nodiscard]] std::uint64_t malformed_records() const { return malformed_records_; }
+  [[nodiscard]] std::uint64_t malformed_bytes() const { return malformed_bytes_; }
 
  private:
   int fd_;
   Unwinder& unwinder_;
   Sink& sink_;
   std::vector<char> pending_;
+  std::uint64_t malformed_records_ = 0, malformed_bytes_ = 0;
 };
 
 }  // namespace memcost::trace::detail

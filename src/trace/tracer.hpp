@@ -267,6 +267,10 @@ struct Result {
   std::uint64_t major_faults = 0;
   std::uint64_t faults_before_exec = 0;  // of those, taken by memcost's fork before it became the command
   std::uint64_t lost_records = 0;
+  // Records that were not of their format, dropped: bytes in the preload pipe that are no record
+  // (the command wrote into the descriptor it inherits), or counter samples of an unknown kind.
+  std::uint64_t malformed_records = 0;
+  std::uint64_t malformed_bytes = 0;
   std::uint64_t buffer_bytes = 0;  // per CPU, as granted
   std::uint32_t stack_bytes = 0;   // copied per sample, as used (less than asked without privilege)
   std::uint64_t pauses = 0;     // times the command was held (SIGSTOP) while the tracer caught up
@@ -274,6 +278,7 @@ struct Result {
   std::uint64_t kernel_stops = 0;  // times the kernel stopped the command at half a buffer, and the tracer continued it
   std::uint64_t unwind_failures = 0;
   std::uint64_t unnamed_code_stacks = 0;  // stacks with code in no module and no perf map entry (JIT code unnamed)
+  std::uint64_t refused_perf_maps = 0;    // processes whose /tmp/perf-PID.map was not theirs or root's: not read
   bool interrupted = false;     // SIGINT or SIGTERM reached this process while tracing
   std::string call_source;      // how mapping calls were seen
   std::string fault_source;     // how faults were seen

@@ -287,10 +287,11 @@ class Tracing {
     result_.wall_ns = monotonic_ns() - started_ns_;
     if (options_.window_closed) options_.window_closed();
     reader_.drain(true);
-    if (preloading_) preload_.drain();
+    if (preloading_) preload_.drain(true);
     sweep_counts(Sweep::last);
     reader_.unwinder().name_jit_frames();  // a map written at exit is there now
     result_.unnamed_code_stacks = reader_.unwinder().unnamed_jit_stacks();
+    result_.refused_perf_maps = reader_.unwinder().refused_perf_maps();
     remove_perf_maps_asked_for();
     sink_.settle(UINT64_MAX);
     return true;
@@ -315,6 +316,8 @@ class Tracing {
                                           : "perf software event page-faults, user mode only (kernel-mode sampling not "
                                             "permitted)";
     result_.lost_records = reader_.lost;
+    result_.malformed_records = reader_.malformed + preload_.malformed_records();
+    result_.malformed_bytes = preload_.malformed_bytes();
     if (counts_by_address_) {
       result_.fault_source += ", every fault recorded by its address (no stack); touching stacks sampled by a second "
                               "page-faults event, " + std::to_string(options_.touch_samples_per_second) + " a second per CPU";
@@ -441,6 +444,7 @@ class Tracing {
       counter_.reset();
     }
     result_.counted_in_kernel = counter_ != nullptr;
+    preload_.call_faults_counted_in_kernel = counter_ != nullptr;
     result_.kernel_counting = why_not;
     if (counter_) {
       result_.touch_samples_per_second = options_.touch_samples_per_second;

@@ -1,6 +1,8 @@
 // Unwinding and symbolizing user stacks (see unwind.hpp).
 #include "trace/unwind.hpp"
 
+#include <sys/stat.h>
+
 #include <sstream>
 
 namespace memcost::trace::detail {
@@ -125,6 +127,11 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   return id;
 }
 
+std::size_t Unwinder::refused_perf_maps() const {
+  return static_cast<std::size_t>(std::count_if(perf_maps_.begin(), perf_maps_.end(),
+                                                [](const auto& entry) { return entry.second.refused(); }));
+}
+
 std::size_t Unwinder::name_jit_frames() {
   std::size_t named = 0;
   for (auto it = unresolved_.begin(); it != unresolved_.end();) {
@@ -132,7 +139,7 @@ std::size_t Unwinder::name_jit_frames() {
     PerfMap& map = perf_maps_[stack.pid];
     const std::string path = perf_map_path(stack.pid);
     bool changed = false, left = false;
-    if (map.load(path)) {
+    if (map.load(path, stack.owner)) {
       for (Frame& frame : stack.frames) {
         if (!frame.module.empty() || frame.kind != FrameKind::native) continue;
         if (const std::string_view name = map.find(frame.address); !name.empty()) {
@@ -276,7 +283,9 @@ std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64
     frames = merge_python(frames, python_frames(python));
     // Code in no module is JIT-compiled (or a stack gone wrong): kept to be named by a perf map.
     if (std::any_of(frames.begin(), frames.end(), [](const Frame& f) { return f.module.empty() && f.address != 0; })) {
-      unresolved_[slot->second] = {process.pid, frames};
+      struct stat status {};
+      const unsigned owner = stat(("/proc/" + std::to_string(process.pid)).c_str(), &status) == 0 ? status.st_uid : 0;
+      unresolved_[slot->second] = {process.pid, frames, owner};
     }
     sink_.stack(slot->second, frames);
   }

@@ -91,6 +91,8 @@ class Unwinder {
 
   // Stacks with code that no module and no perf map named (a runtime run without its map flag).
   [[nodiscard]] std::size_t unnamed_jit_stacks() const { return unresolved_.size(); }
+  // Processes whose perf map was not read: not a regular file of theirs or root's (perf_map.hpp).
+  [[nodiscard]] std::size_t refused_perf_maps() const;
 
   // Called before work that may take milliseconds (loading a module's debug information,
   // symbolizing a new stack), so that the caller can hold the command meanwhile.
@@ -147,6 +149,7 @@ class Unwinder {
   struct Unresolved {
     int pid = 0;
     std::vector<Frame> frames;
+    unsigned owner = 0;  // the process's user as the stack came (its perf map must be theirs, or root's)
   };
   std::map<std::uint32_t, Unresolved> unresolved_;  // stacks with frames in no module, by id
   std::unordered_map<int, PerfMap> perf_maps_;

@@ -16,11 +16,13 @@ class CollectingSink : public Sink {
   void fault(const Fault& fault) override { faults.push_back(fault); }
   void process(const ProcessEvent& event) override { processes.push_back(event); }
   void settle(std::uint64_t until_ns) override { settled = until_ns; }
+  void call_faults(const CallFaults& taken) override { faults_in_calls.push_back(taken); }
 
   std::map<std::uint32_t, std::vector<Frame>> stacks;
   std::vector<MappingCall> calls;
   std::vector<Fault> faults;
   std::vector<ProcessEvent> processes;
+  std::vector<CallFaults> faults_in_calls;
   std::uint64_t settled = 0;
 };
 

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <algorithm>
 #include <map>
+#include <random>
+
+#include "trace/python_frames.hpp"
 
 #include <gtest/gtest.h>
 
@@ -105,6 +108,112 @@ TEST_F(PreloadReaderTest, DrainSaysUpToWhenEveryRecordWasDelivered) {
   // An empty pipe: nothing delivered, and the time still moves on.
   EXPECT_GE(reader.drain(), began_ns);
   EXPECT_EQ(sink.calls.size(), 1U);
+}
+
+// The faults a call took without an exception: a record of their own kind, its range in args.
+TEST_F(PreloadReaderTest, AFaultsInACallRecordBecomesCallFaults) {
+  reader.read_from(fds[0]);
+  std::vector<char> record = malloc_record();
+  memcost_preload_header header{};
+  std::memcpy(&header, record.data(), sizeof(header));
+  header.kind = MEMCOST_CALL_FAULTS_IN_CALL;
+  header.args[0] = 28, header.args[1] = 0x7f0000000000, header.args[2] = 64 << 20, header.args[3] = 16384;
+  std::memcpy(record.data(), &header, sizeof(header));
+  ASSERT_EQ(write(fds[1], record.data(), record.size()), static_cast<ssize_t>(record.size()));
+  reader.drain();
+  ASSERT_EQ(sink.faults_in_calls.size(), 1U);
+  const CallFaults& faults = sink.faults_in_calls[0];
+  EXPECT_EQ(faults.syscall, 28);
+  EXPECT_EQ(faults.start, 0x7f0000000000U);
+  EXPECT_EQ(faults.length, 64U << 20);
+  EXPECT_EQ(faults.faults, 16384U);
+  EXPECT_NE(faults.stack, 0U);
+  EXPECT_TRUE(sink.calls.empty());
+  // Counted in the kernel, the library's own count of them is passed over.
+  reader.call_faults_counted_in_kernel = true;
+  ASSERT_EQ(write(fds[1], record.data(), record.size()), static_cast<ssize_t>(record.size()));
+  reader.drain();
+  EXPECT_EQ(sink.faults_in_calls.size(), 1U);
+}
+
+// What the traced program can write into its descriptor: a header that claims more frames than a
+// record holds, a size beyond any record, bytes that are no header at all. Each run of them is
+// dropped and counted; the records before and after are read whole.
+TEST_F(PreloadReaderTest, MalformedBytesAreDroppedCountedAndTheRecordsAroundThemRead) {
+  reader.read_from(fds[0]);
+  const std::vector<char> record = malloc_record();
+  memcost_preload_header lie{};
+  std::memcpy(&lie, record.data(), sizeof(lie));
+  lie.frames = 1'000'000;  // the old reader copied frames x 8 bytes from a buffer this long
+  lie.size = static_cast<std::uint32_t>(sizeof(lie) + 8'000'000);
+  std::vector<char> bytes(record);
+  bytes.insert(bytes.end(), reinterpret_cast<const char*>(&lie), reinterpret_cast<const char*>(&lie) + sizeof(lie));
+  bytes.insert(bytes.end(), record.begin(), record.end());
+  for (int i = 0; i < 333; ++i) bytes.push_back(static_cast<char>(i * 7));
+  bytes.insert(bytes.end(), record.begin(), record.end());
+  ASSERT_EQ(write(fds[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  ASSERT_EQ(write(fds[1], "cut", 3), 3);  // and a tail too short to be anything
+  reader.drain();
+  EXPECT_EQ(sink.calls.size(), 3U);
+  EXPECT_EQ(reader.malformed_records(), 2U);
+  EXPECT_EQ(reader.malformed_bytes(), sizeof(lie) + 333U);
+  reader.drain(true);  // the end: what is left is counted too
+  EXPECT_EQ(reader.malformed_records(), 3U);
+  EXPECT_EQ(reader.malformed_bytes(), sizeof(lie) + 333U + 3U);
+  for (const MappingCall& call : sink.calls) EXPECT_EQ(call.pid, 77);
+}
+
+// Random bytes, records with random bytes changed, records cut anywhere, read in random pieces:
+// every drain returns, nothing is read outside its bytes (AddressSanitizer in make test-asan), and
+// every call delivered came from a header of the format.
+TEST_F(PreloadReaderTest, RandomAndCorruptedRecordsNeverCrashTheReader) {
+  reader.read_from(fds[0]);
+  const std::vector<char> record = malloc_record();
+  std::mt19937_64 random(20261125);
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<char> bytes;
+    switch (random() % 4) {
+      case 0: bytes.resize(random() % 400); for (char& byte : bytes) byte = static_cast<char>(random()); break;
+      case 1: bytes = record; for (int flips = 1 + random() % 4; flips > 0; --flips) bytes[random() % bytes.size()] = static_cast<char>(random()); break;
+      case 2: bytes.assign(record.begin(), record.begin() + static_cast<std::ptrdiff_t>(random() % record.size())); break;
+      default: bytes = record; break;
+    }
+    for (std::size_t at = 0; at < bytes.size();) {
+      const std::size_t piece = std::min<std::size_t>(bytes.size() - at, 1 + random() % 200);
+      ASSERT_EQ(write(fds[1], bytes.data() + at, piece), static_cast<ssize_t>(piece));
+      at += piece;
+      if (random() % 3 == 0) reader.drain();
+    }
+  }
+  reader.drain(true);
+  EXPECT_GT(sink.calls.size(), 500U);  // the untouched records (a quarter) come through, mostly
+  EXPECT_GT(reader.malformed_records(), 0U);
+  for (const MappingCall& call : sink.calls) {
+    EXPECT_LE(static_cast<int>(call.kind), MEMCOST_CALL_REALLOC);
+    EXPECT_GT(call.pid, 0);
+  }
+}
+
+// A Python block is found by its magic word in a copied stack, whose other bytes are the program's:
+// random and corrupted blocks decode to frames inside their bytes, or to none.
+TEST(PythonFrames, RandomAndCorruptedBlocksNeverDecodeOutsideTheirBytes) {
+  std::mt19937_64 random(20261126);
+  std::vector<std::uint8_t> bytes;
+  for (int round = 0; round < 20000; ++round) {
+    bytes.assign(16 + random() % 600, 0);
+    for (std::uint8_t& byte : bytes) byte = static_cast<std::uint8_t>(random() % 4 == 0 ? random() % 3 : random());
+    const std::uint64_t magic = MEMCOST_PYTHON_MAGIC;
+    std::memcpy(bytes.data(), &magic, 8);
+    const auto claimed = static_cast<std::uint32_t>(random() % 3 == 0 ? bytes.size() - 16 : random() % 5000);
+    std::memcpy(bytes.data() + 8, &claimed, 4);
+    const std::uint32_t frames = static_cast<std::uint32_t>(random() % 40);
+    std::memcpy(bytes.data() + 12, &frames, 4);
+    const std::string_view block = detail::python_block_at(bytes.data(), bytes.size() - random() % 8);
+    ASSERT_LE(block.size(), bytes.size());
+    for (const Frame& frame : detail::python_frames(block)) {
+      ASSERT_LE(frame.file.size() + frame.function.size(), block.size());
+    }
+  }
 }
 
 }  // namespace

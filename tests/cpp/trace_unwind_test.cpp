@@ -8,6 +8,8 @@
 
 #include <cstring>
 #include <random>
+#include <sys/stat.h>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,6 +60,60 @@ TEST(PerfMap, LaterEntriesWinAndRuntimesNamesAreParsed) {
   Frame python = jit_frame(0, "py::insert_rows:/srv/rows.py", "m");
   EXPECT_EQ(python.function, "insert_rows");
   EXPECT_EQ(python.file, "/srv/rows.py");
+}
+
+// /tmp/perf-PID.map can be made by anyone before the process makes it: only a regular file of the
+// traced process's user, or root's, is read (as perf refuses others).
+TEST(PerfMap, OnlyARegularFileOfTheProcesssUserOrRootIsRead) {
+  char folder[] = "/tmp/memcost-perf-map-XXXXXX";
+  ASSERT_NE(mkdtemp(folder), nullptr);
+  const std::string path = std::string(folder) + "/perf-1.map", link = std::string(folder) + "/perf-2.map";
+  {
+    std::ofstream file(path);
+    file << "7f00 100 JS:~f /a.js:1:1\n";
+  }
+  const unsigned me = geteuid();
+  PerfMap mine;
+  EXPECT_TRUE(mine.load(path, me));
+  EXPECT_FALSE(mine.refused());
+  EXPECT_EQ(mine.find(0x7f10), "JS:~f /a.js:1:1");
+  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+  PerfMap through_a_link;
+  EXPECT_FALSE(through_a_link.load(link, me));
+  EXPECT_TRUE(through_a_link.refused());
+  if (me != 0) {  // the file is this user's: a process of another user (not root) may not have it
+    PerfMap anothers;
+    EXPECT_FALSE(anothers.load(path, me + 1));
+    EXPECT_TRUE(anothers.refused());
+  } else if (chown(path.c_str(), 65534, 65534) == 0) {  // as root: a file of nobody's, for a process of uid 1000
+    PerfMap anothers;
+    EXPECT_FALSE(anothers.load(path, 1000));
+    EXPECT_TRUE(anothers.refused());
+    EXPECT_TRUE(anothers.load(path, 65534));
+  }
+  PerfMap missing;
+  EXPECT_FALSE(missing.load(std::string(folder) + "/perf-3.map", me));
+  EXPECT_FALSE(missing.refused());
+  unlink(link.c_str());
+  unlink(path.c_str());
+  rmdir(folder);
+}
+
+// The map's text is the program's: random lines never crash the parser, and every entry found covers its address.
+TEST(PerfMap, RandomTextNeverCrashesTheParser) {
+  std::mt19937_64 random(20261127);
+  const std::string alphabet = "0123456789abcdefxX :\n\t-JS~*^+py()long.,/";
+  for (int round = 0; round < 2000; ++round) {
+    std::string text(random() % 600, ' ');
+    for (char& c : text) c = random() % 8 == 0 ? static_cast<char>(random()) : alphabet[random() % alphabet.size()];
+    PerfMap map;
+    map.parse(text);
+    for (int probe = 0; probe < 20; ++probe) {
+      const std::uint64_t address = random() % 3 == 0 ? random() : random() % 0x10000;
+      const std::string_view name = map.find(address);
+      if (!name.empty()) (void)jit_frame(address, name, "m");
+    }
+  }
 }
 
 #if defined(__x86_64__)

@@ -589,6 +589,7 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
         # The kernel's count for the command, less what memcost's fork took before it exec'd it.
         "faults": sampled, "faults_attributed": attributed, "kernel_faults": run.get("rusage_minor_faults", 0)
         + run.get("rusage_major_faults", 0) - run.get("faults_before_exec", 0), "lost_records": run.get("lost_records", 0),
+        "malformed_records": run.get("malformed_records", 0), "malformed_bytes": run.get("malformed_bytes", 0),
         "sample_period": period, "exit_code": run.get("exit_code"), "thp_mode": thp_mode,
         "fault_source": run.get("fault_source", "?"), "call_source": run.get("call_source", "?"),
         "counted_in_kernel": bool(run.get("counted_in_kernel")), "kernel_counting": run.get("kernel_counting", ""),
@@ -629,6 +630,8 @@ def count_gap_reason(totals: dict) -> str:
     reasons = []
     if totals.get("lost_records"):
         reasons.append(f"{totals['lost_records']:,} records were lost")
+    if totals.get("malformed_records"):
+        reasons.append(f"{totals['malformed_records']:,} malformed records were dropped")
     if totals.get("faults_uncounted"):
         reasons.append(f"{totals['faults_uncounted']:,} faults could not be counted: the in-kernel region map was full")
     in_calls_kernel = totals.get("faults_in_calls_kernel")

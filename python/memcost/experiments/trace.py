@@ -139,6 +139,18 @@ def analyze(samples: list, costs_summary: Optional[dict] = None, cost=None, para
         warnings.append({"code": "fault_count_mismatch",
                          "message": f"{totals['faults']:,} faults were counted but the kernel counted "
                                     f"{totals['kernel_faults']:,} for the command: {analysis.count_gap_reason(totals)}"})
+    if totals.get("malformed_records"):
+        warnings.append({"code": "malformed_records",
+                         "message": f"{totals['malformed_records']:,} records that were not of their format "
+                                    f"({totals['malformed_bytes']:,} bytes) were dropped and the rest read: something in "
+                                    "the command wrote into the preload library's descriptor "
+                                    "(MEMCOST_PRELOAD_FD); the calls they stood for are missing from the tables"})
+    refused = next((s["metrics"].get("refused_perf_maps", 0) for s in samples if s["case"]["record"] == "run"), 0)
+    if refused:
+        warnings.append({"code": "perf_map_refused",
+                         "message": f"{refused} perf map file(s) in /tmp were not read: not a regular file owned by the "
+                                    "traced program's user or root (anyone can create /tmp/perf-PID.map first); "
+                                    "their JIT-compiled frames stay unnamed"})
     warnings += [{"code": "runtime_unnamed", "message": message} for message in analysis.runtime_flags_missing(samples)]
     return summary, warnings
 
