@@ -339,7 +339,7 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
               f"{r['faults_base']:,}", f"{r['faults_thp']:,}", *_measured_cells(r, sampled, in_kernel),
               number(r["fault_ms"], 1),
               number(r["free_ms"], 1), f"{r['churn']}× {format_bytes(r['churn_bytes'])}" if r["churn"] > 1 else "-",
-              f"{r['wall_share']:.1%}", f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
+              f"{r['cpu_share']:.1%}"] for r in summary["rows"][:top]]
     # A system call that faulted pages in: its time from entry to return, measured.
     in_calls = any("call_ms" in r for r in summary["touching"][:top])
     touching = [[readable(r["site"]), _sampled_count(r), number(r["fault_ms"], 1),
@@ -355,7 +355,7 @@ def tables(summary: dict, top: int = TOP_ROWS) -> list[Table]:
                         + (["fault ms (sampled)", "zeroing"] if sampled else []))
     return by_process + [("Allocation sites — where the memory was made",
                           ["site", "call", "made", "freed", "bytes", "faults base", "faults THP", *measured_headers,
-                           "fault ms (est.)", "free ms", "churn", "% wall", "% CPU"], sites),
+                           "fault ms (est.)", "free ms", "churn", "% of CPU"], sites),
                          ("Touching sites — where the pages were faulted in",
                           ["site", "faults", "fault ms (est.)", *(["ms in the call"] if in_calls else []),
                            "memory allocated at"], touching)] \
@@ -464,34 +464,40 @@ def totals_lines(summary: dict) -> list[str]:
         f"{totals['base_fault_us_per_mb']:,.0f} µs/MB on base pages"
         + (f" and {totals['thp_fault_us_per_mb']:,.0f} on THP" if totals.get("thp_fault_us_per_mb") else "")
         + f" from {totals['cost_source']}; call durations measured.")
-    if totals.get("fault_ms_kernel") is not None:
-        estimate, in_kernel = totals["fault_ms"], totals["fault_ms_kernel"]
-        lines.append(
-            f"Fault time measured in the kernel: {in_kernel:,.1f} ± {totals['fault_ms_kernel_error']:,.1f} ms, from "
-            f"one fault in {totals['fault_timing_one_in']:,} chosen at random ({totals['faults_timed']:,.0f} timed), each from "
-            f"the handler's entry tracepoint to its page-count update (rss_stat)"
-            + (f"; the estimate says {estimate:,.1f} ms ({in_kernel / estimate:.2f}× the estimate)" if estimate > 0 else "")
-            + ". Not in it: the exception's entry and return and setting the page-table entry"
-            + (f"; {totals['faults_timed_unended']:,.0f} timed faults updated no page count (a copy-on-write, a "
-               f"spurious fault) and count 0" if totals.get("faults_timed_unended") else "") + ".")
-    elif totals.get("counted_in_kernel") and totals.get("fault_timing_one_in") == 0:
-        lines.append("Fault time was not measured in the kernel (--time-faults-one-in 0, the default with --pid: "
-                     "timing adds a program to every fault; --time-faults-one-in 256 measures it).")
-    if totals.get("fault_ms_measured") is not None:
-        estimate, sampled = totals["fault_ms"], totals["fault_ms_measured"]
-        zeroing = totals.get("zeroing_share")
-        lines.append(
-            f"Fault time measured: {sampled:,.1f} ± {totals['fault_ms_measured_error']:,.1f} ms in the kernel's fault "
-            f"handler ({totals['fault_ms_measured_attributed']:,.1f} ms of it in traced mappings)"
-            + (f", {zeroing:.0%} of it clearing pages" if zeroing is not None else "")
-            + f"; the estimate says {estimate:,.1f} ms"
-            + (f" ({sampled / estimate:.2f}× the estimate)" if estimate > 0 else "")
-            + f". By {totals['cpu_sampling']}; each sample charged to the fault its thread took last. Not counted as "
-              f"fault time: {totals['tracing_ms']:,.1f} ms of the tracer's own work in the fault handler (perf "
-              f"recording samples, memcost's BPF counter; inside the command's system time).")
-    else:
-        lines.append(f"Fault time is estimated only: sampling it was {totals.get('cpu_sampling', 'not recorded')}.")
+    lines.append(fault_time_lines(totals))
     return lines
+
+
+def fault_time_lines(totals: dict) -> str:
+    """One fault-time answer, then every method that ran beside it, each with what it covers."""
+    from ..analysis.trace import fault_time_answer
+    fault_ms, error, how = fault_time_answer(totals)
+    methods = []
+    if totals.get("fault_ms_measured") is not None:
+        zeroing = totals.get("zeroing_share")
+        methods.append(
+            f"sampled, {totals['fault_ms_measured']:,.1f} ± {totals['fault_ms_measured_error']:,.1f} ms: CPU time in the "
+            f"kernel's fault handler ({totals['fault_ms_measured_attributed']:,.1f} ms of it in traced mappings"
+            + (f", {zeroing:.0%} clearing pages" if zeroing is not None else "")
+            + f"), by {totals['cpu_sampling']}, each sample charged to the fault its thread took last; the tracer's own "
+              f"work in the handler ({totals['tracing_ms']:,.1f} ms: perf recording samples, memcost's BPF counter) left out")
+    if totals.get("fault_ms_kernel") is not None:
+        methods.append(
+            f"timed in the kernel, {totals['fault_ms_kernel']:,.1f} ± {totals['fault_ms_kernel_error']:,.1f} ms: one fault "
+            f"in {totals['fault_timing_one_in']:,} chosen at random ({totals['faults_timed']:,.0f} timed), each from the "
+            "handler's entry tracepoint to its page-count update (rss_stat), so a part of each fault: not the "
+            "exception's entry and return, nor setting the page-table entry"
+            + (f"; {totals['faults_timed_unended']:,.0f} timed faults updated no page count (a copy-on-write, a "
+               "spurious fault) and count 0" if totals.get("faults_timed_unended") else ""))
+    elif totals.get("counted_in_kernel") and totals.get("fault_timing_one_in") == 0:
+        methods.append("not timed in the kernel (--time-faults-one-in 0, the default with --pid: timing adds a program "
+                       "to every fault; --time-faults-one-in 256 measures it)")
+    methods.append(f"estimated, {totals['fault_ms']:,.1f} ms: the faults at this machine's measured cost per MB "
+                   f"({totals['cost_source']})")
+    if totals.get("fault_ms_measured") is None:
+        methods.append(f"not sampled: {totals.get('cpu_sampling', 'not recorded')}")
+    return (f"Fault time: {fault_ms:,.1f}" + (f" ± {error:,.1f}" if error is not None else "") + f" ms, {how}. "
+            "Methods side by side: " + "; ".join(methods) + ".")
 
 
 def notes(summary: dict) -> list[str]:
