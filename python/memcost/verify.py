@@ -143,6 +143,7 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
         by_id = {v.id: v for v in variants}
         measured: dict[int, dict[int, dict]] = {0: {}, **{v.id: {} for v in variants}}
         applied: set[int] = set()
+        overridden: set[int] = set()  # the program's own call against the advice was skipped
         total = rounds * (len(variants) + 1)
         for number, (round_index, variant_id) in enumerate(((r, v) for r, names in enumerate(order) for v in names), 1):
             variant = by_id.get(variant_id)
@@ -153,6 +154,8 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
             if variant is not None and (variant.environment or (report.exists() and
                                                                 f"applied {variant_id} " in report.read_text())):
                 applied.add(variant_id)  # a tunable is glibc's to apply: its faults saved say whether it did
+            if variant is not None and report.exists() and f"overridden {variant_id} " in report.read_text():
+                overridden.add(variant_id)
             result["runs"].append({"round": round_index, "variant": variant_id, **run})
             measured[variant_id][round_index] = run
             if variant is None and run["exit_code"] != first_run["exit_code"]:
@@ -163,7 +166,8 @@ def verify(samples: list, summary: dict, params: dict, progress: Callable[[str],
     result["refused"] = analysis.refusal(baseline, first_run)
     if result["refused"] and len(result["runs"]) < total:
         return result  # stopped early (exit codes that differ): nothing to show per advice
-    result["variants"] = [analysis.evaluate(v, measured[0], measured[v.id], v.id in applied, seed) for v in variants]
+    result["variants"] = [analysis.evaluate(v, measured[0], measured[v.id], v.id in applied, seed, v.id in overridden)
+                          for v in variants]
     if result["refused"]:
         result["variants"] = [analysis.not_compared(variant) for variant in result["variants"]]
     return result

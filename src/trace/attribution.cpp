@@ -511,6 +511,7 @@ void Attribution::apply_to_space(const trace::MappingCall& call) {
       } else if (args[2] == kMadvHugepage || args[2] == kMadvNohugepage) {
         for (const auto& [id, bytes] : overlaps(space, args[0], args[0] + args[1])) {
           (args[2] == kMadvHugepage ? live_[id].huge_advised : live_[id].huge_refused) = true;
+          if (args[2] == kMadvNohugepage) live_[id].huge_refused_by = call.stack;
         }
       }
       break;
@@ -588,6 +589,7 @@ void Attribution::retire(std::uint64_t id) {
   origin.map_ns += mapping.map_ns;
   origin.free_ns += mapping.free_ns;
   origin.huge_advised = origin.huge_advised || mapping.huge_advised;
+  if (mapping.huge_refused_by) origin.huge_refused_by = mapping.huge_refused_by;
   auto count_into = [&mapping](SizeSummary& into) {
     ++into.freed;
     into.faults_base += mapping.faults_base;

@@ -74,6 +74,9 @@ struct OriginSummary {
   std::uint64_t bytes = 0, freed_bytes = 0;
   std::uint64_t map_ns = 0, free_ns = 0;
   bool huge_advised = false;
+  // The stack of a madvise(MADV_NOHUGEPAGE) of the program's own on this origin's memory (0: none):
+  // huge-page advice for it is undone by that call.
+  std::uint32_t huge_refused_by = 0;
   std::map<std::uint64_t, SizeSummary> by_size;  // freed mappings by length; past kMaxSizes, 0 holds the rest
   // The largest mapping: its length, faults and whether one thread faulted it all.
   std::uint64_t largest_bytes = 0, largest_faults_base = 0, largest_faults_thp = 0;
@@ -171,6 +174,7 @@ class Attribution : public trace::Sink {
     std::uint64_t live_bytes = 0;
     std::uint64_t map_ns = 0, free_ns = 0;
     bool anonymous = true, huge_advised = false, huge_refused = false;
+    std::uint32_t huge_refused_by = 0;  // the MADV_NOHUGEPAGE call's stack
     std::unordered_map<std::uint64_t, Region> regions;  // by 2 MB region number
     std::uint64_t faults_base = 0, faults_thp = 0;
     int first_tid = 0;

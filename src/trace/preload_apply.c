@@ -48,10 +48,12 @@ struct advice {
   uint64_t offset[MEMCOST_APPLY_MAX_FRAMES];
   uint64_t times;
   int reported_pid;
+  int overridden_pid; /* the process that last reported skipping the program's own call against it */
   struct kept kept[KEPT_PER_ADVICE];
 };
 
-/* A block handed out under reuse advice: when it is freed whole, it is kept instead. */
+/* A block handed out under reuse advice (when it is freed whole, it is kept instead), or under
+   huge-page advice (the program's own MADV_NOHUGEPAGE on it is skipped: memcost_apply_madvise). */
 struct outstanding {
   void *pointer;
   size_t size;
@@ -276,7 +278,7 @@ static int keep(void *pointer, size_t size, int whole) {
     uintptr_t first = (uintptr_t)o->pointer, last = first + o->size;
     int same = o->pointer == pointer && (!size || o->size == size);
     if (!same && !(size && start < last && first < end)) continue;
-    for (int k = 0; same && whole && k < KEPT_PER_ADVICE && !kept; ++k) {
+    for (int k = 0; same && whole && advice[o->advice].action == REUSE && k < KEPT_PER_ADVICE && !kept; ++k) {
       struct kept *slot = &advice[o->advice].kept[k];
       if (!slot->pointer) *slot = (struct kept){o->pointer, o->size, o->prot}, kept = 1;
     }
@@ -351,6 +353,7 @@ void *memcost_apply_mmap(size_t length, int prot, int flags) {
     if (start + HUGE_BYTES > aligned) (void)syscall(SYS_munmap, (void *)(aligned + length), start + HUGE_BYTES - aligned);
     (void)syscall(SYS_madvise, (void *)aligned, length, MADV_HUGEPAGE);
     result = (void *)aligned;
+    hand_out(result, length, prot, a);
   } else {
     long mapped = syscall(SYS_mmap, NULL, length, prot, flags, -1, 0);
     if (mapped < 0 && mapped > -4096) return NULL;
@@ -375,7 +378,7 @@ void *memcost_apply_malloc(size_t size, int zero) {
   if (!result && advice[a].action == HUGE && !zero) result = __libc_memalign(HUGE_BYTES, size);
   if (!result) result = zero ? __libc_calloc(1, size) : __libc_malloc(size);
   if (!result) return NULL;
-  if (advice[a].action == REUSE) hand_out(result, size, -1, a);
+  if (advice[a].action == REUSE || advice[a].action == HUGE) hand_out(result, size, -1, a);
   if (advice[a].action == HUGE) advise_huge_inside(result, size);
   if (advice[a].action == POPULATE) populate(result, size, advice[a].threads);
   applied(a);
@@ -389,4 +392,24 @@ int memcost_apply_free(void *pointer) {
 
 void memcost_apply_forget(void *pointer) {
   if (advice_count && pointer) (void)keep(pointer, 0, 0);
+}
+
+int memcost_apply_madvise(void *address, size_t length, int advice_value) {
+  if (advice_count == 0 || advice_value != MADV_NOHUGEPAGE) return 0;
+  uintptr_t start = (uintptr_t)address, end = start + length;
+  int a = -1;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAX_OUTSTANDING && a < 0; ++i) {
+    const struct outstanding *o = &outstanding[i];
+    uintptr_t first = (uintptr_t)o->pointer, last = first + o->size;
+    if (o->pointer && advice[o->advice].action == HUGE && start < last && first < end) a = o->advice;
+  }
+  pthread_mutex_unlock(&lock);
+  if (a < 0) return 0;
+  int pid = (int)getpid();
+  if (__atomic_exchange_n(&advice[a].overridden_pid, pid, __ATOMIC_RELAXED) != pid) {
+    char line[64];
+    append_report(line, snprintf(line, sizeof(line), "overridden %d %d\n", advice[a].id, pid));
+  }
+  return 1;
 }

@@ -11,7 +11,8 @@
    library, the dynamic loader, libstdc++, libgcc and this library left out. A call of at least
    min_bytes whose return addresses begin with those frames gets the advice.
    MEMCOST_APPLY_REPORT names a file each process appends to: `applied <id> <pid>` when an advice
-   first applies, and at exit `count <id> <pid> <times>`. */
+   first applies, `overridden <id> <pid>` when the program's own call against it was first skipped,
+   and at exit `count <id> <pid> <times>`. */
 #ifndef MEMCOST_TRACE_PRELOAD_APPLY_H
 #define MEMCOST_TRACE_PRELOAD_APPLY_H
 
@@ -49,5 +50,9 @@ void *memcost_apply_malloc(size_t size, int zero);
 int memcost_apply_free(void *pointer);
 /* The block is leaving (realloc): no longer the advice's. */
 void memcost_apply_forget(void *pointer);
+/* 1: the program's own madvise(MADV_NOHUGEPAGE) on a block the huge-page advice made, skipped (the
+   caller returns 0 as if done): the advice is what is measured, not the program's call undoing it.
+   Reported once a process as `overridden <id> <pid>`. */
+int memcost_apply_madvise(void *address, size_t length, int advice);
 
 #endif

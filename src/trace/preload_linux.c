@@ -357,6 +357,7 @@ void *mremap(void *address, size_t old_length, size_t new_length, int flags, ...
 }
 
 int madvise(void *address, size_t length, int advice) {
+  if (memcost_apply_madvise(address, length, advice)) return 0;  /* --verify: huge-page advice wins */
   uint64_t before = thread_faults();
   uint64_t enter = now_ns();
   long result = syscall(SYS_madvise, address, length, advice);

@@ -409,3 +409,22 @@ def test_one_fault_time_answer_and_shares_of_the_commands_cpu_time():
     assert analysis.fault_time_answer({**totals, "fault_ms_measured": None}) == (11_000.0, 30.0,
                                                                                 "measured in the kernel, a part of each fault")
     assert analysis.fault_time_answer({"fault_ms": 9.0}) == (9.0, None, "estimated")
+
+
+def test_a_mapping_the_go_runtime_made_for_many_allocations_is_named_so():
+    """Go grows its heap on the system stack: no goroutine frame is on the mapping's stack."""
+    def frames(*functions):
+        return [{"kind": "native", "function": name, "module": "/srv/app", "file": "", "line": 0} for name in functions]
+    grow = frames("runtime.sysMmap.abi0", "runtime.mmap", "runtime.sysMapOS", "runtime.sysMap", "runtime.(*mheap).grow",
+                  "runtime.(*mheap).allocSpan", "runtime.(*mheap).alloc.func1", "runtime.systemstack.abi0")
+    start = frames("runtime.sysMmap.abi0", "runtime.mmap", "runtime.sysReserveOS", "runtime.(*pageAlloc).sysInit",
+                   "runtime.(*mheap).init", "runtime.mallocinit", "runtime.schedinit", "runtime.rt0_go.abi0")
+    assert analysis.go_runtime_mapping(grow) == analysis.GO_HEAP
+    assert analysis.go_runtime_mapping(start) == analysis.GO_STARTUP
+    # A Go function of the program's on the stack: it is the site, as in C.
+    assert analysis.go_runtime_mapping(grow[:5] + frames("main.buildFrame", "main.main")) is None
+    assert analysis.go_runtime_mapping(frames("mmap", "main")) is None
+    trace = analysis.Trace({1: grow, 2: frames("main.buildFrame", "runtime.mallocgc")}, [],
+                           [{"stack": 1, "call": "mmap"}, {"stack": 2, "call": "mmap"}], {})
+    names = analysis.allocation_names(trace)
+    assert names(1) == analysis.GO_HEAP and names(2) == "main.buildFrame"

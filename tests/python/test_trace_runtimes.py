@@ -120,6 +120,10 @@ def test_go_names_the_function_that_touched_the_heap(results_root, tmp_path):
     touching = [row for row in document["summary"]["touching"] if row["site"].startswith("main.renderFrames")]
     assert len(touching) == 1, described(document)
     assert touching[0]["faults"] >= 32 * PAGES_PER_MIB  # at least one fresh 32 MiB buffer; the Go heap reuses the rest
+    # Where the runtime maps its heap for many allocations, the site says so, never a runtime function.
+    sites = [row["site"] for row in document["summary"]["rows"]]
+    assert not any(site.startswith(("runtime.", "internal/")) for site in sites), sites
+    assert document["summary"]["rows"][0]["site"].startswith("(Go heap: arenas the runtime maps"), sites
 
 
 def test_node_names_the_javascript_function(results_root, tmp_path):

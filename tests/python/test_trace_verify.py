@@ -237,3 +237,24 @@ def test_a_file_on_standard_input_is_read_again_by_each_rerun(tmp_path):
     assert reason is None and path == str(data)
     first, second = (verify.run_once(["sort"], dict(os.environ), path) for _ in range(2))
     assert first["stdout_sha256"] == second["stdout_sha256"] and first["exit_code"] == 0
+
+
+@needs_tracing
+@pytest.mark.skipif("[madvise]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+                    if Path("/sys/kernel/mm/transparent_hugepage/enabled").exists() else True,
+                    reason="needs THP in madvise mode (huge pages only where asked for)")
+def test_huge_page_advice_the_program_undoes_names_its_call_and_is_measured_with_it_skipped(c_program, golden_results,
+                                                                                             tmp_path):
+    root = _root(golden_results, tmp_path)
+    result = run_memcost("--results-dir", str(root), "trace", "--verify", "3", "--", str(c_program("refuses_huge_pages")))
+    assert result.returncode == 0, result.stderr
+    document = load_document(root / "latest" / "trace.json")
+    row = next(r for r in document["summary"]["rows"] if r["site"].startswith("map_buffer"))
+    assert row["huge_refused_by"].startswith("map_buffer (refuses_huge_pages.c:12)")
+    advice = next(item for item in row["advice"] if item["kind"] == "huge_pages")
+    assert "remove the program's own madvise(MADV_NOHUGEPAGE) at map_buffer (refuses_huge_pages.c:12)" in advice["text"]
+    huge = _variant(document, "map_buffer", "huge_pages")
+    # The program's call was skipped in the advised runs: the advice took effect, all but the
+    # unaligned ends' faults gone (20 buffers of 8,192 base pages).
+    assert huge["overridden"] and not huge["verdict"].startswith("did not take effect"), huge
+    assert huge["measured_faults_saved"] >= 0.9 * 20 * 8192

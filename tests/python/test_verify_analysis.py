@@ -131,3 +131,25 @@ def test_a_refused_command_keeps_what_was_applied_but_no_saving():
                                                  applied=True, seed=1))
     assert result["measured_saving_ms"] is None and result["estimate_ratio"] is None and not result["verified"]
     assert result["measured_faults_saved"] == 90 and result["verdict"].startswith("not compared")
+
+
+def _huge_variant(undone_by=None):
+    return verify.Variant(1, "site", "huge_pages", "huge", 50.0, "base", 4 << 20, 2, [["prog:10"]],
+                          expected_faults_saved=49_152, undone_by=undone_by)
+
+
+def test_huge_pages_that_saved_no_faults_did_not_take_effect_and_the_verdict_says_why():
+    """The program's own madvise(MADV_NOHUGEPAGE) right after its mmap undid the advice: 1 fault saved
+    of the 49,152 promised is not 'not shown', it is an advice that did not take effect."""
+    baseline = {r: _run(200 + r, faults=49_200) for r in range(7)}
+    advised = {r: _run(190 + r, faults=49_199) for r in range(7)}
+    result = verify.evaluate(_huge_variant("map_base (sites.c:12)"), baseline, advised, applied=True, seed=1)
+    assert not result["verified"]
+    assert result["verdict"].startswith("did not take effect: it saved 1 faults of the ≈ 49,152")
+    assert "madvise(MADV_NOHUGEPAGE) at map_base (sites.c:12)" in result["verdict"]
+    # The interposer skipped the program's call, and still no faults went: the kernel's to say why.
+    overridden = verify.evaluate(_huge_variant("map_base (sites.c:12)"), baseline, advised, True, 1, overridden=True)
+    assert "the kernel gave no huge pages" in overridden["verdict"]
+    # Taking effect: 96 faults left of 49,200, and the time shown.
+    took = verify.evaluate(_huge_variant(), baseline, {r: _run(150 + r, faults=96) for r in range(7)}, True, 1)
+    assert took["verdict"] == "saving shown" and took["measured_faults_saved"] == 49_104

@@ -409,6 +409,27 @@ class SiteNames:
     def __call__(self, stack_id: int) -> str:
         return self._names.get(stack_id, frame_name(None))
 
+    def rename(self, stack_id: int, name: str) -> None:
+        self._names[stack_id] = name
+
+
+# Go maps its heap on the system stack (runtime.systemstack), where no frame of the goroutine that
+# asked for memory is left: an allocation stack of the runtime's frames alone is an arena or the
+# runtime's own structures, for many allocations, and is named so rather than by a runtime function.
+GO_HEAP = "(Go heap: arenas the runtime maps for many allocations; the Go functions that fault them are the touching sites)"
+GO_STARTUP = "(Go runtime start-up: its heap's reservations and the allocator's own structures)"
+GO_STARTUP_FUNCTIONS = ("runtime.schedinit", "runtime.mallocinit", "runtime.rt0_go", "runtime.rt0_go.abi0")
+
+
+def go_runtime_mapping(frames: list) -> Optional[str]:
+    """GO_HEAP or GO_STARTUP for a mapping the Go runtime made with no Go function of the program's on
+    its stack; None otherwise."""
+    named = [frame.get("function") or "" for frame in frames if frame.get("function")]
+    if not named or not named[0].startswith("runtime.") or \
+            not all(function.startswith(("runtime.", "internal/", "sync.")) for function in named):
+        return None
+    return GO_STARTUP if any(function in GO_STARTUP_FUNCTIONS for function in named) else GO_HEAP
+
 
 def _distinguishing(path: list, others) -> list:
     """The shortest prefix of `path` that no other distinct path shares unless it is the same path
@@ -440,7 +461,11 @@ def allocation_site(names: SiteNames, stack_id: int, call: str) -> str:
 
 
 def allocation_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
-    return SiteNames(trace.stacks, [origin["stack"] for origin in trace.origins], which)
+    names = SiteNames(trace.stacks, [origin["stack"] for origin in trace.origins], which)
+    for origin in trace.origins:
+        if (runtime := go_runtime_mapping(trace.stacks.get(origin["stack"], []))) is not None:
+            names.rename(origin["stack"], runtime)
+    return names
 
 
 def touching_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
@@ -557,6 +582,8 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
             site.kernel_time.update({name: row.get(name, 0) for name in KERNEL_TIME})
     timing_one_in = run.get("fault_timing_one_in", 0) if run.get("counted_in_kernel") else 0
 
+    # The program's own madvise(MADV_NOHUGEPAGE) calls on a site's memory, by name.
+    refusals = SiteNames(trace.stacks, [o["huge_refused_by"] for o in trace.origins if o.get("huge_refused_by")], which)
     rows = []
     for site in sites.values():
         faults = site.faults_base + site.faults_thp
@@ -586,6 +613,8 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
             row["zeroing_share"] = site.zeroing_samples / site.cpu_samples if site.cpu_samples else None
         if timing_one_in:
             row.update(measured_in_kernel(faults, site.kernel_time))
+        refused_by = next((origin["huge_refused_by"] for origin in site.origins if origin.get("huge_refused_by")), 0)
+        row["huge_refused_by"] = refusals(refused_by) if refused_by else None
         row["runtime"] = runtime_of(user_frame(trace.stacks.get(row["stack"], []), which))
         row["kind"] = "-" if not faults else ("thp" if row["faults_thp"] * cost.huge_bytes > row["faults_base"] * cost.page_bytes
                                                else "base")
@@ -753,10 +782,16 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
         # Already advised huge: what is left on base pages are the ends of mappings not aligned to 2 MB.
         how = ("align these mappings to 2 MB (memcost::make_big_array does): their unaligned ends fault on base pages"
                if row["huge_advised"] else "ask for huge pages here (madvise MADV_HUGEPAGE, or memcost::make_big_array)")
+        if row.get("huge_refused_by"):
+            # The program turns huge pages off for this memory itself: advice that ignores that is undone.
+            how = (f"remove the program's own madvise(MADV_NOHUGEPAGE) at {row['huge_refused_by']}, which turns huge "
+                   "pages off for this memory, and ask for them instead (madvise MADV_HUGEPAGE, or "
+                   "memcost::make_big_array)")
         if row.get("runtime") == "jvm":
             how = "run the JVM with -XX:+UseTransparentHugePages (its heap madvised for huge pages)"
         if worth(saving):
-            advice.append({"kind": "huge_pages", "saving_ms": saving,
+            advice.append({"kind": "huge_pages", "saving_ms": saving, "faults_saved": round(base_faults - huge_faults),
+                           "undone_by": row.get("huge_refused_by"),
                            "text": f"{how}: {base_faults:,} base-page faults become ≈ {huge_faults:,.0f}, "
                                    f"saves ≈ {saving:,.1f} ms"})
     largest = site.largest()

@@ -47,6 +47,8 @@ class Variant:
     min_bytes: int
     threads: int
     keys: list = field(default_factory=list)  # call paths, each a list of "module:hexoffset"
+    expected_faults_saved: int = 0  # what the advice promised (huge pages: base-page faults no longer taken)
+    undone_by: Optional[str] = None  # the program's own call that works against it (madvise MADV_NOHUGEPAGE at ...)
 
     def spec_lines(self, action: Optional[str] = None) -> list[str]:
         """For the preload library (preload_apply.h); a tunable needs none. `action` "none": found
@@ -108,7 +110,7 @@ def plan(samples: list, summary: dict, params: dict, threads: int) -> tuple[list
             least = {"huge": HUGE_MIN_BYTES, "reuse": max(row["churn_bytes"] // 2, MIN_BYTES),
                      "populate": POPULATE_MIN_BYTES}[action]
             variants.append(Variant(len(variants) + 1, row["site"], item["kind"], action, item["saving_ms"],
-                                    row["kind"], least, threads, keys))
+                                    row["kind"], least, threads, keys, item.get("faults_saved", 0), item.get("undone_by")))
             if item["kind"] == "huge_pages" and _through_malloc(row, [trace.stacks.get(s, []) for s in stacks_of[row["site"]]]):
                 variants.append(Variant(len(variants) + 1, row["site"], item["kind"], "tunable", item["saving_ms"],
                                         row["kind"], least, threads, []))
@@ -165,15 +167,21 @@ def refusal(baseline: list[dict], first: Optional[dict] = None) -> Optional[str]
     return None
 
 
-def evaluate(variant: Variant, baseline: dict[int, dict], advised: dict[int, dict], applied: bool, seed: int) -> dict:
+TOOK_EFFECT_SHARE = 0.25  # an advice that saved less than this share of the faults it promised did not take effect
+
+
+def evaluate(variant: Variant, baseline: dict[int, dict], advised: dict[int, dict], applied: bool, seed: int,
+             overridden: bool = False) -> dict:
     """Paired by round: the baseline's run minus the advised run, for wall time, CPU time and
-    faults; the median saving with its bootstrap interval."""
+    faults; the median saving with its bootstrap interval. An applied advice that did not change
+    what it should have (the faults it promised) did not take effect, and the verdict says why.
+    `overridden`: the preload library skipped the program's own call that works against it."""
     from ..stats import bootstrap_median_interval
     rounds = sorted(set(baseline) & set(advised))
     result = {"id": variant.id, "site": variant.site, "kind": variant.kind, "page_kind": variant.page_kind,
               "action": variant.action,
               "applied": WHAT_IS_APPLIED[variant.action].format(threads=variant.threads),
-              "estimated_saving_ms": variant.estimated_saving_ms, "rounds": len(rounds)}
+              "estimated_saving_ms": variant.estimated_saving_ms, "rounds": len(rounds), "overridden": overridden}
     reference = baseline[rounds[0]] if rounds else None
     changed = [advised[r] for r in rounds if (advised[r]["exit_code"], advised[r]["stdout_sha256"])
                != (reference["exit_code"], reference["stdout_sha256"])] if reference else []
@@ -188,6 +196,12 @@ def evaluate(variant: Variant, baseline: dict[int, dict], advised: dict[int, dic
     elif changed:
         result.update(verified=False, unsafe=True,
                       verdict=f"unsafe: exit code or output changed ({len(changed)} of {len(rounds)} runs)")
+    elif variant.expected_faults_saved and (result["measured_faults_saved"] or 0) < TOOK_EFFECT_SHARE * variant.expected_faults_saved:
+        why = (f"the program's own madvise(MADV_NOHUGEPAGE) at {variant.undone_by} turns huge pages off again"
+               if variant.undone_by and not overridden else
+               "the kernel gave no huge pages (memory too fragmented to assemble them, or THP defrag off)")
+        result.update(verified=False, verdict=f"did not take effect: it saved {result['measured_faults_saved'] or 0:,.0f} "
+                                              f"faults of the ≈ {variant.expected_faults_saved:,} it should have; {why}")
     elif low is not None and low > 0:
         result.update(verified=True, verdict="saving shown")
     elif high is not None and high < 0:
@@ -207,7 +221,7 @@ def not_compared(result: dict) -> dict:
                 "measured_cpu_saving_interval_ms", "estimate_ratio"):
         result[key] = None
     result["verified"] = False
-    if not result["verdict"].startswith(("not applied", "unsafe")):
+    if not result["verdict"].startswith(("not applied", "unsafe", "did not take effect")):
         result["verdict"] = "not compared: the command's own time varies too much"
     return result
 
