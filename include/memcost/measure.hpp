@@ -107,6 +107,10 @@ struct Interval {
 };
 [[nodiscard]] Interval between(const Snapshot& before, const Snapshot& after);
 
+// Why each of PerfCounters' counters would be unavailable (empty string when it would work),
+// decided without keeping any open (os::perf_openable): what the context line reports.
+[[nodiscard]] std::map<std::string, std::string> perf_counter_availability();
+
 // Linux perf_event software counters and tracepoints for this process and its threads.
 class PerfCounters {
  public:

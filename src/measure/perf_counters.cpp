@@ -77,4 +77,13 @@ std::map<std::string, std::string> PerfCounters::availability() const {
   return reasons;
 }
 
+std::map<std::string, std::string> perf_counter_availability() {
+  std::map<std::string, std::string> reasons;
+  for (os::PerfEvent event : all_events) {
+    const os::Status status = os::perf_openable(event);
+    reasons[os::perf_event_name(event)] = status.ok() ? "" : explain(event, status);
+  }
+  return reasons;
+}
+
 }  // namespace memcost::measure

@@ -375,6 +375,11 @@ struct PerfHandle {
 [[nodiscard]] Status perf_enable(const PerfHandle& handle, bool enable);
 [[nodiscard]] std::optional<std::uint64_t> perf_read(const PerfHandle& handle);
 void perf_close(PerfHandle& handle);
+// Whether perf_open(event) would succeed, without keeping anything open: a software event is
+// opened and closed at once; a tracepoint's is not opened at all (closing a process's last event
+// on a tracepoint waits for an RCU grace period, 35 ms on a KVM guest, on every probe run): its id
+// in tracefs and the privilege the kernel asks for tracepoints (root, or perf_event_paranoid <= -1).
+[[nodiscard]] Status perf_openable(PerfEvent event);
 [[nodiscard]] std::optional<int> perf_event_paranoid();
 
 // Pages the kernel zeroed as it handed them out, counted machine-wide by the

@@ -809,6 +809,20 @@ void perf_close(PerfHandle& handle) {
   handle.fd = -1;
 }
 
+Status perf_openable(PerfEvent event) {
+  if (event == PerfEvent::tlb_flush_tracepoint || event == PerfEvent::page_fault_user_tracepoint) {
+    auto id = event == PerfEvent::tlb_flush_tracepoint ? tracepoint_id("tlb", "tlb_flush")
+                                                       : tracepoint_id("exceptions", "page_fault_user");
+    if (!id) return Status{ENOENT, "tracefs events/<tracepoint>/id"};
+    auto paranoid = perf_event_paranoid();
+    if (geteuid() != 0 && paranoid && *paranoid > -1) return Status{EACCES, "perf_event_open"};
+    return {};
+  }
+  PerfHandle handle = perf_open(event);
+  perf_close(handle);
+  return handle.status;
+}
+
 std::optional<int> perf_event_paranoid() {
   auto text = read_text("/proc/sys/kernel/perf_event_paranoid");
   if (!text) return std::nullopt;

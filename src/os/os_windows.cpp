@@ -529,6 +529,7 @@ PerfHandle perf_open(PerfEvent) { return {-1, unsupported("Linux perf events (no
 Status perf_enable(const PerfHandle&, bool) { return unsupported("Linux perf events (none on Windows)"); }
 std::optional<std::uint64_t> perf_read(const PerfHandle&) { return std::nullopt; }
 void perf_close(PerfHandle& handle) { handle.fd = -1; }
+Status perf_openable(PerfEvent) { return unsupported("Linux perf events (none on Windows)"); }
 std::optional<int> perf_event_paranoid() { return std::nullopt; }
 
 // Windows zeroes freed pages in the System process's zero-page thread; no documented

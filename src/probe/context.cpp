@@ -43,9 +43,8 @@ json page_kind_verdicts(const os::Capabilities& offered) {
 }
 
 json perf_counters() {
-  measure::PerfCounters counters;
   json result = json::object();
-  for (const auto& [name, reason] : counters.availability()) {
+  for (const auto& [name, reason] : measure::perf_counter_availability()) {
     result[name] = {{"available", reason.empty()}, {"reason", reason.empty() ? json(nullptr) : json(reason)}};
   }
   return result;

@@ -501,3 +501,18 @@ def test_mappings_made_side_by_side_in_one_region_keep_their_own_sites(c_program
     faults = {call: sum(row["faults"] for row in rows if row["site"] == f"main (adjacent_mappings.c:{line})")
               for call, line in lines.items()}
     assert faults == {"make_first": 200 * 64, "make_second": 200 * 64}, [(row["site"], row["faults"]) for row in rows]
+
+
+@needs_tracing
+def test_a_calibration_is_kept_as_this_hosts_costs_result_and_the_next_trace_reuses_it(tmp_path):
+    """Without a `costs` result the first trace calibrates (2.5 s on a 2-vCPU VM); that run is kept,
+    so the traces after it do not pay for it again."""
+    root = tmp_path / "results"
+    first = run_memcost("--results-dir", str(root), "trace", "--", "true")
+    assert first.returncode == 0, first.stderr
+    assert "calibration run just now, kept as this host's costs result" in first.stdout
+    [kept] = [path for path in root.glob("*/costs.json") if path.parent.name != "latest"]
+    assert load_document(kept)["params"]["calibration_for"] == "trace"
+    second = run_memcost("--results-dir", str(root), "trace", "--", "true")
+    assert second.returncode == 0 and "calibrat" not in second.stdout + second.stderr
+    assert len([path for path in root.glob("*/costs.json") if path.parent.name != "latest"]) == 1

@@ -65,26 +65,34 @@ RAW_NAME = "trace.raw.gz"
 
 
 
-def this_machines_cost(results_root: Path, calibrate: bool, notes: list):
+CALIBRATION = {"pages": "base,thp", "routes": "os", "parts": "rows,threads,reuse", "sizes": "64M", "reps": 5,
+               "warmup": 1, "threads_size": "64M", "frames": 50}
+
+
+def this_machines_cost(directory, calibrate: bool, notes: list):
     """This machine's fault cost: the newest `memcost costs` result for this host, else a short
-    calibration run now (said so in the output)."""
+    calibration run now (said so in the output), kept in `directory` as this host's costs result:
+    the traces after it reuse it instead of paying for it again (2.5 s on a 2-vCPU VM)."""
     from ..analysis.cost_model import CostModel
+    from ..results import make_document
     if not calibrate:
-        model = CostModel.newest(results_root)
+        model = CostModel.newest(directory.root)
         if model:
             return model
     from ..analysis import costs as costs_analysis
     from ..runner import run_with_progress
-    run = run_with_progress("costs", ["--pages", "base,thp", "--routes", "os", "--parts", "rows,threads,reuse", "--sizes",
-                                      "64M", "--reps", "5", "--warmup", "1", "--threads-size", "64M", "--frames", "50"],
-                            "calibrating fault cost")
-    model = CostModel.from_costs_summary(costs_analysis.summarize(run.samples),
-                                         "a calibration run of memcost costs just now (64 MiB, 5 repetitions)",
+    arguments = [part for name, value in CALIBRATION.items() for part in (f"--{name.replace('_', '-')}", str(value))]
+    run = run_with_progress("costs", arguments, "calibrating fault cost")
+    summary = costs_analysis.summarize(run.samples)
+    model = CostModel.from_costs_summary(summary, "a calibration run of memcost costs just now (64 MiB, 5 repetitions)",
                                          run.context.get("pages"))
     if model is None:
         raise MemcostError("the calibration run measured no fault cost; run `memcost costs --quick` and try again")
-    notes.append("no `memcost costs` result for this host was found: fault time comes from a calibration run "
-                 "(run `memcost costs` once to keep one)")
+    kept = directory.write(make_document("costs", run.context, {**CALIBRATION, "calibration_for": "trace"}, run.samples,
+                                         summary, run.warnings))
+    notes.append(f"no `memcost costs` result for this host was found: fault time comes from a calibration run just "
+                 f"now, kept as this host's costs result ({kept}) for the traces after it (`memcost costs` measures "
+                 "more)")
     return model
 
 
@@ -166,7 +174,7 @@ def measure(values: dict, directory) -> dict:
     windows = None
     # The cost model comes first (a calibration run, if this host has no `costs` result): windows are
     # priced as they are written, and a Ctrl-C during calibration then ends before anything ran.
-    cost = this_machines_cost(directory.root, values.get("calibrate"), notes)
+    cost = this_machines_cost(directory, values.get("calibrate"), notes)
     if values.get("windows_folder"):
         from ..export.pprof import Windows
         from ..analysis.trace import frames_of
