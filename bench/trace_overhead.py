@@ -9,12 +9,17 @@ its ratio to the untraced median, and the storm process's own system time (GNU t
 tool adds inside the fault handler, the tracer's presence in the faults it measures. Variants
 whose tool is not installed are left out and said so.
 
+`--program pinning` measures bench/data/pinning.c instead: a model of a CUDA program pinning host
+memory (64 MiB chunks mapped MAP_FIXED into a reservation and faulted in by a system call in 8 MiB
+pieces, 500 small ioctls beside each; `--pinning-chunks N`, 32 by default: 524,288 faults taken
+inside system calls, which no exception tracepoint and no perf page-fault event sees).
+
 `--only TEXT` (repeatable) keeps the variants whose label contains TEXT, and untraced.
 `--other-probe PATH` runs every probe variant with another build of memcost-probe as well, so that
 two builds are compared in one sitting, interleaved.
 
     sudo python3 bench/trace_overhead.py [--rounds 3] [--storm-rounds 32] [--only TEXT] [--memcost .venv/bin/memcost]
-        [--other-probe PATH]
+        [--other-probe PATH] [--program storm|pinning] [--pinning-chunks 32]
 """
 
 from __future__ import annotations
@@ -33,11 +38,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def build_storm(folder: Path) -> Path:
-    binary = folder / "trace_tree"
-    subprocess.run(["cc", "-O2", "-g", "-fomit-frame-pointer", "-o", str(binary),
-                    str(ROOT / "tests" / "python" / "data" / "trace_tree.c")], check=True)
-    return binary
+def build_program(folder: Path, args) -> tuple[list[str], int, str]:
+    """The measured program's command line, the faults it takes, and what it is, in words."""
+    source = ROOT / "bench" / "data" / "pinning.c" if args.program == "pinning" else \
+        ROOT / "tests" / "python" / "data" / "trace_tree.c"
+    binary = folder / source.stem
+    subprocess.run(["cc", "-O2", "-g", "-fomit-frame-pointer", "-o", str(binary), str(source)], check=True)
+    if args.program == "pinning":
+        return ([str(binary), str(args.pinning_chunks)], args.pinning_chunks * 16384,
+                f"Pinning model: {args.pinning_chunks} × 64 MiB faulted in by MADV_POPULATE_WRITE in 8 MiB pieces "
+                f"({args.pinning_chunks * 16384:,} faults inside system calls), 500 ioctls a chunk")
+    return ([str(binary), "repeat", "256", str(args.storm_rounds)], args.storm_rounds * 256 * 256,
+            f"Fault storm: {args.storm_rounds * 256 * 256:,} faults ({args.storm_rounds} × 256 MiB on base pages)")
 
 
 def variants(storm: list[str], bare_storm: list[str], memcost: str, probe: str, folder: Path,
@@ -140,6 +152,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every variant (default 3)")
     parser.add_argument("--storm-rounds", type=int, default=32, help="256 MiB written and freed this many times (default 32)")
+    parser.add_argument("--program", choices=("storm", "pinning"), default="storm",
+                        help="the fault storm (default), or the model of a CUDA program pinning memory")
+    parser.add_argument("--pinning-chunks", type=int, default=32, help="64 MiB chunks pinned (default 32)")
     parser.add_argument("--memcost", default=str(ROOT / ".venv" / "bin" / "memcost"), help="the memcost command to measure")
     parser.add_argument("--seed", type=int, default=int(time.time()), help="the order's seed (recorded in the output)")
     parser.add_argument("--only", action="append", default=[], metavar="TEXT",
@@ -161,7 +176,8 @@ def main() -> int:
 def measure(args) -> int:
     with tempfile.TemporaryDirectory(prefix="memcost-bench-") as name:
         folder = Path(name)
-        bare_storm = storm = [str(build_storm(folder)), "repeat", "256", str(args.storm_rounds)]
+        bare_storm, faults, described = build_program(folder, args)
+        storm = bare_storm
         # The storm's own system time under each tool: what the tool adds inside the fault handler
         # (its programs, its perf events, its stack copies), apart from its own process's work.
         timer = gnu_time()
@@ -195,11 +211,10 @@ def measure(args) -> int:
             print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     base = statistics.median(times["untraced"])
     base_system = statistics.median(systems["untraced"]) if systems["untraced"] else None
-    faults = args.storm_rounds * 256 * 256
-    print(f"Fault storm: {faults:,} faults ({args.storm_rounds} × 256 MiB on base pages); {args.rounds} rounds, "
-          f"order shuffled from seed {args.seed}; medians. The storm's system time (GNU time, 10 ms steps) is "
-          f"the storm process's own: what a tool adds inside its fault handler, per fault beside it.")
-    print("| variant | wall s (median) | each round | ÷ untraced | storm's system s (median) | ÷ untraced | added a fault |")
+    print(f"{described}; {args.rounds} rounds, "
+          f"order shuffled from seed {args.seed}; medians. The program's system time (GNU time, 10 ms steps) is "
+          f"its process's own: what a tool adds inside its fault handler, per fault beside it.")
+    print("| variant | wall s (median) | each round | ÷ untraced | program's system s (median) | ÷ untraced | added a fault |")
     print("|---|---|---|---|---|---|---|")
     for label, values in times.items():
         median = statistics.median(values)
