@@ -40,10 +40,7 @@ std::string Failure::message() const {
 namespace {
 
 // kernel.perf_event_paranoid, or -1 (everything allowed) where the file is missing.
-int perf_paranoid() {
-  const std::string paranoid = read_text("/proc/sys/kernel/perf_event_paranoid");
-  return paranoid.empty() ? -1 : std::stoi(paranoid);
-}
+int perf_paranoid() { return os::perf_event_paranoid().value_or(-1); }
 
 }  // namespace
 
@@ -384,9 +381,7 @@ class Tracing {
   // listed and recorded (its own call, later, replaces the listing), where listing first left a
   // mapping made before the enable unknown and its faults unattributed.
   bool start_watching() {
-    std::string name = read_text("/proc/" + std::to_string(child_) + "/comm");
-    if (!name.empty() && name.back() == '\n') name.pop_back();
-    reader_.started(child_, started_ns_, name);
+    reader_.started(child_, started_ns_, os::task_name(child_).value_or(""));
     // The kernel's own counters (the cross-check of the count) read right before counting starts:
     // the faults a busy process takes between the two are in one and not the other.
     stat_before_ = stat_last_ = read_process_stat(child_);

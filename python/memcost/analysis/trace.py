@@ -304,11 +304,6 @@ def _library_line(frame: dict) -> bool:
         and not (frame.get("function") or "").startswith(("std::", "runtime."))
 
 
-def site_of(stacks: dict, stack_id: int, which: FrameFilter = DEFAULT_FRAMES) -> str:
-    """The site's first frame alone (a one-stack site's name); SiteNames gives call paths."""
-    return frame_name(user_frame(stacks.get(stack_id, []), which))
-
-
 CALLED_FROM = " ← "
 READABLE_CALLERS = 3  # callers a table shows; the results keep the whole path
 
