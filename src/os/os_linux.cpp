@@ -763,6 +763,16 @@ Status pin_current_thread_to(const std::vector<unsigned>& cpus) {
   return {};
 }
 
+namespace {
+
+// The tracefs id of a tracepoint event (perf_open, perf_openable); absent where tracefs lacks it.
+std::optional<std::uint64_t> event_tracepoint_id(PerfEvent event) {
+  return event == PerfEvent::tlb_flush_tracepoint ? tracepoint_id("tlb", "tlb_flush")
+                                                  : tracepoint_id("exceptions", "page_fault_user");
+}
+
+}  // namespace
+
 PerfHandle perf_open(PerfEvent event) {
   perf_event_attr attr{};
   attr.size = sizeof(attr);
@@ -780,8 +790,7 @@ PerfHandle perf_open(PerfEvent event) {
       break;
     case PerfEvent::tlb_flush_tracepoint:
     case PerfEvent::page_fault_user_tracepoint: {
-      auto id = event == PerfEvent::tlb_flush_tracepoint ? tracepoint_id("tlb", "tlb_flush")
-                                                         : tracepoint_id("exceptions", "page_fault_user");
+      auto id = event_tracepoint_id(event);
       if (!id) return {-1, Status{ENOENT, "tracefs events/<tracepoint>/id"}};
       attr.type = PERF_TYPE_TRACEPOINT;
       attr.config = *id;
@@ -811,9 +820,7 @@ void perf_close(PerfHandle& handle) {
 
 Status perf_openable(PerfEvent event) {
   if (event == PerfEvent::tlb_flush_tracepoint || event == PerfEvent::page_fault_user_tracepoint) {
-    auto id = event == PerfEvent::tlb_flush_tracepoint ? tracepoint_id("tlb", "tlb_flush")
-                                                       : tracepoint_id("exceptions", "page_fault_user");
-    if (!id) return Status{ENOENT, "tracefs events/<tracepoint>/id"};
+    if (!event_tracepoint_id(event)) return Status{ENOENT, "tracefs events/<tracepoint>/id"};
     auto paranoid = perf_event_paranoid();
     if (geteuid() != 0 && paranoid && *paranoid > -1) return Status{EACCES, "perf_event_open"};
     return {};

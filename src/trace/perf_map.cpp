@@ -1,11 +1,11 @@
 #include "trace/perf_map.hpp"
 
 #include <fcntl.h>
-#include <cerrno>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <string>
 

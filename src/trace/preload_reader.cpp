@@ -44,17 +44,20 @@ std::uint64_t PreloadReader::drain(bool final) {
     }
     if (pending_.size() - at < record.size) break;  // the rest of it is still to come
     passing_over = false;
+    if (record.kind == MEMCOST_CALL_FAULTS_IN_CALL && call_faults_counted_in_kernel) {
+      at += record.size;  // counted in the kernel already
+      continue;
+    }
     const char* returns_at = pending_.data() + at + sizeof(PreloadRecord);
     std::vector<std::uint64_t> returns(record.frames);
     std::memcpy(returns.data(), returns_at, returns.size() * sizeof(std::uint64_t));
     const std::string_view python = python_block_at(
         reinterpret_cast<const std::uint8_t*>(returns_at + returns.size() * sizeof(std::uint64_t)), record.python_bytes);
-    const bool passed_over = record.kind == MEMCOST_CALL_FAULTS_IN_CALL && call_faults_counted_in_kernel;
-    const std::uint32_t stack = passed_over ? 0 : unwinder_.stack_of_returns(static_cast<int>(record.pid), returns, python);
+    const std::uint32_t stack = unwinder_.stack_of_returns(static_cast<int>(record.pid), returns, python);
     if (record.kind == MEMCOST_CALL_FAULTS_IN_CALL) {
-      if (!passed_over) sink_.call_faults(CallFaults{static_cast<int>(record.pid), static_cast<int>(record.tid), record.enter_ns,
-                                   record.exit_ns, static_cast<long>(record.args[0]), record.args[1], record.args[2],
-                                   record.args[3], stack});
+      sink_.call_faults(CallFaults{static_cast<int>(record.pid), static_cast<int>(record.tid), record.enter_ns,
+                                  record.exit_ns, static_cast<long>(record.args[0]), record.args[1], record.args[2],
+                                  record.args[3], stack});
     } else {
       MappingCall call;
       call.kind = static_cast<CallKind>(record.kind);

@@ -559,11 +559,15 @@ def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAME
     # A mapping call that faulted its pages in (mmap with MAP_POPULATE or MAP_LOCKED): its time is
     # fault time, not map time, shared between the sites its faults went to by their number.
     faulting_map_ns: Counter = Counter()
+    touched_by: dict[int, list[dict]] = defaultdict(list)
+    for row in trace.faults:
+        if row["touch_stack"]:
+            touched_by[row["touch_stack"]].append(row)
     for call in trace.call_faults:
         if call["call"] not in ("mmap", "mremap"):
             continue
         charged = [(by_origin.get((row["allocation_stack"], row["allocation_call"])), row["faults"])
-                   for row in trace.faults if row["touch_stack"] == call["stack"]]
+                   for row in touched_by[call["stack"]]]
         total = sum(faults for _, faults in charged)
         for site, faults in charged:
             if site is not None and total:
@@ -697,13 +701,15 @@ def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[d
     allocations, touching = allocation_names(trace, which), touching_names(trace, which)
     # A system call's faults are touched by the call: named by it ("madvise ← by_madv_populate").
     calls_at = {row["stack"]: row["call"] for row in trace.call_faults}
+
+    def touching_site(stack: int) -> str:
+        return f"{calls_at[stack]} ← {touching(stack)}" if stack in calls_at else touching(stack)
+
     call_ms: Counter = Counter()
     for row in trace.call_faults:
-        call_ms[f"{row['call']} ← {touching(row['stack'])}"] += row["call_ns"] / 1e6
+        call_ms[touching_site(row["stack"])] += row["call_ns"] / 1e6
     for row in touch_rows(trace):
-        site = touching(row["touch_stack"])
-        if row["touch_stack"] in calls_at:
-            site = f"{calls_at[row['touch_stack']]} ← {site}"
+        site = touching_site(row["touch_stack"])
         stack_of.setdefault(site, row["touch_stack"])
         faults = row["faults"] * trace.period
         counts[site][allocation_site(allocations, row["allocation_stack"], row["allocation_call"])] += faults
@@ -818,15 +824,15 @@ def _size(size: int) -> str:
 # fault handler covers all of it; the faults timed in the kernel cover the handler from its entry
 # tracepoint to the page-count update (a part of each fault); the estimate prices the faults at
 # this machine's measured cost per MB.
-FAULT_TIME_METHODS = (("sampled", "fault_ms_measured", "fault_ms_measured_error", "measured by sampling"),
-                      ("kernel", "fault_ms_kernel", "fault_ms_kernel_error", "measured in the kernel, a part of each fault"),
-                      ("estimate", "fault_ms", None, "estimated"))
+FAULT_TIME_METHODS = (("fault_ms_measured", "fault_ms_measured_error", "measured by sampling"),
+                      ("fault_ms_kernel", "fault_ms_kernel_error", "measured in the kernel, a part of each fault"),
+                      ("fault_ms", None, "estimated"))
 
 
 def fault_time_answer(totals: dict) -> tuple[float, Optional[float], str]:
     """The one fault time a trace reports: the widest-scope method that ran (FAULT_TIME_METHODS),
     its error (None for the estimate) and how it was obtained, in words."""
-    for _, value, error, how in FAULT_TIME_METHODS:
+    for value, error, how in FAULT_TIME_METHODS:
         if totals.get(value) is not None:
             return totals[value], (totals[error] if error else None), how
     return 0.0, None, "not known"
