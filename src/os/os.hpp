@@ -381,6 +381,8 @@ void perf_close(PerfHandle& handle);
 // in tracefs and the privilege the kernel asks for tracepoints (root, or perf_event_paranoid <= -1).
 [[nodiscard]] Status perf_openable(PerfEvent event);
 [[nodiscard]] std::optional<int> perf_event_paranoid();
+// What the kernel lets each user lock per CPU for perf's ring buffers beyond RLIMIT_MEMLOCK, KiB.
+[[nodiscard]] std::optional<std::uint64_t> perf_event_mlock_kb();
 
 // Pages the kernel zeroed as it handed them out, counted machine-wide by the
 // kernel itself (Linux: the kmem:mm_page_alloc tracepoint with __GFP_ZERO in

@@ -836,6 +836,12 @@ std::optional<int> perf_event_paranoid() {
   return std::stoi(*text);
 }
 
+std::optional<std::uint64_t> perf_event_mlock_kb() {
+  auto text = read_text("/proc/sys/kernel/perf_event_mlock_kb");
+  if (!text || text->empty() || !std::isdigit(static_cast<unsigned char>((*text)[0]))) return std::nullopt;
+  return std::stoull(*text);
+}
+
 namespace {
 
 // The bit of __GFP_ZERO on this kernel, read from the tracepoint's own format

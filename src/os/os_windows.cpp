@@ -531,6 +531,7 @@ std::optional<std::uint64_t> perf_read(const PerfHandle&) { return std::nullopt;
 void perf_close(PerfHandle& handle) { handle.fd = -1; }
 Status perf_openable(PerfEvent) { return unsupported("Linux perf events (none on Windows)"); }
 std::optional<int> perf_event_paranoid() { return std::nullopt; }
+std::optional<std::uint64_t> perf_event_mlock_kb() { return std::nullopt; }
 
 // Windows zeroes freed pages in the System process's zero-page thread; no documented
 // counter of zeroed pages exists to read here.

@@ -84,6 +84,9 @@ std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t time_one_in, std:
   kernel->skeleton->data->timing_one_in = time_one_in;
   kernel->skeleton->bss->touch_ns_apart = touch_samples_per_second ? 1'000'000'000ULL / touch_samples_per_second : 0;
   if (time_one_in == 0) bpf_program__set_autoattach(kernel->skeleton->progs.on_page_count, false);
+  // The system-call programs are attached by count_in_calls(), the unit that counts with them.
+  bpf_program__set_autoattach(kernel->skeleton->progs.on_syscall, false);
+  bpf_program__set_autoattach(kernel->skeleton->progs.on_syscall_exit, false);
   if (fault_counts__attach(kernel->skeleton) != 0) {
     why_not = std::string("the kernel would not attach memcost's BPF programs to the page-fault tracepoints: ") +
               std::strerror(errno);
@@ -100,6 +103,19 @@ bool FaultCounter::trace(int pid, bool from_exec) {
   const std::uint32_t generation = from_exec ? MEMCOST_AWAITING_EXEC : 0;
   return bpf_map__update_elem(kernel_->skeleton->maps.generations, &key, sizeof(key), &generation, sizeof(generation),
                               BPF_ANY) == 0;
+}
+
+bool FaultCounter::count_in_calls(std::string& why_not) {
+  fault_counts* skeleton = kernel_->skeleton;
+  // Kept in the skeleton's links, so that fault_counts__destroy detaches them with the others.
+  skeleton->links.on_syscall = bpf_program__attach(skeleton->progs.on_syscall);
+  if (skeleton->links.on_syscall != nullptr) skeleton->links.on_syscall_exit = bpf_program__attach(skeleton->progs.on_syscall_exit);
+  if (skeleton->links.on_syscall_exit == nullptr) {
+    why_not = std::string("the kernel would not attach memcost's BPF programs to raw_syscalls sys_enter and sys_exit: ") +
+              std::strerror(errno);
+    return false;
+  }
+  return true;
 }
 
 bool FaultCounter::touch_output(int cpu, int event_fd) {
@@ -226,6 +242,10 @@ std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t, std::uint32_t, s
 FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(kernel)) {}
 FaultCounter::~FaultCounter() = default;
 bool FaultCounter::trace(int, bool) { return false; }
+bool FaultCounter::count_in_calls(std::string& why_not) {
+  why_not = "this memcost was built without BPF";
+  return false;
+}
 bool FaultCounter::touch_output(int, int) { return false; }
 void FaultCounter::stop_counting() {}
 void FaultCounter::move_pending_out() {}

@@ -17,7 +17,7 @@
 //   reads of the current generations: nothing (Sweep::ended), what is new in them (Sweep::window,
 //   a window's end), or all of it, taken out too (Sweep::last, the end of the trace).
 // - Faults a system call takes without an exception (get_user_pages: MAP_POPULATE,
-//   MADV_POPULATE_*, mlock, a driver pinning memory) are counted per call from the thread's own
+//   MADV_POPULATE_*, mlock, a driver pinning memory), once count_in_calls() is called, are counted per call from the thread's own
 //   fault counters (what rusage reads) and sent, one record per call that took any, to that CPU's
 //   BPF-output event with the call's stack (memcost_call_faults); in_calls() is their total.
 // - A fault the kernel's map had no room for is counted in uncounted(), never dropped silently.
@@ -51,6 +51,9 @@ class FaultCounter {
   // False with errno set when the kernel's map refused it. `from_exec`: counted from its next
   // exec (a forked command waiting at the door), not from now.
   bool trace(int pid, bool from_exec);
+  // Counts the faults system calls take without an exception, from now on (the programs on
+  // raw_syscalls sys_enter and sys_exit); false with `why_not` set when the kernel refused them.
+  bool count_in_calls(std::string& why_not);
   // The perf BPF-output event (PERF_COUNT_SW_BPF_OUTPUT, on `cpu`, every process) the touching
   // samples of that CPU go to; false with errno set when the kernel's map refused it.
   bool touch_output(int cpu, int event_fd);

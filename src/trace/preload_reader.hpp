@@ -28,8 +28,8 @@ static_assert(MEMCOST_PRELOAD_MAX_RECORD_BYTES <= 4096, "a record is one atomic 
 // Reads the preload library's records from its pipe as they come.
 class PreloadReader {
  public:
+  // `fd`: the read end of the library's pipe, non-blocking (the caller's to close).
   PreloadReader(int fd, Unwinder& unwinder, Sink& sink) : fd_(fd), unwinder_(unwinder), sink_(sink) {}
-  void read_from(int fd) { fd_ = fd; }
   // The faults inside system calls are counted in the kernel (fault_counter.hpp): the library's own
   // count of them (MEMCOST_CALL_FAULTS_IN_CALL) is passed over, not counted twice.
   bool call_faults_counted_in_kernel = false;

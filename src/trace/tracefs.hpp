@@ -1,6 +1,7 @@
 // tracefs: where it is, the raw_syscalls tracepoints' ids and formats.
 #pragma once
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <map>

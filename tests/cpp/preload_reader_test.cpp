@@ -53,22 +53,25 @@ std::vector<char> malloc_record() {
 }
 
 // A pipe, as the tracer has it from the preload library, and its reader.
-class PreloadReaderTest : public ::testing::Test {
- protected:
-  void SetUp() override { ASSERT_EQ(pipe2(fds, O_NONBLOCK), 0); }
-  void TearDown() override {
+struct Pipe {
+  int fds[2] = {-1, -1};
+  Pipe() { EXPECT_EQ(pipe2(fds, O_NONBLOCK), 0); }
+  ~Pipe() {
     close(fds[0]);
     close(fds[1]);
   }
-  int fds[2] = {-1, -1};
+};
+class PreloadReaderTest : public ::testing::Test {
+ protected:
+  Pipe pipe;
+  int* fds = pipe.fds;
   Options options;
   CollectingSink sink;
   detail::Unwinder unwinder{options, sink};
-  detail::PreloadReader reader{-1, unwinder, sink};
+  detail::PreloadReader reader{pipe.fds[0], unwinder, sink};
 };
 
 TEST_F(PreloadReaderTest, ARecordBecomesACallWithItsPythonFrames) {
-  reader.read_from(fds[0]);
   const std::vector<char> record = malloc_record();
   // The first part alone: the record waits for the rest.
   ASSERT_EQ(write(fds[1], record.data(), 40), 40);
@@ -96,7 +99,6 @@ TEST_F(PreloadReaderTest, ARecordBecomesACallWithItsPythonFrames) {
 // The tracer settles faults no later than the moment the pipe was last read from: a record written
 // before drain() began is delivered by it, one written after is not, and the time says which.
 TEST_F(PreloadReaderTest, DrainSaysUpToWhenEveryRecordWasDelivered) {
-  reader.read_from(fds[0]);
   const std::vector<char> record = malloc_record();
   ASSERT_EQ(write(fds[1], record.data(), record.size()), static_cast<ssize_t>(record.size()));
   const std::uint64_t written_ns = detail::monotonic_ns();
@@ -112,7 +114,6 @@ TEST_F(PreloadReaderTest, DrainSaysUpToWhenEveryRecordWasDelivered) {
 
 // The faults a call took without an exception: a record of their own kind, its range in args.
 TEST_F(PreloadReaderTest, AFaultsInACallRecordBecomesCallFaults) {
-  reader.read_from(fds[0]);
   std::vector<char> record = malloc_record();
   memcost_preload_header header{};
   std::memcpy(&header, record.data(), sizeof(header));
@@ -140,7 +141,6 @@ TEST_F(PreloadReaderTest, AFaultsInACallRecordBecomesCallFaults) {
 // record holds, a size beyond any record, bytes that are no header at all. Each run of them is
 // dropped and counted; the records before and after are read whole.
 TEST_F(PreloadReaderTest, MalformedBytesAreDroppedCountedAndTheRecordsAroundThemRead) {
-  reader.read_from(fds[0]);
   const std::vector<char> record = malloc_record();
   memcost_preload_header lie{};
   std::memcpy(&lie, record.data(), sizeof(lie));
@@ -167,7 +167,6 @@ TEST_F(PreloadReaderTest, MalformedBytesAreDroppedCountedAndTheRecordsAroundThem
 // every drain returns, nothing is read outside its bytes (AddressSanitizer in make test-asan), and
 // every call delivered came from a header of the format.
 TEST_F(PreloadReaderTest, RandomAndCorruptedRecordsNeverCrashTheReader) {
-  reader.read_from(fds[0]);
   const std::vector<char> record = malloc_record();
   std::mt19937_64 random(20261125);
   for (int round = 0; round < 3000; ++round) {
