@@ -84,9 +84,6 @@ std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t time_one_in, std:
   kernel->skeleton->data->timing_one_in = time_one_in;
   kernel->skeleton->bss->touch_ns_apart = touch_samples_per_second ? 1'000'000'000ULL / touch_samples_per_second : 0;
   if (time_one_in == 0) bpf_program__set_autoattach(kernel->skeleton->progs.on_page_count, false);
-  // The system-call programs are attached by count_in_calls(), the unit that counts with them.
-  bpf_program__set_autoattach(kernel->skeleton->progs.on_syscall, false);
-  bpf_program__set_autoattach(kernel->skeleton->progs.on_syscall_exit, false);
   if (fault_counts__attach(kernel->skeleton) != 0) {
     why_not = std::string("the kernel would not attach memcost's BPF programs to the page-fault tracepoints: ") +
               std::strerror(errno);
@@ -106,15 +103,11 @@ bool FaultCounter::trace(int pid, bool from_exec) {
 }
 
 bool FaultCounter::count_in_calls(std::string& why_not) {
-  fault_counts* skeleton = kernel_->skeleton;
-  // Kept in the skeleton's links, so that fault_counts__destroy detaches them with the others.
-  skeleton->links.on_syscall = bpf_program__attach(skeleton->progs.on_syscall);
-  if (skeleton->links.on_syscall != nullptr) skeleton->links.on_syscall_exit = bpf_program__attach(skeleton->progs.on_syscall_exit);
-  if (skeleton->links.on_syscall_exit == nullptr) {
-    why_not = std::string("the kernel would not attach memcost's BPF programs to raw_syscalls sys_enter and sys_exit: ") +
-              std::strerror(errno);
+  if (kernel_->skeleton->bss == nullptr) {  // a kernel without mmap-able BPF arrays
+    why_not = "the BPF counter's settings cannot be written on this kernel";
     return false;
   }
+  __atomic_store_n(&kernel_->skeleton->bss->counting_calls, 1U, __ATOMIC_SEQ_CST);
   return true;
 }
 

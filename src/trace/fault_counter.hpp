@@ -52,7 +52,7 @@ class FaultCounter {
   // exec (a forked command waiting at the door), not from now.
   bool trace(int pid, bool from_exec);
   // Counts the faults system calls take without an exception, from now on (the programs on
-  // raw_syscalls sys_enter and sys_exit); false with `why_not` set when the kernel refused them.
+  // raw_syscalls sys_enter and sys_exit note each call's fault counters); false with `why_not`.
   bool count_in_calls(std::string& why_not);
   // The perf BPF-output event (PERF_COUNT_SW_BPF_OUTPUT, on `cpu`, every process) the touching
   // samples of that CPU go to; false with errno set when the kernel's map refused it.

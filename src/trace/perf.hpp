@@ -111,16 +111,5 @@ struct Reader {
   void skip(std::size_t bytes) { at += bytes; }
 };
 
-// The events and buffers of one tracing run, closed with it.
-struct Descriptors {
-  std::vector<int> fds;
-  std::vector<RingBuffer>* buffers = nullptr;
-  ~Descriptors() {
-    if (buffers) {
-      for (RingBuffer& buffer : *buffers) munmap(buffer.base, buffer.mapped_bytes);
-    }
-    for (int fd : fds) close(fd);
-  }
-};
 
 }  // namespace memcost::trace::detail

@@ -92,6 +92,7 @@ void TraceLoop::finish() {
   if (preload_) preload_->drain(true);
   for (auto& source : sources_) source->deliver(monotonic_ns(), false, true, sink_);
   reader_.unwinder().name_jit_frames();  // a map written at exit is there now
+  sink_.settle(UINT64_MAX);
 }
 
 }  // namespace memcost::trace::detail

@@ -32,10 +32,6 @@ void on_interrupt(int) { g_interrupted = 1; }
 
 }  // namespace
 
-std::string Failure::message() const {
-  return error ? what + ": " + std::strerror(error) + " (errno " + std::to_string(error) + ")" : what;
-}
-
 namespace {
 
 // kernel.perf_event_paranoid, or -1 (everything allowed) where the file is missing.
@@ -198,7 +194,6 @@ class Tracing {
     result_.unnamed_code_stacks = reader_.unwinder().unnamed_jit_stacks();
     result_.refused_perf_maps = reader_.unwinder().refused_perf_maps();
     remove_perf_maps_asked_for();
-    sink_.settle(UINT64_MAX);
     return true;
   }
 

@@ -7,10 +7,20 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <cstring>
 #include <cstdlib>
 #include <utility>
 
 #include "trace/common.hpp"
+
+namespace memcost::trace {
+
+// (Here, with the first failures a run can have; tracer_windows.cpp has Windows's.)
+std::string Failure::message() const {
+  return error ? what + ": " + std::strerror(error) + " (errno " + std::to_string(error) + ")" : what;
+}
+
+}  // namespace memcost::trace
 
 namespace memcost::trace::detail {
 

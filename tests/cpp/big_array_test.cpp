@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "memcost/measure.hpp"
+#include "skip_or_fail.hpp"
 #include "test_support.hpp"
 
 using namespace memcost;
@@ -260,18 +261,13 @@ class WithHugetlbPool : public ::testing::Test {
     auto pool = find_pool();
     if (!pool) GTEST_SKIP() << "this kernel has no 2 MB hugetlb pool";
     original_pages_ = pool->total_pages;
-    // `make test` as root sets MEMCOST_REQUIRE_TRACING: there a pool that cannot be grown fails the
-    // test instead of skipping it, so that the hugetlb paths are always exercised in CI.
-    const bool required = std::getenv("MEMCOST_REQUIRE_TRACING") != nullptr;
     if (!os::set_hugetlb_pool(2 * MiB, original_pages_ + kPages).ok()) {
-      if (required) FAIL() << "could not grow the 2 MB pool by " << kPages << " pages as root";
-      GTEST_SKIP() << "growing the 2 MB pool needs root";
+      MEMCOST_SKIP_OR_FAIL("could not grow the 2 MB pool by " + std::to_string(kPages) + " pages (it needs root)");
     }
     grown_ = true;
     auto grown = find_pool();
     if (!grown || grown->free_pages - grown->reserved_pages < kPages) {
-      if (required) FAIL() << "the kernel granted fewer than " << kPages << " pages to the 2 MB pool";
-      GTEST_SKIP() << "the kernel granted fewer pages";
+      MEMCOST_SKIP_OR_FAIL("the kernel granted fewer than " + std::to_string(kPages) + " pages to the 2 MB pool");
     }
   }
   void TearDown() override {

@@ -17,12 +17,14 @@ class CollectingSink : public Sink {
   void process(const ProcessEvent& event) override { processes.push_back(event); }
   void settle(std::uint64_t until_ns) override { settled = until_ns; }
   void call_faults(const CallFaults& taken) override { faults_in_calls.push_back(taken); }
+  void region_faults(const RegionFaults& counts) override { regions.push_back(counts); }
 
   std::map<std::uint32_t, std::vector<Frame>> stacks;
   std::vector<MappingCall> calls;
   std::vector<Fault> faults;
   std::vector<ProcessEvent> processes;
   std::vector<CallFaults> faults_in_calls;
+  std::vector<RegionFaults> regions;
   std::uint64_t settled = 0;
 };
 

@@ -1,5 +1,6 @@
 // The in-kernel fault counter: what a read adds (pure), and, as root where BPF loads, the counts of
 // a child process that touches a known number of pages.
+#include "skip_or_fail.hpp"
 #include "trace/fault_counter.hpp"
 
 #include <linux/perf_event.h>
@@ -86,10 +87,7 @@ pid_t touching_child(int door, std::size_t pages) {
 TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   std::string why_not;
   auto counter = FaultCounter::open(1, 0, why_not);  // every fault timed
-  if (!counter) {
-    if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
-    GTEST_SKIP() << why_not;
-  }
+  if (!counter) MEMCOST_SKIP_OR_FAIL(why_not);
   int door[2];
   ASSERT_EQ(pipe(door), 0);
   constexpr std::size_t kPages = 3 * 512 + 17;  // spans regions, not aligned to one
@@ -145,10 +143,7 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
 TEST(FaultCounter, AWindowDeliversTheRunACpuIsStillCounting) {
   std::string why_not;
   auto counter = FaultCounter::open(0, 0, why_not);
-  if (!counter) {
-    if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
-    GTEST_SKIP() << why_not;
-  }
+  if (!counter) MEMCOST_SKIP_OR_FAIL(why_not);
   auto* flags = static_cast<std::atomic<int>*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(flags, MAP_FAILED);
   std::atomic<int>& stage = flags[0];  // 1: traced, go; 2: touched; 3: swept, end
@@ -193,10 +188,7 @@ TEST(FaultCounter, AWindowDeliversTheRunACpuIsStillCounting) {
 TEST(FaultCounter, TouchingSamplesStandForEveryCountedFault) {
   std::string why_not;
   auto counter = FaultCounter::open(0, 20'000, why_not);  // about one sample each 50 µs per CPU
-  if (!counter) {
-    if (std::getenv("MEMCOST_REQUIRE_TRACING") && geteuid() == 0) FAIL() << why_not;
-    GTEST_SKIP() << why_not;
-  }
+  if (!counter) MEMCOST_SKIP_OR_FAIL(why_not);
   constexpr std::size_t kBufferPages = 64;
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   struct Output {

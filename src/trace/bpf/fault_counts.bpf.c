@@ -129,6 +129,11 @@ __u32 timing_one_in = 16;
 // traced process tens of nanoseconds more (a watched service lost 4 % more of its throughput).
 __u64 touch_ns_apart = 0;
 
+// Whether the faults system calls take without an exception are counted (the in-call faults unit
+// of the tracer turns it on, FaultCounter::count_in_calls): then a traced thread's every call
+// notes its fault counters in task storage.
+__u32 counting_calls = 0;
+
 // x86-64 user addresses end below this (TASK_SIZE_MAX with 4-level paging; 5-level is larger,
 // and kernel addresses begin far above either).
 #define USER_ADDRESS_END 0x00ff000000000000ULL
@@ -343,7 +348,7 @@ int BPF_PROG(on_syscall, struct pt_regs* regs, long id) {
   if (!generation || *generation == MEMCOST_AWAITING_EXEC) return 0;
   // Every call of a traced thread: any of them may fault pages in without an exception.
   struct task_struct* task = bpf_get_current_task_btf();
-  struct call_state* call = bpf_task_storage_get(&calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  struct call_state* call = counting_calls ? bpf_task_storage_get(&calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE) : 0;
   if (call) {
     call->faults_at_enter = task->min_flt + task->maj_flt;
     call->exception_faults = 0;
