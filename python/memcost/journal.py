@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import kernel
 from .console import warn
 
 JOURNAL_ENV = "MEMCOST_JOURNAL"
@@ -42,11 +43,7 @@ def path() -> Path:
 
 def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot: a pid reused later has another."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    return kernel.process_start_ticks(pid)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import exit_codes
+from . import exit_codes, kernel
 from .errors import MemcostError
 
 PROBE_ENV = "MEMCOST_PROBE"
@@ -149,13 +149,7 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
 
 def _oom_kills() -> Optional[int]:
     """The kernel's count of OOM kills (Linux 4.13+), or None where it is not kept."""
-    try:
-        for line in Path("/proc/vmstat").read_text().splitlines():
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
+    return kernel.vmstat_counter("oom_kill")
 
 
 def _take(record: dict, run: Optional[ProbeRun]) -> Optional[ProbeRun]:

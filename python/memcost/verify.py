@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import kernel
 from .analysis import verify as analysis
 from .stats import interleaved_order
 
@@ -61,7 +62,7 @@ def standard_input() -> tuple[Optional[str], Optional[str]]:
     except OSError:
         return None, None
     if stat.S_ISREG(mode):
-        return os.readlink("/proc/self/fd/0"), None
+        return kernel.standard_input_path(), None
     if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
         return None, ("its standard input is a pipe, read once by the traced run: the reruns could not be given it "
                       "again (redirect a file instead)")

@@ -316,6 +316,19 @@ struct ProcessStatus {
 // The name the kernel gives a task ("kworker/1:2-mm_percpu_wq"); absent when it is gone.
 [[nodiscard]] std::optional<std::string> task_name(int tid);
 
+// One mapping of a process's address space (Linux: a line of /proc/PID/maps, the one reader of
+// that file).
+struct MapEntry {
+  std::uint64_t start = 0, end = 0;
+  bool readable = false, writable = false, executable = false, shared = false;
+  std::uint64_t offset = 0;  // into the file
+  std::string path;          // the file, a name such as "[heap]", or "" (anonymous memory)
+};
+// The mappings of process `pid` (0: this one); empty when it is gone, not readable, or on Windows.
+[[nodiscard]] std::vector<MapEntry> process_maps(int pid);
+// The threads of process `pid` (Linux: /proc/PID/task); empty when it is gone or on Windows.
+[[nodiscard]] std::vector<int> thread_ids(int pid);
+
 // TLB-shootdown interrupts each CPU has received since boot (Linux: the "TLB"
 // line of /proc/interrupts, readable unprivileged). Absent where the OS has no such count.
 [[nodiscard]] std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu();

@@ -324,13 +324,39 @@ std::optional<int> overcommit_mode() {
   return static_cast<int>(*mode);
 }
 
+std::vector<MapEntry> process_maps(int pid) {
+  std::vector<MapEntry> entries;
+  std::istringstream maps(read_text(pid == 0 ? "/proc/self/maps" : "/proc/" + std::to_string(pid) + "/maps").value_or(""));
+  for (std::string line; std::getline(maps, line);) {
+    // start-end perms offset device inode [path]
+    MapEntry entry;
+    char perms[8] = {};
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %n", &entry.start, &entry.end, perms, &entry.offset, &path_at) < 4 ||
+        std::strlen(perms) < 4) {
+      continue;
+    }
+    entry.readable = perms[0] == 'r';
+    entry.writable = perms[1] == 'w';
+    entry.executable = perms[2] == 'x';
+    entry.shared = perms[3] == 's';
+    if (path_at > 0 && static_cast<std::size_t>(path_at) < line.size()) entry.path = line.substr(static_cast<std::size_t>(path_at));
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+std::vector<int> thread_ids(int pid) {
+  std::vector<int> threads;
+  for (const auto& task : list_directory("/proc/" + std::to_string(pid) + "/task")) {
+    if (std::isdigit(static_cast<unsigned char>(task[0]))) threads.push_back(std::stoi(task));
+  }
+  return threads;
+}
+
 std::optional<std::uint64_t> mapping_count() {
-  std::ifstream in("/proc/self/maps");
-  if (!in) return std::nullopt;
-  std::uint64_t lines = 0;
-  std::string line;
-  while (std::getline(in, line)) ++lines;
-  return lines;
+  if (access("/proc/self/maps", R_OK) != 0) return std::nullopt;
+  return process_maps(0).size();
 }
 
 SystemInfo system_info() {
@@ -470,10 +496,10 @@ std::optional<std::vector<TaskTime>> other_tasks_cpu() {
   std::vector<TaskTime> tasks;
   while (dirent* entry = readdir(proc)) {
     if (!std::isdigit(static_cast<unsigned char>(entry->d_name[0])) || self == entry->d_name) continue;
-    std::string directory = std::string("/proc/") + entry->d_name + "/task";
-    for (const auto& task : list_directory(directory)) {
+    for (int task : thread_ids(std::atoi(entry->d_name))) {
       // schedstat: "run-time-ns wait-time-ns timeslices"; gone if the task just exited.
-      if (auto run_ns = read_number(directory + "/" + task + "/schedstat")) tasks.push_back({std::stoi(task), *run_ns});
+      const std::string path = std::string("/proc/") + entry->d_name + "/task/" + std::to_string(task) + "/schedstat";
+      if (auto run_ns = read_number(path)) tasks.push_back({task, *run_ns});
     }
   }
   closedir(proc);

@@ -409,6 +409,8 @@ std::optional<std::uint64_t> kernel_process_cpu_ns() {
 std::optional<ProcessScan> scan_processes(const std::vector<int>&) { return std::nullopt; }
 
 std::optional<ProcessStatus> process_status(int) { return std::nullopt; }
+std::vector<MapEntry> process_maps(int) { return {}; }
+std::vector<int> thread_ids(int) { return {}; }
 namespace {
 // The first process in the documented process snapshot that `wanted` accepts.
 std::optional<PROCESSENTRY32> find_process(const std::function<bool(const PROCESSENTRY32&)>& wanted) {

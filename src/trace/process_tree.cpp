@@ -90,13 +90,9 @@ ProcessStat read_process_stat(pid_t pid) {
 std::uint64_t ticks_per_second() { return static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK)); }
 
 void report_existing_mappings(pid_t pid, std::uint64_t now_ns, Sink& sink) {
-  std::istringstream maps(read_text("/proc/" + std::to_string(pid) + "/maps"));
-  for (std::string line; std::getline(maps, line);) {
-    std::uint64_t start = 0, end = 0;
-    char perms[8] = {};
-    char path[4096] = {};
-    int fields = std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s %4095s", &start, &end, perms, path);
-    if (fields < 3 || perms[1] != 'w' || (fields == 4 && path[0] == '/')) continue;
+  for (const os::MapEntry& entry : os::process_maps(pid)) {
+    if (!entry.writable || entry.path.starts_with('/')) continue;
+    const std::uint64_t start = entry.start, end = entry.end;
     MappingCall call;
     call.kind = CallKind::existing;
     call.pid = pid;

@@ -59,15 +59,8 @@ int on_frame(Dwfl_Frame* frame, void* arg) {
 
 std::vector<FileMapping> executable_file_mappings(int pid) {
   std::vector<FileMapping> found;
-  std::istringstream maps(read_text("/proc/" + std::to_string(pid) + "/maps"));
-  for (std::string line; std::getline(maps, line);) {
-    std::uint64_t start = 0, end = 0, offset = 0;
-    char perms[8] = {};
-    char path[4096] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %4095s", &start, &end, perms, &offset, path) == 5 &&
-        perms[2] == 'x' && path[0] == '/') {
-      found.push_back({start, end, offset, path});
-    }
+  for (const os::MapEntry& entry : os::process_maps(pid)) {
+    if (entry.executable && entry.path.starts_with('/')) found.push_back({entry.start, entry.end, entry.offset, entry.path});
   }
   return found;
 }

@@ -1,7 +1,6 @@
 // The traced workload: a command held at the door, or a process attached to (workload.hpp).
 #include "trace/workload.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -102,12 +101,7 @@ bool Workload::attach(pid_t pid, Failure& why) {
 std::vector<pid_t> Workload::targets() const {
   if (!attached_) return {pid_};
   std::vector<pid_t> threads;
-  if (DIR* tasks = opendir(("/proc/" + std::to_string(pid_) + "/task").c_str())) {
-    while (dirent* entry = readdir(tasks)) {
-      if (entry->d_name[0] != '.') threads.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
-    }
-    closedir(tasks);
-  }
+  for (int tid : os::thread_ids(pid_)) threads.push_back(static_cast<pid_t>(tid));
   return threads;
 }
 

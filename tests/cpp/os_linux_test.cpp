@@ -1,10 +1,14 @@
 // Linux primitives of the OS layer that only Linux has: the process status reader, against what
 // the process knows of itself and of a child it made a zombie.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <thread>
 #include <string>
 
 #include "os/os.hpp"
@@ -39,6 +43,43 @@ TEST(ProcessStatus, SeesAZombieAndNothingOnceItIsGone) {
   EXPECT_EQ(status->parent, getpid());
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
   EXPECT_FALSE(os::process_status(child).has_value());
+}
+
+TEST(ProcessMaps, ListsAnAnonymousMappingAndTheProgramsFile) {
+  constexpr std::size_t kBytes = 3 * 4096;
+  void* made = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(made, MAP_FAILED);
+  const auto start = reinterpret_cast<std::uint64_t>(made);
+  bool anonymous = false, program = false;
+  char exe[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", exe, sizeof(exe) - 1), 0);
+  for (const os::MapEntry& entry : os::process_maps(getpid())) {
+    if (entry.start <= start && start + kBytes <= entry.end) {
+      anonymous = entry.readable && entry.writable && !entry.executable && !entry.shared && entry.path.empty();
+    }
+    if (entry.executable && entry.path == exe) program = true;
+  }
+  munmap(made, kBytes);
+  EXPECT_TRUE(anonymous) << "the mapping just made, readable and writable, private, no file";
+  EXPECT_TRUE(program) << "the test's own code, from " << exe;
+  EXPECT_EQ(os::process_maps(0).empty(), false) << "0 is this process";
+  EXPECT_TRUE(os::process_maps(4'194'304 + 1).empty()) << "no such process";
+}
+
+TEST(ThreadIds, ListsEveryThreadOfAProcess) {
+  std::atomic<int> tid{0};
+  std::atomic<bool> done{false};
+  std::thread other([&] {
+    tid = static_cast<int>(gettid());
+    while (!done) usleep(1000);
+  });
+  while (tid == 0) usleep(100);
+  const std::vector<int> threads = os::thread_ids(getpid());
+  done = true;
+  other.join();
+  EXPECT_NE(std::find(threads.begin(), threads.end(), getpid()), threads.end());
+  EXPECT_NE(std::find(threads.begin(), threads.end(), tid.load()), threads.end());
+  EXPECT_TRUE(os::thread_ids(4'194'304 + 1).empty());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .. import kernel
 from ..analysis.cost_model import CostModel
 from ..analysis.derived import MB
 from .stream import Reading, same_process_before
@@ -28,11 +29,7 @@ UPPER_BOUND_WHY = ("every minor fault counted as one zeroed page, though file-ba
 
 
 def thp_bytes_here() -> int:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as handle:
-            return int(handle.read())
-    except (OSError, ValueError):
-        return 2 * MB
+    return kernel.pmd_huge_page_bytes()
 
 
 def _delta(before: Optional[int], after: Optional[int]) -> Optional[int]:
