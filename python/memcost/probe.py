@@ -127,6 +127,17 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
             signal.signal(signum, handler)
     drain.join(timeout=5)
 
+    _check_ending(experiment, returncode, error, "".join(stderr_tail), oom_kills_before)
+    if run is None:
+        raise ProbeFailed(exit_codes.FAILURE, "protocol", f"memcost-probe {experiment} printed no context line")
+    run.interrupted = interrupted
+    return run
+
+
+def _check_ending(experiment: str, returncode: int, error: Optional[dict], stderr_tail: str,
+                  oom_kills_before: Optional[int]) -> None:
+    """How the probe ended, as an exception unless it ended well: an interrupt, a kill (by the OOM
+    killer where its count moved), or a failure with the probe's own message."""
     if returncode in (-signal.SIGINT, -signal.SIGTERM) or (error and error.get("code") == "interrupted"):
         # A terminal's Ctrl-C reaches every process of the group: the probe ended by it (or said it
         # was interrupted before it recorded anything) is an interrupt, not a failure.
@@ -139,12 +150,8 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
     if returncode != 0:
         if error:
             raise ProbeFailed(returncode, error.get("code", "failure"), error.get("message", "unknown error"))
-        detail = "".join(stderr_tail).strip() or "no message"
+        detail = stderr_tail.strip() or "no message"
         raise ProbeFailed(returncode, "failure", f"memcost-probe {experiment} failed (exit {returncode}): {detail}")
-    if run is None:
-        raise ProbeFailed(exit_codes.FAILURE, "protocol", f"memcost-probe {experiment} printed no context line")
-    run.interrupted = interrupted
-    return run
 
 
 def _oom_kills() -> Optional[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
@@ -16,6 +17,7 @@ from typing import Callable, Optional
 
 from . import kernel
 from .analysis import verify as analysis
+from .probe import probe_path
 from .stats import interleaved_order
 
 DEFAULT_ROUNDS = 5
@@ -24,7 +26,6 @@ PT_INTERP = 3
 
 
 def preload_library() -> Path:
-    from .probe import probe_path
     return probe_path().parent / "libmemcost-preload.so"
 
 
@@ -56,7 +57,6 @@ def dynamically_linked(command: list[str]) -> Optional[str]:
 def standard_input() -> tuple[Optional[str], Optional[str]]:
     """What each rerun reads: memcost's standard input again when it is a file (the path), nothing
     when it is a terminal or /dev/null, and why not when it is a pipe or socket (it was read once)."""
-    import stat
     try:
         mode = os.fstat(0).st_mode
     except OSError:

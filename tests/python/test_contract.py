@@ -144,10 +144,11 @@ def test_the_monitor_reads_only_documented_keys(emitted):
 
 
 def test_the_trace_analysis_reads_only_documented_keys(emitted):
-    from memcost.analysis import trace
+    from memcost.analysis.trace import summary as trace_summary
+    from memcost.analysis.cost_model import CostModel
     samples = emitted.get("trace") or samples_of("trace")
     wrapped, reads = recorded("trace", samples)
-    trace.summarize(wrapped, trace.CostModel(base_us_per_mb=500.0, thp_us_per_mb=50.0, source="test"))
+    trace_summary.summarize(wrapped, CostModel(base_us_per_mb=500.0, thp_us_per_mb=50.0, source="test"))
     documented = contract()["trace"]
     for part, where_reads in reads.items():
         for where, keys in where_reads.items():

@@ -77,3 +77,65 @@ def test_the_package_has_no_import_cycles():
     graph = {module_name(path): imports(path, modules) for path in files}
     assert len(graph) > 50 and sum(len(targets) for targets in graph.values()) > 100  # it read the package
     assert cycles(graph) == []
+
+
+# The package's layers, lowest first: a module imports only from its own layer or below.
+LAYERS = [
+    {"memcost", "memcost.__version__", "memcost.units", "memcost.errors", "memcost.exit_codes", "memcost.console",
+     "memcost.kernel", "memcost.results", "memcost.stats", "memcost.arguments", "memcost.interrupts",
+     "memcost.early_signals", "memcost.journal", "memcost.tracefs", "memcost.probe", "memcost.runner",
+     "memcost.hugepool"},
+    {"memcost.analysis"},
+    {"memcost.plots"},
+    {"memcost.experiments"},
+    {"memcost.report", "memcost.monitor"},
+    {"memcost.export"},
+    {"memcost.verify", "memcost.tracing"},  # running an experiment beyond one probe run: reruns, windows
+    {"memcost.cli", "memcost.entry", "memcost.__main__"},
+]
+# Known and reasoned: comparing two results reads each experiment's declared comparison.
+UPWARD_ALLOWED = {("memcost.analysis.compare", "memcost.experiments")}
+
+
+def layer_of(module: str) -> int:
+    for depth in range(module.count(".") + 1, 0, -1):
+        prefix = ".".join(module.split(".")[:depth])
+        for index, layer in enumerate(LAYERS):
+            if prefix in layer:
+                return index
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    files = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(path) for path in files}
+    upward = []
+    for path in files:
+        name = module_name(path)
+        for target in imports(path, modules):
+            allowed = any(name.startswith(a) and (target == b or target.startswith(b + ".")) for a, b in UPWARD_ALLOWED)
+            if layer_of(target) > layer_of(name) and not allowed:
+                upward.append(f"{name} -> {target}")
+    assert upward == []
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
+                long.append(f"{module_name(path)}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert long == []
+
+
+def test_the_trace_wing_imports_at_module_top():
+    """Every import of the trace's modules at the top, where a reader finds what a module depends on."""
+    wing = [PACKAGE / "tracing.py", PACKAGE / "experiments" / "trace.py", PACKAGE / "report" / "trace.py",
+            PACKAGE / "cli" / "trace.py", *sorted((PACKAGE / "analysis" / "trace").glob("*.py"))]
+    nested = []
+    for path in wing:
+        tree = ast.parse(path.read_text())
+        top = set(map(id, tree.body))
+        nested += [f"{module_name(path)}:{node.lineno}" for node in ast.walk(tree)
+                   if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top]
+    assert nested == []

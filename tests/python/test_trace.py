@@ -239,7 +239,8 @@ def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
     """As an ordinary user: no tracepoints, so the preload library reports the calls, and faults
     are sampled in user mode (all of the test program's are)."""
     import tempfile
-    from memcost.analysis import trace as analysis
+    from memcost.analysis.trace import summary as trace_summary
+    from memcost.analysis.cost_model import CostModel
     from memcost.probe import probe_path
     folder = Path(tempfile.mkdtemp(prefix="memcost-unprivileged-", dir="/tmp"))  # a user can reach /tmp/x, not pytest's
     try:
@@ -261,7 +262,7 @@ def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
     # Without privilege the buffers are small and the tracer has no priority: the command is held
     # while it catches up, which loses nothing on a quiet machine; under load a few may go, counted.
     assert run["lost_records"] <= 0.01 * run["sampled_faults"]
-    summary = analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
+    summary = trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
     document = {"summary": summary}
     a, b = _row(document, "site_a_frames"), _row(document, "site_b_allocate")
     # A lost record is a fault missing from the site it touched (a burst, so usually one site):

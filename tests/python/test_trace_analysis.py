@@ -7,13 +7,18 @@ import sys
 
 import pytest
 
-from memcost.analysis import trace as analysis
-from memcost.experiments import trace as trace_experiment
+from memcost.analysis.trace import frames as trace_frames
+from memcost.analysis.trace import records as trace_records
+from memcost.analysis.trace import sites as trace_sites
+from memcost.analysis.trace import summary as trace_summary
+from memcost.analysis.cost_model import CostModel
+from memcost import tracing
+from memcost.report import trace as trace_prose
 
 MIB = 1 << 20
 PAGE = 4096
 FRAME = {"function": "", "file": "", "line": 0, "module": "", "module_offset": 0}
-COST = analysis.CostModel(base_us_per_mb=400.0, thp_us_per_mb=40.0, source="test")
+COST = CostModel(base_us_per_mb=400.0, thp_us_per_mb=40.0, source="test")
 
 
 def stack(stack_id, *names):
@@ -66,7 +71,7 @@ def test_sites_group_origins_and_price_faults_by_page_kind():
     samples = [stack(1, "maker", "main"), stack(3, "maker", "main"), stack(2, "writer"),
                faults((1, "mmap", 2, 7, 0, False, 100), (3, "mmap", 2, 7, 0, True, 8), (0, "", 2, 7, 0, False, 1)),
                origin(1, 1, 1, MIB, 100), origin(3, 1, 0, 16 * MIB, 0, 8), run()]
-    summary = analysis.summarize(samples, COST)
+    summary = trace_summary.summarize(samples, COST)
     [row] = summary["rows"]  # both stacks' first user frame is maker (app.c:10)
     assert (row["faults_base"], row["faults_thp"], row["mappings"], row["freed"]) == (100, 8, 2, 1)
     assert row["fault_ms"] == pytest.approx((100 * 400 * PAGE / MIB + 8 * 40 * 2) / 1e3)
@@ -76,41 +81,41 @@ def test_sites_group_origins_and_price_faults_by_page_kind():
 
 
 def test_the_sample_period_scales_every_count():
-    summary = analysis.summarize(churn(5)[:-1] + [run(period=4)], COST)
+    summary = trace_summary.summarize(churn(5)[:-1] + [run(period=4)], COST)
     assert summary["rows"][0]["faults"] == 4 * 5 * 2048 and summary["totals"]["faults"] == 4 * 5 * 2048
 
 
 def test_reuse_advice_needs_churn_and_a_saving_worth_having():
-    churning = analysis.summarize(churn(50), COST)["rows"][0]
+    churning = trace_summary.summarize(churn(50), COST)["rows"][0]
     assert churning["churn"] == 50 and churning["churn_bytes"] == 8 * MIB
     reuse = [item for item in churning["advice"] if item["kind"] == "reuse"]
     # 49 of 50 frames' faults (2,048 × 1.5625 µs), frees (0.5 ms) and maps (1 µs) are saved.
     assert reuse and reuse[0]["saving_ms"] == pytest.approx(49 / 50 * 50 * (2048 * 400 * PAGE / MIB / 1e3 + 0.5 + 0.001))
-    twice = analysis.summarize(churn(2), COST)["rows"][0]
+    twice = trace_summary.summarize(churn(2), COST)["rows"][0]
     assert not [item for item in twice["advice"] if item["kind"] == "reuse"]
-    tiny = analysis.summarize(churn(10, size=64 * 1024, touched_pages=16, wall_ms=10_000), COST)["rows"]
+    tiny = trace_summary.summarize(churn(10, size=64 * 1024, touched_pages=16, wall_ms=10_000), COST)["rows"]
     assert all(not row["advice"] for row in tiny)
 
 
 def test_reuse_advice_uses_the_measured_reuse_cost_for_base_pages():
-    measured = analysis.CostModel(400.0, 40.0, "test", reuse_saving_us_per_mb=300.0)
-    row = analysis.summarize(churn(50), measured)["rows"][0]
+    measured = CostModel(400.0, 40.0, "test", reuse_saving_us_per_mb=300.0)
+    row = trace_summary.summarize(churn(50), measured)["rows"][0]
     reuse = next(item for item in row["advice"] if item["kind"] == "reuse")
     assert reuse["saving_ms"] == pytest.approx(49 / 50 * 50 * (8 * 300.0 / 1e3 + 0.001))  # measured reuse cost, and maps
 
 
 def test_no_huge_page_advice_where_thp_is_off():
-    assert not [a for a in analysis.summarize(with_thp(churn(5), "never"), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
-    assert [a for a in analysis.summarize(churn(5), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
+    assert not [a for a in trace_summary.summarize(with_thp(churn(5), "never"), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
+    assert [a for a in trace_summary.summarize(churn(5), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
 
 
 def test_parallel_advice_only_for_a_big_block_one_thread_faulted():
-    model = analysis.CostModel(400.0, 40.0, "test", threads=2, threads_speedup=1.9)
+    model = CostModel(400.0, 40.0, "test", threads=2, threads_speedup=1.9)
     one = [stack(1, "big"), stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 65536)),
            origin(1, 1, 0, 256 * MIB, 65536), run()]
-    assert "parallel" in [a["kind"] for a in analysis.summarize(one, model)["rows"][0]["advice"]]
+    assert "parallel" in [a["kind"] for a in trace_summary.summarize(one, model)["rows"][0]["advice"]]
     many = one[:3] + [origin(1, 1, 0, 256 * MIB, 65536, one_thread=False), run()]
-    assert "parallel" not in [a["kind"] for a in analysis.summarize(many, model)["rows"][0]["advice"]]
+    assert "parallel" not in [a["kind"] for a in trace_summary.summarize(many, model)["rows"][0]["advice"]]
 
 
 def test_the_processes_table_names_each_program_a_pid_ran():
@@ -119,7 +124,7 @@ def test_the_processes_table_names_each_program_a_pid_ran():
                process("exec", 8, "prog_a", 6), process("exit", 8, "prog_a", 9),
                faults((1, "mmap", 2, 8, 1, False, 300), (0, "", 2, 8, 0, False, 2), (1, "mmap", 2, 7, 1, False, 10)),
                origin(1, 2, 0, MIB, 310), run()]
-    rows = analysis.summarize(samples, COST)["processes"]
+    rows = trace_summary.summarize(samples, COST)["processes"]
     by_name = {(r["pid"], r["name"]): r for r in rows}
     assert by_name[(8, "prog_a")]["faults"] == 300 and by_name[(8, "prog_a")]["parent"] == 7
     assert by_name[(8, "sh")]["faults"] == 2 and by_name[(8, "sh")]["faults_attributed"] == 0
@@ -143,7 +148,7 @@ def counted_in_kernel():
 
 
 def test_counted_in_the_kernel_the_touching_sites_share_the_exact_count_by_their_samples():
-    summary = analysis.summarize(counted_in_kernel(), COST)
+    summary = trace_summary.summarize(counted_in_kernel(), COST)
     [row] = summary["rows"]
     assert row["faults"] == 10_000  # exact: the kernel's count, not the samples'
     touching = {r["site"].split(" ")[0]: r for r in summary["touching"]}
@@ -171,7 +176,7 @@ def test_fault_time_timed_in_the_kernel_is_the_timed_faults_mean_times_the_fault
     # units: 100 and 200): mean 2,400 ns, so 24 ms for the site; the error is the spread of the
     # timed ones over the square root of their number, shrunk for the part of the faults timed.
     squares = 312.5 * 100 ** 2 + 312.5 * 200 ** 2
-    summary = analysis.summarize(timed_in_kernel(16, (1, "mmap", 7, 625, 625, 625 * 2400, squares)), COST)
+    summary = trace_summary.summarize(timed_in_kernel(16, (1, "mmap", 7, 625, 625, 625 * 2400, squares)), COST)
     [row] = summary["rows"]
     assert row["fault_ms_kernel"] == pytest.approx(24.0)
     spread = (800 ** 2 * 625 / 624) ** 0.5  # ns, the timed faults' standard deviation
@@ -179,14 +184,14 @@ def test_fault_time_timed_in_the_kernel_is_the_timed_faults_mean_times_the_fault
     assert row["faults_timed"] == 625
     totals = summary["totals"]
     assert totals["fault_ms_kernel"] == pytest.approx(24.0) and totals["faults_timed_unended"] == 0
-    text = "\n".join(trace_experiment.totals_lines(summary))
+    text = "\n".join(trace_prose.totals_lines(summary))
     # Timed in the kernel and not sampled: the kernel's figure is the one answer, the estimate a method beside it.
     assert text.count("Fault time: ") == 1 and "Fault time: 24.0 ± " in text and "measured in the kernel" in text
     assert "timed in the kernel, 24.0 ± " in text and "estimated, " in text
 
 
 def test_fault_time_timed_in_the_kernel_for_every_fault_has_no_sampling_error():
-    summary = analysis.summarize(timed_in_kernel(1, (1, "mmap", 7, 10_000, 9_000, 9_000 * 2000, 9_000 * 125 ** 2)), COST)
+    summary = trace_summary.summarize(timed_in_kernel(1, (1, "mmap", 7, 10_000, 9_000, 9_000 * 2000, 9_000 * 125 ** 2)), COST)
     [row] = summary["rows"]
     assert row["fault_ms_kernel"] == pytest.approx(18.0)  # the 1,000 that updated no page count count 0
     assert row["fault_ms_kernel_error"] == 0
@@ -194,15 +199,15 @@ def test_fault_time_timed_in_the_kernel_for_every_fault_has_no_sampling_error():
 
 
 def test_fault_time_not_timed_in_the_kernel_is_said():
-    summary = analysis.summarize(timed_in_kernel(0), COST)
+    summary = trace_summary.summarize(timed_in_kernel(0), COST)
     assert summary["rows"][0].get("fault_ms_kernel") is None and summary["totals"].get("fault_ms_kernel") is None
-    assert "not timed in the kernel (--time-faults-one-in 0, the default with --pid" in "\n".join(trace_experiment.totals_lines(summary))
+    assert "not timed in the kernel (--time-faults-one-in 0, the default with --pid" in "\n".join(trace_prose.totals_lines(summary))
 
 
 def test_counted_in_the_kernel_the_exports_total_the_exact_count(tmp_path):
     from memcost.export import folded, pprof
     samples = counted_in_kernel()
-    document = {"samples": samples, "summary": analysis.summarize(samples, COST)}
+    document = {"samples": samples, "summary": trace_summary.summarize(samples, COST)}
     folded.write(document, tmp_path / "f.txt")
     lines = [line for line in (tmp_path / "f.txt").read_text().split("\n") if line]
     assert sorted(int(line.rsplit(" ", 1)[1]) for line in lines) == [2_500, 7_500]
@@ -215,7 +220,7 @@ def test_counted_in_the_kernel_the_exports_total_the_exact_count(tmp_path):
 def test_exports_total_what_the_summary_counts(tmp_path):
     from memcost.export import folded, pprof
     samples = churn(5)
-    summary = analysis.summarize(samples, COST)
+    summary = trace_summary.summarize(samples, COST)
     document = {"samples": samples, "summary": summary}
     folded.write(document, tmp_path / "f.txt")
     lines = (tmp_path / "f.txt").read_text().split("\n")
@@ -238,23 +243,23 @@ def test_the_site_is_the_first_frame_past_allocators_runtimes_and_standard_libra
                     _frame("operator new(unsigned long)", "/lib/x86_64-linux-gnu/libstdc++.so.6"),
                     _frame("void std::vector<double, std::allocator<double> >::_M_realloc_insert<double>(double&&)"),
                     _frame("grow_samples(bool)"), _frame("main")]
-    assert analysis.user_frame(stack_frames)["function"] == "grow_samples(bool)"
+    assert trace_frames.user_frame(stack_frames)["function"] == "grow_samples(bool)"
     for runtime in ("runtime.mallocgc", "alloc::raw_vec::finish_grow", "<alloc::vec::Vec<T> as core::clone::Clone>::clone",
                     "core::ptr::drop_in_place", "PyMem_Malloc", "_PyObject_Malloc", "PyDataMem_UserNEW", "default_malloc"):
-        assert analysis.user_frame([_frame(runtime), _frame("mine")])["function"] == "mine", runtime
+        assert trace_frames.user_frame([_frame(runtime), _frame("mine")])["function"] == "mine", runtime
     # A parameter of a standard type does not make a function the standard library's.
-    assert analysis.user_frame([_frame("fill(std::vector<int>&, int)")])["function"] == "fill(std::vector<int>&, int)"
-    kept = analysis.FrameFilter(keep=r"^void std::vector")
-    assert analysis.user_frame(stack_frames, kept)["function"].startswith("void std::vector")
-    skipped = analysis.FrameFilter(skip=r"^grow_")
-    assert analysis.user_frame(stack_frames, skipped)["function"] == "main"
+    assert trace_frames.user_frame([_frame("fill(std::vector<int>&, int)")])["function"] == "fill(std::vector<int>&, int)"
+    kept = trace_frames.FrameFilter(keep=r"^void std::vector")
+    assert trace_frames.user_frame(stack_frames, kept)["function"].startswith("void std::vector")
+    skipped = trace_frames.FrameFilter(skip=r"^grow_")
+    assert trace_frames.user_frame(stack_frames, skipped)["function"] == "main"
 
 
 def test_skip_frames_changes_the_named_site(tmp_path):
     samples = [{"case": {"record": "stack"}, "metrics": {"stack": 1, "frames": [_frame("grow_samples(bool)"), _frame("main")]}},
                stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 600)), origin(1, 1, 0, 8 * MIB, 600), run()]
-    assert analysis.summarize(samples, COST)["rows"][0]["site"] == "grow_samples(bool)"
-    assert analysis.summarize(samples, COST, analysis.FrameFilter(skip="^grow_"))["rows"][0]["site"] == "main"
+    assert trace_summary.summarize(samples, COST)["rows"][0]["site"] == "grow_samples(bool)"
+    assert trace_summary.summarize(samples, COST, trace_frames.FrameFilter(skip="^grow_"))["rows"][0]["site"] == "main"
 
 
 def _at(function, line, module="/usr/bin/app", kind="native", file="/src/app.c"):
@@ -270,7 +275,7 @@ def test_a_helper_called_from_two_places_is_two_sites_named_by_their_callers():
     stacks = _stacks([_at("helper", 3), _at("scratch", 20), _at("main", 40)],
                      [_at("helper", 3), _at("table", 30), _at("main", 41)],
                      [_at("alone", 9), _at("main", 42)])
-    names = analysis.SiteNames(stacks, stacks)
+    names = trace_sites.SiteNames(stacks, stacks)
     assert names(1) == "helper (app.c:3) ← scratch" and names(2) == "helper (app.c:3) ← table"
     assert names(3) == "alone (app.c:9)"  # reached by one path: its short name
 
@@ -281,7 +286,7 @@ def test_a_call_path_goes_out_to_the_first_caller_that_tells_paths_apart():
                      [_at("helper", 3), _at("middle", 12)],  # cut short: not a third path
                      [_at("twice", 5), _at("caller", 50), _at("main", 40)],
                      [_at("twice", 5), _at("caller", 51), _at("main", 40)])
-    names = analysis.SiteNames(stacks, stacks)
+    names = trace_sites.SiteNames(stacks, stacks)
     assert names(1) == "helper (app.c:3) ← middle ← a" and names(2) == "helper (app.c:3) ← middle ← b"
     assert names(3) == "helper (app.c:3)"
     assert names(4) == "twice (app.c:5) ← caller:50" and names(5) == "twice (app.c:5) ← caller:51"
@@ -293,7 +298,7 @@ def test_runtime_and_library_frames_do_not_split_a_site():
                      [_at("runtime.sysMmap", 1, file=""), _at("runtime.persistentalloc", 4, file="")],
                      [_at("mine", 7), _at("__libc_start_call_main", 8, libc)],
                      [_at("mine", 7), _at("start_thread", 9, libc)])
-    names = analysis.SiteNames(stacks, stacks)
+    names = trace_sites.SiteNames(stacks, stacks)
     assert names(1) == "main.a (app.c:3)"
     assert names(3) == names(4) == "mine (app.c:7)"
 
@@ -306,7 +311,7 @@ def test_summarized_rows_and_touching_sites_are_keyed_by_call_path():
                stack(3, "writer"),
                faults((1, "mmap", 3, 7, 0, False, 40 * 1024), (2, "mmap", 3, 7, 0, False, 49152)),
                origin(1, 40, 40, 4 * MIB, 40 * 1024, free_ns=40 * 500_000), origin(2, 1, 0, 192 * MIB, 49152), run()]
-    summary = analysis.summarize(samples, COST)
+    summary = trace_summary.summarize(samples, COST)
     by_site = {row["site"]: row for row in summary["rows"]}
     assert set(by_site) == {"map_base (app.c:9) ← scratch", "map_base (app.c:9) ← table"}
     assert "reuse" in [item["kind"] for item in by_site["map_base (app.c:9) ← scratch"]["advice"]]
@@ -319,16 +324,16 @@ def test_jit_compiled_frames_name_the_program_and_skip_the_runtimes():
           _at("alloc", 391, "/tmp/perf-1.map", "jit", "node:buffer"),
           _at("allocateFrames", 4, "/tmp/perf-1.map", "jit", "/srv/buffers.js"),
           _at("(anonymous)", 1, "/tmp/perf-1.map", "jit", "/srv/buffers.js")]
-    assert analysis.user_frame(js)["function"] == "allocateFrames"
+    assert trace_frames.user_frame(js)["function"] == "allocateFrames"
     java = [_at("ObjArrayAllocator::initialize(HeapWordImpl**) const", 1, jvm, file=""),
             _at("Interpreter", 0, "/tmp/perf-2.map", "jit", ""),
             _at("java.util.Arrays.copyOf(long[], int)", 0, "/tmp/perf-2.map", "jit", ""),
             _at("Arrays.allocateBlocks(int, int)", 0, "/tmp/perf-2.map", "jit", "")]
-    assert analysis.user_frame(java)["function"] == "Arrays.allocateBlocks(int, int)"
-    assert analysis.runtime_of(analysis.user_frame(java)) == "jvm"
+    assert trace_frames.user_frame(java)["function"] == "Arrays.allocateBlocks(int, int)"
+    assert trace_frames.runtime_of(trace_frames.user_frame(java)) == "jvm"
     heap = [_at("os::pd_commit_memory_or_exit(char*, unsigned long)", 1, jvm, file=""), _at("JavaMain", 2, "/x/libjli.so")]
-    assert analysis.user_frame(heap)["function"].startswith("os::pd_commit_memory")  # the JVM's own heap
-    assert analysis.runtime_of(analysis.user_frame(heap)) == "jvm"
+    assert trace_frames.user_frame(heap)["function"].startswith("os::pd_commit_memory")  # the JVM's own heap
+    assert trace_frames.runtime_of(trace_frames.user_frame(heap)) == "jvm"
 
 
 @pytest.mark.parametrize("full, shown", [
@@ -345,11 +350,11 @@ def test_jit_compiled_frames_name_the_program_and_skip_the_runtimes():
     ("main", "main"),
 ])
 def test_tables_show_names_as_perf_shortens_them(full, shown):
-    assert analysis.readable(full) == shown
+    assert trace_sites.readable(full) == shown
 
 
 def test_counted_faults_are_shared_between_sampled_stacks_in_whole_faults_that_add_up():
-    from memcost.analysis.trace import _apportioned
+    from memcost.analysis.trace.records import _apportioned
     shares = _apportioned(184395, [3.0, 1.0, 1.0, 2.0, 7.0])
     assert sum(shares) == 184395 and all(isinstance(share, int) for share in shares)
     assert shares[4] > shares[0] > shares[3] > shares[1] >= shares[2]
@@ -359,12 +364,11 @@ def test_counted_faults_are_shared_between_sampled_stacks_in_whole_faults_that_a
 def _probe_arguments_of(monkeypatch, values):
     """What `memcost trace` asks of the probe for these values (the probe not run)."""
     import contextlib
-    from memcost import probe, tracefs
-    from memcost.experiments import trace as experiment
+    from memcost import tracefs, tracing
     asked = []
-    monkeypatch.setattr(probe, "run_probe", lambda name, arguments, **_: asked.append(arguments))
+    monkeypatch.setattr(tracing, "run_probe", lambda name, arguments, **_: asked.append(arguments))
     monkeypatch.setattr(tracefs, "available", contextlib.nullcontext)
-    experiment.record(values)
+    tracing.record(values)
     return asked[0]
 
 
@@ -383,16 +387,16 @@ def test_attached_to_a_service_the_sampling_defaults_are_a_services(monkeypatch)
 def test_the_overhead_line_gives_the_tracers_presence_in_the_commands_kernel_time():
     totals = {"wall_ms": 1500.0, "untraced_wall_ms": 1000.0, "system_ms": 900.0, "untraced_system_ms": 700.0,
               "faults": 500_000, "fault_ms_measured": 600.0, "tracing_ms": 50.0}
-    [line] = trace_experiment.overhead_lines(totals)
+    [line] = trace_prose.overhead_lines(totals)
     # 200 ms added in 500,000 faults: 400 ns each; 50 ms of it the sampler already left out as the tracer's.
     assert "(1.50×); system time 900 ms traced vs 700 ms untraced: the tracer added 200 ms" in line
     assert "400 ns a fault" in line and "less the 150 ms" in line and "≈ 450.0 ms" in line
     # Without the untraced system time (a document from before), the wall times alone.
-    assert trace_experiment.overhead_lines({**totals, "untraced_system_ms": None})[0].endswith("(1.50×).")
+    assert trace_prose.overhead_lines({**totals, "untraced_system_ms": None})[0].endswith("(1.50×).")
 
 
 def test_the_untraced_run_measures_its_own_system_time():
-    spent = trace_experiment._untraced_run([sys.executable, "-c", "import os\nfor _ in range(300000): os.stat('/')"])
+    spent = tracing._untraced_run([sys.executable, "-c", "import os\nfor _ in range(300000): os.stat('/')"])
     assert spent["untraced_wall_ms"] > 0 and 0 < spent["untraced_system_ms"] <= spent["untraced_wall_ms"] * 1.5
 
 
@@ -403,12 +407,12 @@ def test_one_fault_time_answer_and_shares_of_the_commands_cpu_time():
     totals = {"wall_ms": 1000.0, "user_ms": 500.0, "system_ms": 15_000.0, "faults": 8_388_608, "free_ms": 100.0,
               "map_ms": 50.0, "fault_ms": 9_000.0, "fault_ms_measured": 13_000.0, "fault_ms_measured_error": 40.0,
               "fault_ms_kernel": 11_000.0, "fault_ms_kernel_error": 30.0}
-    line = analysis.headline([{"site": "storm (storm.c:9)"}], totals)
+    line = trace_summary.headline([{"site": "storm (storm.c:9)"}], totals)
     assert "took 13,000.0 ± 40.0 ms (measured by sampling)" in line
     assert "85% of the command's 15,500 ms of CPU time" in line and "1300%" not in line
-    assert analysis.fault_time_answer({**totals, "fault_ms_measured": None}) == (11_000.0, 30.0,
+    assert trace_summary.fault_time_answer({**totals, "fault_ms_measured": None}) == (11_000.0, 30.0,
                                                                                 "measured in the kernel, a part of each fault")
-    assert analysis.fault_time_answer({"fault_ms": 9.0}) == (9.0, None, "estimated")
+    assert trace_summary.fault_time_answer({"fault_ms": 9.0}) == (9.0, None, "estimated")
 
 
 def test_a_mapping_the_go_runtime_made_for_many_allocations_is_named_so():
@@ -419,12 +423,12 @@ def test_a_mapping_the_go_runtime_made_for_many_allocations_is_named_so():
                   "runtime.(*mheap).allocSpan", "runtime.(*mheap).alloc.func1", "runtime.systemstack.abi0")
     start = frames("runtime.sysMmap.abi0", "runtime.mmap", "runtime.sysReserveOS", "runtime.(*pageAlloc).sysInit",
                    "runtime.(*mheap).init", "runtime.mallocinit", "runtime.schedinit", "runtime.rt0_go.abi0")
-    assert analysis.go_runtime_mapping(grow) == analysis.GO_HEAP
-    assert analysis.go_runtime_mapping(start) == analysis.GO_STARTUP
+    assert trace_sites.go_runtime_mapping(grow) == trace_sites.GO_HEAP
+    assert trace_sites.go_runtime_mapping(start) == trace_sites.GO_STARTUP
     # A Go function of the program's on the stack: it is the site, as in C.
-    assert analysis.go_runtime_mapping(grow[:5] + frames("main.buildFrame", "main.main")) is None
-    assert analysis.go_runtime_mapping(frames("mmap", "main")) is None
-    trace = analysis.Trace({1: grow, 2: frames("main.buildFrame", "runtime.mallocgc")}, [],
+    assert trace_sites.go_runtime_mapping(grow[:5] + frames("main.buildFrame", "main.main")) is None
+    assert trace_sites.go_runtime_mapping(frames("mmap", "main")) is None
+    trace = trace_records.Trace({1: grow, 2: frames("main.buildFrame", "runtime.mallocgc")}, [],
                            [{"stack": 1, "call": "mmap"}, {"stack": 2, "call": "mmap"}], {})
-    names = analysis.allocation_names(trace)
-    assert names(1) == analysis.GO_HEAP and names(2) == "main.buildFrame"
+    names = trace_sites.allocation_names(trace)
+    assert names(1) == trace_sites.GO_HEAP and names(2) == "main.buildFrame"

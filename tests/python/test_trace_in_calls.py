@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_tracing
-from memcost.analysis import trace as analysis
+from memcost.analysis.trace import summary as trace_summary
+from memcost.analysis.cost_model import CostModel
 from memcost.probe import probe_path
 
 MMAP_POPULATE, MADVISE_POPULATE, MLOCKED, TOUCHED = 16384, 16384, 1024, 16384  # populate_ways.c, base pages
@@ -43,7 +44,7 @@ def trace(program: Path, *, as_user: bool) -> list[dict]:
 
 def check_every_way(samples: list[dict]) -> dict:
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
-    summary = analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
+    summary = trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
     touching = {row["site"].split(" (")[0]: row for row in summary["touching"]}
     for site, faults in (("mmap ← by_map_populate", MMAP_POPULATE), ("madvise ← by_madv_populate", MADVISE_POPULATE),
                          ("mlock ← by_mlock", MLOCKED)):
@@ -84,7 +85,7 @@ def test_garbage_written_into_the_preload_descriptor_is_dropped_counted_and_the_
     samples = trace(c_program("preload_garbage"), as_user=True)
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert run["malformed_records"] >= 4 and run["malformed_bytes"] > 0
-    summary = analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
+    summary = trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
     blocks = [row for row in summary["rows"] if row["site"].startswith("touch_a_block")]  # called from two lines
     # Every mmap and munmap around the garbage was read, and their faults charged to them.
     assert sum(row["mappings"] for row in blocks) == sum(row["freed"] for row in blocks) == 5

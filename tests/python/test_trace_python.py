@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from memcost.analysis import trace as analysis
+from memcost.analysis.trace import frames as trace_frames
+from memcost.analysis.trace import summary as trace_summary
+from memcost.analysis.cost_model import CostModel
 from memcost.probe import probe_path
 from memcost.results import load_document
 
@@ -137,7 +139,7 @@ def test_a_numpy_scripts_lines_are_its_allocation_sites_as_an_ordinary_user():
     samples = [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert "LD_PRELOAD" in run["call_source"]
-    summary = analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
+    summary = trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
     _check_sites(summary["rows"], _kernel_counts(result.stdout), script, run)
 
 
@@ -148,11 +150,11 @@ def test_python_frames_name_the_first_line_outside_the_standard_library_and_pack
               "module": "/usr/lib/python3/dist-packages/numpy/core/_multiarray_umath.so", "address": 1}
     frames = [native, python("ones", "/usr/lib/python3/dist-packages/numpy/core/numeric.py", 191),
               python("load", "/work/app/model.py", 12), python("<module>", "/work/app/main.py", 3)]
-    assert analysis.user_frame(frames)["function"] == "load"
-    assert analysis.user_frame(frames, analysis.FrameFilter(skip=r"model\.py"))["function"] == "<module>"
-    assert analysis.user_frame(frames, analysis.FrameFilter(keep=r"^PyArray_"))["function"] == "PyArray_NewFromDescr_int"
+    assert trace_frames.user_frame(frames)["function"] == "load"
+    assert trace_frames.user_frame(frames, trace_frames.FrameFilter(skip=r"model\.py"))["function"] == "<module>"
+    assert trace_frames.user_frame(frames, trace_frames.FrameFilter(keep=r"^PyArray_"))["function"] == "PyArray_NewFromDescr_int"
     only_library = frames[:2]
-    assert analysis.user_frame(only_library)["function"] == "ones"  # none of the program's: the innermost Python frame
-    assert re.search(analysis.PYTHON_SYSTEM_FILES, "<frozen importlib._bootstrap>")
-    assert re.search(analysis.PYTHON_SYSTEM_FILES, "<__array_function__ internals>")
-    assert not re.search(analysis.PYTHON_SYSTEM_FILES, "<stdin>")
+    assert trace_frames.user_frame(only_library)["function"] == "ones"  # none of the program's: the innermost Python frame
+    assert re.search(trace_frames.PYTHON_SYSTEM_FILES, "<frozen importlib._bootstrap>")
+    assert re.search(trace_frames.PYTHON_SYSTEM_FILES, "<__array_function__ internals>")
+    assert not re.search(trace_frames.PYTHON_SYSTEM_FILES, "<stdin>")

@@ -185,7 +185,8 @@ def _trace_as_nobody(tmp_path: Path, files: list[Path], command: list[str]) -> d
     summarized as memcost does."""
     import json
     import tempfile
-    from memcost.analysis import trace as analysis
+    from memcost.analysis.trace import summary as trace_summary
+    from memcost.analysis.cost_model import CostModel
     from memcost.probe import probe_path
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root to drop to an ordinary user")
@@ -207,7 +208,7 @@ def _trace_as_nobody(tmp_path: Path, files: list[Path], command: list[str]) -> d
     samples = [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert "LD_PRELOAD" in run["call_source"]
-    return analysis.summarize(samples, analysis.CostModel(400.0, 40.0, "test"))
+    return trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
 
 
 def test_without_root_the_javascript_function_is_still_the_site(tmp_path):
@@ -225,7 +226,7 @@ def test_without_root_an_inlined_helper_is_still_one_site_per_caller(tmp_path):
     binary = tmp_path / "inlined_mmap"
     subprocess.run(["cc", "-O2", "-g", "-o", str(binary), str(RUNTIMES / "inlined_mmap.c")], check=True)
     summary = _trace_as_nobody(tmp_path, [binary], ["./inlined_mmap"])
-    from memcost.analysis.trace import readable
+    from memcost.analysis.trace.sites import readable
     sites = {readable(row["site"]).split(" ← ")[-1]: row for row in summary["rows"] if " ← " in row["site"]}
     # Without privilege a loaded machine can make the tracer lose records (counted): each site's
     # count is exact to within what was lost, and never above.

@@ -9,6 +9,11 @@ from pathlib import Path
 from statistics import median
 from typing import Optional
 
+from ..stats import bootstrap_median_interval, spread
+from .trace.frames import frames_of
+from .trace.records import read
+from .trace.sites import allocation_names, allocation_site
+
 # The runtime's own code, left out of call paths on both sides: the same list as
 # src/trace/preload_apply.c's runtime_module().
 RUNTIME_MODULES = ("libc.so", "libc-", "ld-linux", "ld64.so", "libmemcost-preload", "libstdc++", "libgcc_s",
@@ -85,12 +90,11 @@ def call_path_key(frames: list) -> Optional[list[str]]:
 
 def plan(samples: list, summary: dict, params: dict, threads: int) -> tuple[list[Variant], list[dict]]:
     """The advice to verify, one variant each, and the advice that cannot be, each with its reason."""
-    from . import trace as analysis
-    trace = analysis.read(samples)
-    names = analysis.allocation_names(trace, analysis.frames_of(params))
+    trace = read(samples)
+    names = allocation_names(trace, frames_of(params))
     stacks_of: dict[str, list[int]] = {}
     for origin in trace.origins:
-        stacks_of.setdefault(analysis.allocation_site(names, origin["stack"], origin["call"]), []).append(origin["stack"])
+        stacks_of.setdefault(allocation_site(names, origin["stack"], origin["call"]), []).append(origin["stack"])
     variants, unverifiable = [], []
     for row in summary["rows"]:
         for item in row["advice"]:
@@ -147,7 +151,6 @@ def _unique(keys) -> list:
 
 def spread_of(values: list[float]) -> float:
     """Interquartile range over the median: the baseline's own noise."""
-    from ..stats import spread
     measured = spread(values)
     return measured.iqr / measured.median if measured and measured.median > 0 else 0.0
 
@@ -176,7 +179,6 @@ def evaluate(variant: Variant, baseline: dict[int, dict], advised: dict[int, dic
     faults; the median saving with its bootstrap interval. An applied advice that did not change
     what it should have (the faults it promised) did not take effect, and the verdict says why.
     `overridden`: the preload library skipped the program's own call that works against it."""
-    from ..stats import bootstrap_median_interval
     rounds = sorted(set(baseline) & set(advised))
     result = {"id": variant.id, "site": variant.site, "kind": variant.kind, "page_kind": variant.page_kind,
               "action": variant.action,

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from .. import exit_codes
+from .. import exit_codes, tracing
 from ..console import console
 from ..errors import MemcostError
 from ..report import load_run
@@ -38,8 +38,7 @@ class ReportCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         directory: Optional[Path] = args.directory or args.results_dir / LATEST
         if args.reaggregate:
-            from ..experiments.trace import reaggregate
-            if not (directory / "trace.json").is_file() or not reaggregate(directory / "trace.json"):
+            if not (directory / "trace.json").is_file() or not tracing.reaggregate(directory / "trace.json"):
                 raise MemcostError(f"{directory} holds no trace with raw records: trace with `memcost trace --raw` to keep them",
                                    exit_codes.FAILURE)
             console.print(f"Re-aggregated: {directory / 'trace.json'}", markup=False)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import signal
 
-from .. import arguments, exit_codes, export
+from .. import arguments, exit_codes, export, tracing
 from ..console import console, warn
 from ..errors import MemcostError
 from ..experiments.trace import EXPERIMENT
-from ..report.terminal import print_table
+from ..export import folded, pprof
+from ..report import trace as prose
+from ..report.terminal import print_closing, print_table
 from ..results import RunDirectory
-from ..report.terminal import print_closing
 from .base import Command
 
 # Signals that mean the program crashed, rather than was stopped.
@@ -68,15 +69,14 @@ class TraceCommand(Command):
         check_pprof_destination(args)
         values = {**EXPERIMENT.values(args), "command": command, "pid": args.pid, "seconds": args.seconds,
                   "every": args.every, "windows_folder": args.export_pprof if args.every else None}
-        document = EXPERIMENT.measure(values, RunDirectory(args.results_dir))
+        document = tracing.measure(values, RunDirectory(args.results_dir))
         summary, totals = document["summary"], document["summary"]["totals"]
-        for table in EXPERIMENT.tables(summary, values["top"]):
+        for table in prose.tables(summary, values["top"]):
             print_table(table)
-        for line in EXPERIMENT.notes(summary):
+        for line in prose.notes(summary):
             console.print(line, markup=False)
         print_closing(document)
         if args.export_folded:
-            from ..export import folded
             folded.write(document, args.export_folded)
             console.print(f"Exported: {args.export_folded}", markup=False)
         if document.get("windows"):
@@ -84,7 +84,6 @@ class TraceCommand(Command):
             console.print(f"Exported: {windows['written']} window profiles of {args.every:g} s in {args.export_pprof} "
                           f"(newest {windows['last']})", markup=False)
         elif args.export_pprof:
-            from ..export import pprof
             pprof.write(document, args.export_pprof)
             console.print(f"Exported: {args.export_pprof}", markup=False)
         export.export_requested(document, args)

@@ -92,8 +92,11 @@ class Experiment:
     # Lines the terminal prints under the tables (verdicts, explanations).
     notes: Callable[[dict], list[str]] = lambda summary: []
     interpret: Callable[[dict], list[str]] = lambda summary: []
-    # SVG drawn from the document itself, inlined in the HTML report (trace's flame graph).
+    # SVG drawn from the document itself, inlined in the HTML report.
     drawings: Callable[[dict], list[str]] = lambda document: []
+    # A module of report/ that writes the tables, notes, interpretation and drawings instead, where
+    # they are too long to sit in the declaration (trace): report.reading() finds it.
+    prose: Optional[str] = None
     comparison: Optional[Comparison] = None
     in_suite: bool = True                        # part of `memcost run`
 

@@ -3,10 +3,11 @@ and touching site, root first, with its number of page faults."""
 
 from pathlib import Path
 
-from ..analysis import trace as analysis
+from ..analysis.trace import frames as trace_frames
+from ..analysis.trace import sites as trace_sites
 from ..results import write_atomically
 
 
 def write(document: dict, path: Path) -> None:
-    write_atomically(Path(path), "\n".join(analysis.folded(document["samples"], analysis.frames_of(document.get("params", {}))))
+    write_atomically(Path(path), "\n".join(trace_sites.folded(document["samples"], trace_frames.frames_of(document.get("params", {}))))
                      + "\n")

@@ -21,7 +21,10 @@ from typing import Optional
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from ..analysis import trace as analysis
+from ..analysis.trace import frames as trace_frames
+from ..analysis.trace import records as trace_records
+from ..analysis.trace import sites as trace_sites
+from ..analysis.cost_model import CostModel
 from ..results import write_atomically
 
 _INT64, _UINT64, _BOOL = (descriptor_pb2.FieldDescriptorProto.TYPE_INT64, descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
@@ -84,12 +87,12 @@ class _Strings:
 def build(document: dict) -> bytes:
     """The serialized (not yet gzipped) profile of a trace results document."""
     totals = document["summary"]["totals"]
-    trace = analysis.read(document["samples"])
-    cost = analysis.CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
-    return profile(trace, cost, analysis.frames_of(document.get("params", {})), duration_nanos=int(trace.run.get("wall_ns", 0)))
+    trace = trace_records.read(document["samples"])
+    cost = CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
+    return profile(trace, cost, trace_frames.frames_of(document.get("params", {})), duration_nanos=int(trace.run.get("wall_ns", 0)))
 
 
-def process_names(trace: analysis.Trace) -> dict[int, str]:
+def process_names(trace: trace_records.Trace) -> dict[int, str]:
     """Each traced pid's newest program name."""
     names: dict[int, str] = {}
     for event in trace.processes:
@@ -98,15 +101,15 @@ def process_names(trace: analysis.Trace) -> dict[int, str]:
     return names
 
 
-def profile(trace: analysis.Trace, cost, which, *, time_nanos: int = 0, duration_nanos: int = 0,
+def profile(trace: trace_records.Trace, cost, which, *, time_nanos: int = 0, duration_nanos: int = 0,
             labels: Optional[dict] = None) -> bytes:
     """A trace's counters as one profile. `labels` go on every sample (a window's host and start);
     each sample also carries its process's pid and name, and the site that touched the pages."""
     period = trace.period
     names = process_names(trace)
     values: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
-    touching = analysis.touching_names(trace, which)
-    for row in analysis.touch_rows(trace):
+    touching = trace_sites.touching_names(trace, which)
+    for row in trace_records.touch_rows(trace):
         allocation = row["allocation_stack"] if row["allocation_call"] else 0
         entry = values[(allocation, touching(row["touch_stack"]), row["pid"])]
         entry[0] += row["faults"] * period
@@ -219,18 +222,18 @@ class Windows:
         self.close(final, self.last_end_ns, time.time_ns())
 
     def close(self, records: list, start_ns: int, end_ns: int) -> None:
-        counts = analysis.read(records)
+        counts = trace_records.read(records)
         faults: dict[tuple, int] = {}
         for row in counts.faults:
-            key = tuple(row[column] for column in analysis.FAULT_KEY)
+            key = tuple(row[column] for column in trace_records.FAULT_KEY)
             faults[key] = faults.get(key, 0) + row["faults"]
         freed = {(origin["stack"], origin["call"]): origin["freed_bytes"] for origin in counts.origins}
-        rows = [{**dict(zip(analysis.FAULT_KEY, key)), "faults": count - self.previous_faults.get(key, 0)}
+        rows = [{**dict(zip(trace_records.FAULT_KEY, key)), "faults": count - self.previous_faults.get(key, 0)}
                 for key, count in faults.items() if count > self.previous_faults.get(key, 0)]
         origins = [{"stack": key[0], "call": key[1], "freed_bytes": bytes_ - self.previous_freed.get(key, 0)}
                    for key, bytes_ in freed.items() if bytes_ > self.previous_freed.get(key, 0)]
         self.previous_faults, self.previous_freed = faults, freed
-        window = analysis.Trace(self.stacks, rows, origins, {"sample_period": self.period},
+        window = trace_records.Trace(self.stacks, rows, origins, {"sample_period": self.period},
                                 [{"pid": pid, "name": name} for pid, name in self.names.items()])
         started = datetime.datetime.fromtimestamp(start_ns / 1e9, datetime.timezone.utc)
         labels = {"host": self.host, "traced": self.traced, "window_start": started.isoformat(timespec="seconds")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from ..results import ResultsError, load_document
@@ -9,6 +10,14 @@ from ..results import ResultsError, load_document
 from ..experiments import REGISTRY
 
 EXPERIMENT_ORDER = list(REGISTRY)
+
+
+def reading(experiment):
+    """What renders an experiment's results (tables, notes, interpret, drawings): its declaration,
+    or the module of this package it names as its prose."""
+    if experiment is not None and experiment.prose:
+        return importlib.import_module(f"{__name__}.{experiment.prose}")
+    return experiment
 
 
 def title_of(name: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..results import machine_label, write_atomically
 from ..experiments import REGISTRY
-from . import title_of
+from . import reading, title_of
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en">
@@ -62,7 +62,7 @@ def draw(document: dict, directory: Path) -> list[Path]:
 def sections(documents: dict[str, dict], directory: Path) -> list[dict]:
     result = []
     for name, document in documents.items():
-        experiment = REGISTRY.get(name)
+        experiment = reading(REGISTRY.get(name))
         # Results copied without their figures (another machine, a test) get them redrawn.
         if any(not (directory / figure).exists() for figure in document["summary"].get("figures", [])):
             draw(document, directory)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..results import machine_label, write_atomically
 from ..experiments import REGISTRY
-from . import title_of
+from . import reading, title_of
 
 
 def table_markdown(caption: str, headings: list[str], rows: list[list[str]]) -> str:
@@ -21,7 +21,7 @@ def render(documents: dict[str, dict]) -> str:
     first = next(iter(documents.values()))
     parts = [f"# memcost — {machine_label(first['context'])}\n"]
     for name, document in documents.items():
-        experiment = REGISTRY.get(name)
+        experiment = reading(REGISTRY.get(name))
         parts.append(f"## {title_of(name)}\n")
         parts += [sentence + "\n" for sentence in (experiment.interpret(document["summary"]) if experiment else [])]
         found = experiment.tables(document["summary"]) if experiment else []

@@ -7,6 +7,7 @@ from rich.table import Table as RichTable
 
 from ..console import console
 from ..experiments.base import Table
+from . import reading
 
 # Columns of names, read left-aligned; the rest are figures, right-aligned.
 TEXT_HEADINGS = {"page", "route", "size", "strategy", "block", "placement", "shape", "commit", "class", "site", "call",
@@ -53,8 +54,9 @@ def render(experiment, document: dict) -> None:
     if wine:
         console.print(f"[bold]Measured under {escape(wine)}[/bold]: every figure below describes Wine on that "
                       "host, not Windows.")
-    for table in experiment.tables(summary):
+    prose = reading(experiment)
+    for table in prose.tables(summary):
         print_table(table)
-    for line in experiment.notes(summary):
+    for line in prose.notes(summary):
         console.print(f"  {line}", markup=False)
     print_closing(document)

@@ -1,0 +1,108 @@
+"""Advice for an allocation site: what changing how it allocates would save, priced by this
+machine's measured costs (docs/trace.md, Advice)."""
+
+from __future__ import annotations
+
+
+from ..cost_model import CostModel
+from ..derived import MB
+from .records import Site
+
+
+# Advice is given only where it saves at least this much, and this share of the run.
+ADVICE_MIN_MS = 1.0
+
+
+ADVICE_MIN_SHARE = 0.01
+
+
+def fault_us(cost: CostModel, base: float, thp: float) -> float:
+    return base * cost.fault_us("base") + thp * cost.fault_us("thp")
+
+
+def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms: float, period: int) -> list[dict]:
+    """Only advice this run's figures support, each with its what-if saving."""
+    advice = []
+
+    def worth(saving_ms: float) -> bool:
+        return saving_ms >= max(ADVICE_MIN_MS, ADVICE_MIN_SHARE * wall_ms)
+
+    if row["churn"] >= 3 and row.get("runtime") != "jvm":
+        churning = site.freed_by_size()[row["churn_bytes"]]
+        n = churning["freed"]
+        base_faults = churning["faults_base"] * period
+        thp_faults = churning["faults_thp"] * period
+        free_ms = churning["free_ns"] / 1e6
+        map_ms = churning["map_ns"] / 1e6
+        if cost.reuse_saving_us_per_mb is not None:
+            # Base pages: measured here for exactly this pattern (a fresh buffer per frame, written
+            # and freed, against one kept buffer), per MB; it includes their share of the frees.
+            base_bytes, huge_bytes = base_faults * cost.page_bytes, thp_faults * cost.huge_bytes
+            base_share = base_bytes / max(base_bytes + huge_bytes, 1)
+            spent = (base_bytes / MB * cost.reuse_saving_us_per_mb / 1e3 + thp_faults * cost.fault_us("thp") / 1e3
+                     + free_ms * (1 - base_share) + map_ms)
+            how = "base-page faults and frees from this machine's measured cost of reallocating instead of reusing"
+        else:
+            spent = fault_us(cost, base_faults, thp_faults) / 1e3 + free_ms + map_ms
+            how = "its faults, estimated, and its frees, measured, paid once instead of every time"
+        saving = spent * (n - 1) / n
+        if worth(saving):
+            advice.append({"kind": "reuse", "saving_ms": saving,
+                           "text": f"reuse this {_size(row['churn_bytes'])} buffer instead of making and freeing it {n} "
+                                   f"times: saves ≈ {saving:,.1f} ms ({how})"})
+    outgrown = site.outgrown()
+    if outgrown["freed"] >= 2:
+        n = outgrown["freed"]
+        grown_to = max(origin.get("grown_to_bytes", 0) for origin in site.origins)
+        saving = (fault_us(cost, outgrown["faults_base"] * period, outgrown["faults_thp"] * period) / 1e3
+                  + (outgrown["free_ns"] + outgrown["map_ns"]) / 1e6)
+        if worth(saving):
+            advice.append({"kind": "growth", "saving_ms": saving,
+                           "text": f"reserve {_size(grown_to)} once instead of growing {n + 1} times: saves ≈ "
+                                   f"{saving:,.1f} ms (faults, estimated, and frees, measured, of the {n} outgrown "
+                                   "buffers, from this machine's costs; their copies are not counted)"})
+    base_faults = row["faults_base"]
+    per_huge_page = cost.huge_bytes // cost.page_bytes  # base pages in one huge page (512 on x86-64)
+    if thp_available and cost.thp_us_per_mb is not None and row["largest_bytes"] >= 2 * cost.huge_bytes \
+            and base_faults >= per_huge_page:
+        huge_faults = base_faults / per_huge_page
+        saving = base_faults * cost.fault_us("base") / 1e3 - huge_faults * cost.fault_us("thp") / 1e3
+        # Already advised huge: what is left on base pages are the ends of mappings not aligned to 2 MB.
+        how = ("align these mappings to 2 MB (memcost::make_big_array does): their unaligned ends fault on base pages"
+               if row["huge_advised"] else "ask for huge pages here (madvise MADV_HUGEPAGE, or memcost::make_big_array)")
+        if row.get("huge_refused_by"):
+            # The program turns huge pages off for this memory itself: advice that ignores that is undone.
+            how = (f"remove the program's own madvise(MADV_NOHUGEPAGE) at {row['huge_refused_by']}, which turns huge "
+                   "pages off for this memory, and ask for them instead (madvise MADV_HUGEPAGE, or "
+                   "memcost::make_big_array)")
+        if row.get("runtime") == "jvm":
+            how = "run the JVM with -XX:+UseTransparentHugePages (its heap madvised for huge pages)"
+        if worth(saving):
+            advice.append({"kind": "huge_pages", "saving_ms": saving, "faults_saved": round(base_faults - huge_faults),
+                           "undone_by": row.get("huge_refused_by"),
+                           "text": f"{how}: {base_faults:,} base-page faults become ≈ {huge_faults:,.0f}, "
+                                   f"saves ≈ {saving:,.1f} ms"})
+    largest = site.largest()
+    largest_faults = largest["largest_faults_base"] + largest["largest_faults_thp"]
+    if (cost.threads_speedup and cost.threads_speedup > 1.2 and largest["largest_bytes"] >= 64 * MB
+            and largest["largest_one_thread"] and largest_faults):
+        spent = fault_us(cost, largest["largest_faults_base"], largest["largest_faults_thp"]) * period / 1e3
+        saving = spent * (1 - 1 / cost.threads_speedup)
+        how = (f"fault the {_size(largest['largest_bytes'])} block in with {cost.threads} threads (measured "
+               f"{cost.threads_speedup:.1f}× faster here, e.g. make_big_array's parallel prefault)")
+        if row.get("runtime") == "jvm":
+            how = ("run the JVM with -XX:+AlwaysPreTouch: it faults the heap in at start, on the GC's threads in "
+                   f"parallel (measured {cost.threads_speedup:.1f}× faster here with {cost.threads} threads), instead "
+                   "of in the middle of the run")
+        if worth(saving):
+            advice.append({"kind": "parallel", "saving_ms": saving, "text": f"{how}: saves ≈ {saving:,.1f} ms"})
+    return advice
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", MB), ("KiB", 1 << 10)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{size} B"
+

@@ -1,0 +1,209 @@
+"""Which frames of a trace's stacks are the program's own (FrameFilter), and what a frame is
+called: allocators, runtimes and standard libraries are passed over when naming a site."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from .records import read
+
+
+# A site starts at the first frame of the program's own code: leading frames of these modules (the C
+# library, the loader, allocators, the C++ runtime) ...
+C_AND_ALLOCATOR_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s", "libjemalloc", "libtcmalloc",
+                           "libmimalloc", "libmemcost-preload", "libpthread")
+
+
+# JIT runtimes' own code: HotSpot and its launcher; node's binary (V8 and node's C++) below.
+RUNTIME_MODULES = ("libjvm.so", "libjli.so", "libjava.so", "libnode.so")
+
+
+SYSTEM_MODULES = C_AND_ALLOCATOR_MODULES + RUNTIME_MODULES
+
+
+# Executables that are a runtime, not the program: their frames are skipped like a library's.
+RUNTIME_EXECUTABLES = ("node", "nodejs")
+
+
+# ... and of these functions, from language runtimes and standard libraries compiled into the
+# program: C++ standard-library templates, Go's runtime, Rust's alloc, core and std, CPython's
+# and numpy's allocators (docs/trace.md lists them; --skip-frames adds, --keep-frames exempts).
+SYSTEM_FUNCTIONS = r"^(std::|__gnu_cxx::|__cxxabiv1::|operator new|operator delete|runtime\.|alloc::|core::|<alloc::|" \
+                   r"<core::|_?Py(Mem|Object)_|_PyObject_|PyDataMem_|default_malloc|npy_alloc_cache|__rust_)"
+
+
+# A Python frame is the interpreter's or a library's when its file is in the standard library or
+# an installed package (numpy's own Python wrappers among them), frozen into the interpreter, or
+# numpy's generated dispatch code ("<__array_function__ internals>").
+PYTHON_SYSTEM_FILES = r"(/(site|dist)-packages/|/lib/python\d\.\d+/|^<frozen |^<__array_function__ )"
+
+
+# JIT-compiled code (a frame of kind "jit", named from the runtime's perf map) is the program's own
+# unless it is the runtime's: V8's builtins, stubs and bytecode handlers and node's own JavaScript
+# (`node:` files); HotSpot's interpreter, stubs and adapters (no method name) and the Java platform's
+# packages. docs/trace.md lists them.
+JIT_SYSTEM_FUNCTIONS = r"^(Builtin:|Builtins_|Stub:|BytecodeHandler:|RegExp:|Interpreter$|StubRoutines|" \
+                       r"(java|javax|jdk|sun|com\.sun)\.)"
+
+
+JIT_SYSTEM_FILES = r"^(node:|internal/)"
+
+
+@dataclass(frozen=True)
+class FrameFilter:
+    """Which frames are the program's own: the default list above, plus `skip` (a regular
+    expression: matching functions are skipped too), less `keep` (matching functions are the
+    program's even where the default list would skip them)."""
+    skip: Optional[str] = None
+    keep: Optional[str] = None
+
+    def is_users(self, frame: dict, by_module_only: bool = False) -> bool:
+        module = os.path.basename(frame.get("module") or "")
+        function = frame.get("function") or ""
+        if not module:
+            return False  # a frame in no module is not code (an unwinder that ran off the stack): never a site
+        names = [function, frame.get("file") or ""] if frame.get("kind") == "python" else [function]
+        if self.keep and any(re.search(self.keep, name) for name in names):
+            return True
+        if self.skip and any(re.search(self.skip, name) for name in names):
+            return False
+        if frame.get("kind") == "python":
+            return not re.search(PYTHON_SYSTEM_FILES, frame.get("file") or "")
+        if frame.get("kind") == "jit":
+            # A compiled method or function has a name with a dot or a source file; a stub has neither.
+            named = "." in function or bool(frame.get("file"))
+            return named and not re.search(JIT_SYSTEM_FUNCTIONS, function) \
+                and not re.search(JIT_SYSTEM_FILES, frame.get("file") or "")
+        if module.startswith(SYSTEM_MODULES) or module in RUNTIME_EXECUTABLES:
+            return False
+        if by_module_only:
+            return True
+        # A demangled template function may start with its return type: "void std::vector<…>::…".
+        head, _, rest = function.partition(" ")
+        named = [function, rest] if rest and "(" not in head and "<" not in head else [function]
+        return not any(re.match(SYSTEM_FUNCTIONS, name) for name in named)
+
+
+DEFAULT_FRAMES = FrameFilter()
+
+
+def frames_of(params: dict) -> FrameFilter:
+    """The frames that are the program's own, as a trace's parameters asked to name them."""
+    return FrameFilter(params.get("skip_frames"), params.get("keep_frames"))
+
+
+def user_frame(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[dict]:
+    """The first frame of the program itself, past the allocator, runtimes and standard libraries.
+    In a stack with Python frames the program is its Python code: the first Python frame outside
+    the standard library and installed packages (or a native frame --keep-frames names), else the
+    innermost Python frame; likewise in a stack with JIT-compiled frames of the program's own (a
+    JavaScript function, a Java method). Where every frame is a runtime's (an interpreter's stack,
+    the JVM's heap, one cut short), the first frame past the C library and allocators: the most
+    specific name it has."""
+    index = user_frame_index(frames, which)
+    return frames[index] if index is not None else None
+
+
+def _interpreted_kind(frames: list) -> Optional[str]:
+    """"python" or "jit" when the stack holds frames of an interpreted or JIT-compiled language,
+    whose program is in those frames."""
+    for kind in ("python", "jit"):
+        if any(frame.get("kind") == kind for frame in frames):
+            return kind
+    return None
+
+
+def user_frame_index(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[int]:
+    """The index of user_frame() in `frames`, or None for an empty stack."""
+    language = _interpreted_kind(frames)
+    if language == "python" or (language == "jit" and any(f.get("kind") == "jit" and which.is_users(f) for f in frames)):
+        for index, frame in enumerate(frames):
+            if frame.get("kind") == language:
+                if which.is_users(frame):
+                    return index
+            elif which.keep and re.search(which.keep, frame.get("function") or ""):
+                return index
+        return next(index for index, frame in enumerate(frames) if frame.get("kind") == language)
+    for by_module_only in (False, True):
+        for index, frame in enumerate(frames):
+            if which.is_users(frame, by_module_only):
+                return index
+    # Every frame is a library's or a runtime's: the first one past the C library and the allocators.
+    for index, frame in enumerate(frames):
+        module = os.path.basename(frame.get("module") or "")
+        if module and not module.startswith(C_AND_ALLOCATOR_MODULES):
+            return index
+    return 0 if frames else None
+
+
+def runtime_of(frame: Optional[dict]) -> Optional[str]:
+    """The language runtime whose code a site's frame is, where advice has that runtime's own
+    switches: "jvm" (HotSpot or a Java method), "node", "go"; None for native code and Python."""
+    if frame is None:
+        return None
+    module = os.path.basename(frame.get("module") or "")
+    function = frame.get("function") or ""
+    if module.startswith(("libjvm.so", "libjli.so", "libjava.so")):
+        return "jvm"
+    if frame.get("kind") == "jit":
+        return "node" if frame.get("file") else "jvm" if "." in function else None
+    if module in RUNTIME_EXECUTABLES:
+        return "node"
+    return "go" if function.startswith("runtime.") else None
+
+
+def frame_name(frame: Optional[dict]) -> str:
+    if frame is None:
+        return "(no stack)"
+    function = frame.get("function") or (f"{os.path.basename(frame['module'])}+{frame.get('module_offset', 0):#x}"
+                                         if frame.get("module") else f"{frame['address']:#x}")
+    if frame.get("file") and not _library_line(frame):
+        return f"{function} ({os.path.basename(frame['file'])}:{frame['line']})"
+    return function
+
+
+# Source files of languages' standard libraries, where the debug information has a program's
+# function's instruction come from inlined library code without saying where it was inlined
+# (rustc's `vec!` into the caller): a line there would name the library's file, not the caller's.
+LIBRARY_SOURCES = r"(/rustc/[0-9a-f]+/library/|/usr/include/c\+\+/|/go/src/runtime/)"
+
+
+def _library_line(frame: dict) -> bool:
+    return frame.get("kind") in ("native", None) and bool(re.search(LIBRARY_SOURCES, frame.get("file") or "")) \
+        and frame.get("function", "").split("::")[0] not in ("std", "core", "alloc") \
+        and not (frame.get("function") or "").startswith(("std::", "runtime."))
+
+
+# What each JIT runtime needs for its functions to be named, and the symptom that it had not:
+# a frame in its native code from which the unwinder reached code that no module and no perf map
+# names, or, for node, its interpreter's entry with no named JavaScript frame anywhere.
+RUNTIME_FLAGS = {
+    "node": "node's JavaScript functions went unnamed: run it with --perf-basic-prof-only-functions (or "
+            "--perf-basic-prof) and --interpreted-frames-native-stack (memcost trace sets them in NODE_OPTIONS unless --no-runtime-flags; "
+            "a process given by --pid must have been started with them)",
+    "jvm": "Java methods went unnamed: run the JVM with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit "
+           "-XX:+PreserveFramePointer (memcost trace sets them in JAVA_TOOL_OPTIONS unless --no-runtime-flags; for a "
+           "running JVM, `jcmd PID Compiler.perfmap` before the trace ends)",
+}
+
+
+def runtime_flags_missing(samples: list) -> list[str]:
+    """One sentence per JIT runtime seen whose compiled code went unnamed, with the flags it needs."""
+    trace = read(samples)
+    if any(frame.get("kind") == "jit" for frames in trace.stacks.values() for frame in frames):
+        return []  # a perf map was read: what it does not name is code it never listed (stubs, regexps)
+    missing = set()
+    for frames in trace.stacks.values():
+        runtimes = {runtime_of(frame) for frame in frames if frame.get("kind") != "jit"} & set(RUNTIME_FLAGS)
+        if not runtimes:
+            continue
+        unnamed = any(not frame.get("module") and frame.get("address") for frame in frames)
+        interpreted_only = "node" in runtimes and not any(frame.get("kind") == "jit" for frame in frames) and any(
+            (frame.get("function") or "").startswith("Builtins_InterpreterEntryTrampoline") for frame in frames)
+        if unnamed or interpreted_only:
+            missing |= runtimes
+    return [RUNTIME_FLAGS[runtime] for runtime in sorted(missing)]
+

@@ -1,0 +1,201 @@
+"""Site names: a call path from the first frame of the program's own code (SiteNames), told
+apart from other paths by as few callers as it takes, shortened for tables (readable)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from typing import Optional
+
+from .frames import DEFAULT_FRAMES, FrameFilter, frame_name, user_frame_index
+from .records import Trace, read, touch_rows
+
+
+OUTSIDE = "(outside traced mappings: program text, stacks, memory mapped before the trace)"
+
+
+CALLED_FROM = " ← "
+
+
+READABLE_CALLERS = 3  # callers a table shows; the results keep the whole path
+
+
+def readable(site: str) -> str:
+    """A site as tables show it, as perf shortens names: template arguments and parameter lists
+    cut to `<…>` and `(…)`, a leading return type dropped (`void std::vector<…>::push_back(…)`
+    becomes `std::vector<…>::push_back(…)`); the location in brackets, `(file:line)`, stays. The
+    full name stays in the results and the exports."""
+    parts = []
+    for part in site.split(CALLED_FROM):
+        part = re.sub(r"( \[clone [^\]]*\])|\.(constprop|isra|part|cold|lto_priv)\.\d+", "", part)  # GCC's clones
+        part = _shorten_brackets(part)
+        head, _, rest = part.partition(" ")
+        if rest and re.fullmatch(r"[\w:]+", head) and head != "operator" and re.match(r"[\w:~]+[<(:]", rest):
+            part = rest  # a return type before a qualified name
+        parts.append(part)
+    if len(parts) > READABLE_CALLERS + 1:
+        parts = parts[:READABLE_CALLERS + 1] + ["…"]
+    return CALLED_FROM.join(parts)
+
+
+def _shorten_brackets(text: str) -> str:
+    out, index = [], 0
+    while index < len(text):
+        char = text[index]
+        # "(file:line)" after a space; Go's receivers, "runtime.(*mheap).grow", after a dot.
+        location = char == "(" and (index == 0 or text[index - 1] in " .")
+        operator = char == "<" and re.search(r"operator\s*<?$", text[:index]) is not None  # operator<, operator<<
+        # Template arguments follow a name; "<module>", "<genexpr>" and "(<string>:2)" are Python's names.
+        unnamed = char == "<" and (index == 0 or not (text[index - 1].isalnum() or text[index - 1] in "_:>"))
+        operator = operator or unnamed
+        anonymous = text.startswith("(anonymous namespace)", index)
+        if char in "<(" and not location and not operator and not anonymous:
+            close = _matching_bracket(text, index)
+            if close < 0:
+                out.append(text[index:])
+                break
+            out.append(char + ("…" if text[index + 1:close].strip() else "") + text[close])
+            index = close + 1
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _matching_bracket(text: str, start: int) -> int:
+    depth = 0
+    for index in range(start, len(text)):
+        if text[index] in "<(":
+            depth += 1
+        elif text[index] in ">)" and text[index - 1] != "-":
+            depth -= 1
+            if depth == 0:
+                return index
+    return -1
+
+
+def _callers(frames: list, index: int, which: FrameFilter) -> list[dict]:
+    """The frames that called frames[index], innermost first, that are the program's own: in a
+    Python or JIT-compiled stack, that language's. A runtime's, a library's or the loader's frames
+    tell no paths of the program apart (the Go heap growing for two functions is one site, the
+    runtime's, each function a touching site of its own)."""
+    language = frames[index].get("kind") if frames[index].get("kind") in ("python", "jit") else None
+    return [frame for frame in frames[index + 1:]  # a caller without a name (a stripped library's) tells a user nothing
+            if (language is None or frame.get("kind") == language) and which.is_users(frame) and frame.get("function")]
+
+
+def _caller_key(frame: dict) -> tuple:
+    return (frame.get("function") or f"{frame.get('module_offset', frame.get('address', 0)):#x}",
+            os.path.basename(frame.get("file") or ""), frame.get("line") or 0)
+
+
+class SiteNames:
+    """Sites as call paths (docs/trace.md, "Sites are call paths"): a stack's site is its first frame of the
+    program's own code, followed out through its callers until the first caller that tells it
+    apart from every other stack whose site starts at the same frame. A function reached by one
+    path keeps its short name; a helper called from two places is two sites, `helper ← caller`
+    each (more callers where those are the same). Give it every stack of one role (the allocation
+    stacks, or the touching stacks) so that paths are told apart within that role."""
+
+    def __init__(self, stacks: dict, stack_ids, which: FrameFilter = DEFAULT_FRAMES):
+        self._names: dict[int, str] = {}
+        groups: dict[str, dict[int, list[tuple]]] = defaultdict(dict)
+        for stack_id in set(stack_ids):
+            frames = stacks.get(stack_id, [])
+            index = user_frame_index(frames, which)
+            if index is None:
+                self._names[stack_id] = frame_name(None)
+                continue
+            first = frame_name(frames[index])
+            groups[first][stack_id] = [_caller_key(frame) for frame in _callers(frames, index, which)]
+        for first, paths in groups.items():
+            for stack_id, path in paths.items():
+                self._names[stack_id] = first + "".join(CALLED_FROM + _caller_name(key, paths.values(), depth)
+                                                        for depth, key in enumerate(_distinguishing(path, paths.values())))
+
+    def __call__(self, stack_id: int) -> str:
+        return self._names.get(stack_id, frame_name(None))
+
+    def rename(self, stack_id: int, name: str) -> None:
+        self._names[stack_id] = name
+
+
+# Go maps its heap on the system stack (runtime.systemstack), where no frame of the goroutine that
+# asked for memory is left: an allocation stack of the runtime's frames alone is an arena or the
+# runtime's own structures, for many allocations, and is named so rather than by a runtime function.
+GO_HEAP = "(Go heap: arenas the runtime maps for many allocations; the Go functions that fault them are the touching sites)"
+
+
+GO_STARTUP = "(Go runtime start-up: its heap's reservations and the allocator's own structures)"
+
+
+GO_STARTUP_FUNCTIONS = ("runtime.schedinit", "runtime.mallocinit", "runtime.rt0_go", "runtime.rt0_go.abi0")
+
+
+def go_runtime_mapping(frames: list) -> Optional[str]:
+    """GO_HEAP or GO_STARTUP for a mapping the Go runtime made with no Go function of the program's on
+    its stack; None otherwise."""
+    named = [frame.get("function") or "" for frame in frames if frame.get("function")]
+    if not named or not named[0].startswith("runtime.") or \
+            not all(function.startswith(("runtime.", "internal/", "sync.")) for function in named):
+        return None
+    return GO_STARTUP if any(function in GO_STARTUP_FUNCTIONS for function in named) else GO_HEAP
+
+
+def _distinguishing(path: list, others) -> list:
+    """The shortest prefix of `path` that no other distinct path shares unless it is the same path
+    all the way (a stack cut short, a prefix of a longer one, does not count as different)."""
+    distinct = {tuple(other) for other in others}
+    depth = 0
+    while depth < len(path):
+        sharing = {other for other in distinct if other[:depth] == tuple(path[:depth])}
+        if all(tuple(path)[:len(other)] == other[:len(path)] for other in sharing):
+            break
+        depth += 1
+    return path[:depth]
+
+
+def _caller_name(key: tuple, others, depth: int) -> str:
+    """A caller by its function; with its line where another path has the same function there."""
+    function, file, line = key
+    same_function = {other[depth] for other in others if len(other) > depth and other[depth][0] == function}
+    return f"{function}:{line}" if len(same_function) > 1 and line else function
+
+
+BEFORE_TRACE = "(mapped before the trace)"
+
+
+def allocation_site(names: SiteNames, stack_id: int, call: str) -> str:
+    if not call:
+        return OUTSIDE
+    return BEFORE_TRACE if call == "existing" else names(stack_id)
+
+
+def allocation_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
+    names = SiteNames(trace.stacks, [origin["stack"] for origin in trace.origins], which)
+    for origin in trace.origins:
+        if (runtime := go_runtime_mapping(trace.stacks.get(origin["stack"], []))) is not None:
+            names.rename(origin["stack"], runtime)
+    return names
+
+
+def touching_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
+    return SiteNames(trace.stacks, [row["touch_stack"] for row in touch_rows(trace)], which)
+
+
+def folded(trace_samples: list, which: FrameFilter = DEFAULT_FRAMES) -> list[str]:
+    """Folded stacks (flamegraph.pl, speedscope): allocation stack, root first, then the touching
+    site; the value is the number of faults."""
+    trace = read(trace_samples)
+    counts: Counter = Counter()
+
+    def names(stack_id: int) -> list[str]:
+        return [frame_name(frame).replace(";", ",").replace(" ", "_") for frame in reversed(trace.stacks.get(stack_id, []))]
+    touching = touching_names(trace, which)
+    for row in touch_rows(trace):
+        allocation = names(row["allocation_stack"]) if row["allocation_call"] else ["[outside_traced_mappings]"]
+        touch = touching(row["touch_stack"]).replace(";", ",").replace(" ", "_")
+        counts[";".join(allocation + [f"[touched_by]_{touch}"])] += row["faults"] * trace.period
+    return [f"{stack} {round(count)}" for stack, count in counts.most_common()]
+

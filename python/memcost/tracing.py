@@ -1,0 +1,201 @@
+"""Running a trace (`memcost trace`, `memcost report --reaggregate`): this machine's fault cost
+(its newest `costs` result, or a short calibration kept as one), the probe around the command or
+attached to a process, continuous pprof windows, the untraced rerun (--overhead), verification
+(--verify) and the replay of raw records. The experiment itself is declared in
+experiments/trace.py; its analysis is analysis/trace/, its prose report/trace.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from . import interrupts, tracefs
+from .analysis import costs as costs_analysis
+from .analysis.cost_model import CostModel
+from .analysis.trace import frames as trace_frames
+from .analysis.trace import summary as trace_summary
+from .analysis.verify import correct_estimates, learned_ratios
+from .console import console
+from .errors import MemcostError
+from .experiments.shared import finish
+from .experiments.trace import EXPERIMENT, RAW_NAME
+from .export.pprof import Windows
+from .probe import run_probe
+from .results import documents_of_host, load_document, make_document, write_atomically
+from .runner import run_with_progress
+from .verify import verify
+
+
+CALIBRATION = {"pages": "base,thp", "routes": "os", "parts": "rows,threads,reuse", "sizes": "64M", "reps": 5,
+               "warmup": 1, "threads_size": "64M", "frames": 50}
+
+
+def this_machines_cost(directory, calibrate: bool, notes: list):
+    """This machine's fault cost: the newest `memcost costs` result for this host, else a short
+    calibration run now (said so in the output), kept in `directory` as this host's costs result:
+    the traces after it reuse it instead of paying for it again (2.5 s on a 2-vCPU VM)."""
+    if not calibrate:
+        model = CostModel.newest(directory.root)
+        if model:
+            return model
+    arguments = [part for name, value in CALIBRATION.items() for part in (f"--{name.replace('_', '-')}", str(value))]
+    run = run_with_progress("costs", arguments, "calibrating fault cost")
+    summary = costs_analysis.summarize(run.samples)
+    model = CostModel.from_costs_summary(summary, "a calibration run of memcost costs just now (64 MiB, 5 repetitions)",
+                                         run.context.get("pages"))
+    if model is None:
+        raise MemcostError("the calibration run measured no fault cost; run `memcost costs --quick` and try again")
+    kept = directory.write(make_document("costs", run.context, {**CALIBRATION, "calibration_for": "trace"}, run.samples,
+                                         summary, run.warnings))
+    notes.append(f"no `memcost costs` result for this host was found: fault time comes from a calibration run just "
+                 f"now, kept as this host's costs result ({kept}) for the traces after it (`memcost costs` measures "
+                 "more)")
+    return model
+
+
+# Attached to a running service (--pid), the sampling is sized to cost it little (docs/trace.md, "A
+# service under --pid"): touching stacks 10 a second per CPU, no cpu-clock sampler, and no fault
+# timed in the kernel: timing puts a second program on every fault of the machine (the page-count
+# update), 7 % more of a fault storm's system time even at one fault in 256. Fault time is then the
+# estimate. A flag the user gives wins.
+SERVICE_DEFAULTS = {"touch_samples_per_second": 10, "cpu_sample_us": 0, "time_faults_one_in": 0}
+
+
+def record(values: dict, raw_path: Optional[Path] = None, on_sample=None):
+    """Run the probe around the command (or attached to a pid). Ctrl-C and SIGTERM go to the probe,
+    which passes them to the command (src/trace/tracer.hpp) and still reports what it recorded."""
+    if values.get("pid"):
+        values = {**values, **{name: value for name, value in SERVICE_DEFAULTS.items() if values.get(name) is None}}
+    probe_arguments = EXPERIMENT.probe_arguments(values)
+    if values.get("pid"):
+        probe_arguments += ["--attach", str(values["pid"])]
+        probe_arguments += ["--attach-seconds", str(values["seconds"])] if values.get("seconds") else []
+    probe_arguments += ["--raw-file", str(raw_path)] if raw_path else []
+    probe_arguments += ["--window-seconds", f"{values['every']:g}"] if values.get("every") else []
+    stdout_copy = os.dup(sys.stdout.fileno())  # the command's output goes to the user, not into the protocol
+    sys.stdout.flush()
+    try:
+        with tracefs.available():
+            target = ["--command-stdout-fd", str(stdout_copy), "--", *values["command"]] if values.get("command") else []
+            return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True,
+                             on_sample=on_sample)
+    finally:
+        os.close(stdout_copy)
+
+
+def measure(values: dict, directory) -> dict:
+    """Trace values["command"] (or values["pid"]), price it with this machine's costs, store it."""
+    # Raw records are written beside the results root first, and moved beside the document once it exists.
+    raw = directory.root / f".{RAW_NAME}.{os.getpid()}" if values.get("raw") else None
+    if raw:
+        directory.root.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    windows = None
+    # The cost model comes first (a calibration run, if this host has no `costs` result): windows are
+    # priced as they are written, and a Ctrl-C during calibration then ends before anything ran.
+    cost = this_machines_cost(directory, values.get("calibrate"), notes)
+    if values.get("windows_folder"):
+        windows = Windows(values["windows_folder"], cost, trace_frames.frames_of(values), socket.gethostname(),
+                          str(values["pid"]) if values.get("pid") else Path(values["command"][0]).name)
+    try:
+        run = record(values, raw, windows.take if windows else None)
+    except BaseException:
+        if raw:
+            raw.unlink(missing_ok=True)
+        raise
+    # What was recorded is written whole: a Ctrl-C from here on is noted, and ends the command
+    # with 130 once the document is stored.
+    with interrupts.held():
+        document = _store(values, directory, run, cost, raw, windows, notes)
+    if values.get("verify") and values.get("command") and not document["summary"]["totals"]["interrupted"]:
+        # The trace is stored first: a Ctrl-C while verifying ends with 130 and keeps it as it is.
+        _verify(document, values)
+    return document
+
+
+def _corrected_by_verification(summary: dict, results_root: Path, host: str) -> None:
+    """Estimates corrected by what `--verify` measured on this host before (analysis/verify.py)."""
+    correct_estimates(summary, learned_ratios(document for _, document in documents_of_host(results_root, "trace", host)))
+
+
+def _verify(document: dict, values: dict) -> None:
+    """Measure each advice's saving (verify.py), then store the document again with what was measured."""
+    verification = verify(document["samples"], document["summary"], values,
+                          lambda text: console.print(f"  {text}", markup=False, style="dim"))
+    with interrupts.held():
+        document["summary"]["verification"] = verification
+        # The preload library's variant speaks for the advice; a malloc tunable is shown beside it.
+        measured = {(v["site"], v["kind"]): v for v in verification["variants"] if v["action"] != "tunable"}
+        for row in document["summary"]["rows"]:
+            for item in row["advice"]:
+                found = measured.get((row["site"], item["kind"]))
+                item["estimated_saving_ms"] = item["saving_ms"]
+                item["verified"] = bool(found and found["verified"])
+                if found:
+                    item.update(measured_saving_ms=found["measured_saving_ms"],
+                                measured_saving_interval_ms=found["measured_saving_interval_ms"],
+                                verdict=found["verdict"])
+        stored = {key: value for key, value in document.items() if key != "path"}
+        write_atomically(Path(document["path"]), json.dumps(stored, indent=1) + "\n")
+
+
+def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dict:
+    if windows:
+        windows.finish(run.samples)
+    summary, warnings = trace_summary.analyze(run.samples, cost=cost, params=values)
+    summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
+    _corrected_by_verification(summary, directory.root, run.context.get("host", ""))
+    summary["totals"]["interrupted"] = summary["totals"]["interrupted"] or interrupts.interrupted
+    if values.get("overhead") and values.get("command") and not summary["totals"]["interrupted"]:
+        summary["totals"].update(_untraced_run(values["command"]))
+    params = {**{k: v for k, v in values.items() if k != "windows_folder"}, "probe_settings": run.settings, "raw_records": RAW_NAME if raw else None}
+    document = finish(EXPERIMENT, run.context, params, run.samples, summary,
+                      run.warnings + warnings + [{"code": "calibrated", "message": note} for note in notes], directory)
+    if raw:
+        os.replace(raw, Path(document["path"]).parent / RAW_NAME)
+    if windows:
+        document["windows"] = {"written": windows.written, "last": str(windows.last_written)}
+    return document
+
+
+def _untraced_run(command: list[str]) -> dict:
+    """The command run again untraced (--overhead): its wall time, and its system time (its
+    processes' own, from the kernel's rusage of the children waited for): the traced run's system
+    time less this is the tracer's presence in the command's kernel time (its programs and events
+    in every fault), measured once."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall_ms = (time.monotonic() - started) * 1e3
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"untraced_wall_ms": wall_ms, "untraced_system_ms": (after.ru_stime - before.ru_stime) * 1e3}
+
+
+def reaggregate(path: Path) -> bool:
+    """A trace document whose raw records were kept: attributed again from them by the probe
+    (the same attribution as when it was traced), summarized and stored again. False when it
+    kept none."""
+    document = load_document(path)
+    raw = path.parent / (document.get("params", {}).get("raw_records") or "")
+    if not document.get("params", {}).get("raw_records") or not raw.is_file():
+        return False
+    totals = document["summary"]["totals"]
+    run = run_probe("trace", ["--replay", str(raw), "--thp-mode", totals["thp_mode"]])
+    kept = [s for s in document["samples"] if s["case"]["record"] not in ("faults", "allocations")]
+    document["samples"] = kept + run.samples
+    cost = CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
+    summary, _ = trace_summary.analyze(document["samples"], cost=cost, params=document.get("params", {}))
+    for key in ("command", "untraced_wall_ms", "untraced_system_ms"):
+        if key in totals:
+            summary["totals"][key] = totals[key]
+    document["summary"] = {**summary, "figures": document["summary"].get("figures", [])}
+    write_atomically(path, json.dumps(document, indent=1) + "\n")
+    return True
+
