@@ -436,6 +436,50 @@ class big_array {
   array_pool* pool_ = nullptr;  // where the memory goes back to
 };
 
+namespace detail {
+
+// The work that zeroes memory from the pool (it holds the last array's bytes) in user space, by
+// the fill method chosen for it (measured where automatic); the choice goes into `report`.
+template <class T>
+fill_job::work_function zero_fill_work(T* base, std::size_t bytes, const big_array_options& options,
+                                       std::size_t page_bytes, allocation_report& report) {
+  static constexpr unsigned char zero_byte = 0;
+  const fill_choice choice = choose_fill_method(options.fill_method, base, bytes, &zero_byte, 1, false, page_bytes,
+                                                default_threads(options.threads));
+  note_fill(report, choice);
+  return [base, method = choice.method, done = choice.filled_bytes / sizeof(T)](std::size_t first, std::size_t last) {
+    first = std::max(first, done);  // measuring wrote these already
+    if (first < last) fill_pattern(base + first, (last - first) * sizeof(T), &zero_byte, 1, method);
+  };
+}
+
+// The work that writes `value`'s bytes into every element (a bytes-copyable T), by the fill method
+// chosen for it (`fresh`: memory no one has written yet); the choice goes into `report`.
+template <class T>
+fill_job::work_function value_fill_work(T* base, std::size_t bytes, const T value, const big_array_options& options,
+                                        bool fresh, std::size_t page_bytes, allocation_report& report) {
+  std::array<unsigned char, sizeof(T)> pattern;  // the value's bytes: what fill_pattern writes
+  std::memcpy(pattern.data(), static_cast<const void*>(&value), sizeof(T));
+  const fill_choice choice = choose_fill_method(options.fill_method, base, bytes, pattern.data(), sizeof(T), fresh,
+                                                page_bytes, default_threads(options.threads));
+  note_fill(report, choice);
+  const fill_method method = choice.method;
+  const std::size_t done = choice.filled_bytes / sizeof(T);  // measuring wrote these already
+  if constexpr (std::is_trivially_copyable_v<T>) {
+    if (method == fill_method::stores) {
+      return [base, value, done](std::size_t first, std::size_t last) {
+        std::fill(base + std::max(first, done), base + std::max(last, done), value);
+      };
+    }
+  }
+  return [base, pattern, method, done](std::size_t first, std::size_t last) {
+    first = std::max(first, done);
+    if (first < last) fill_pattern(base + first, (last - first) * sizeof(T), pattern.data(), sizeof(T), method);
+  };
+}
+
+}  // namespace detail
+
 template <class T, class Init = construct_t>
 [[nodiscard]] big_array<T> make_big_array(std::size_t count, Init init = {}, big_array_options options = {}) {
   static_assert(!std::is_same_v<Init, zero_t> || zero_is_valid_v<T>,
@@ -462,16 +506,7 @@ template <class T, class Init = construct_t>
   if (zero_pages && from_pool) {
     array.report_.initialization = std::is_same_v<Init, uninitialized_t> ? "none" : "write";
     if constexpr (std::is_same_v<Init, uninitialized_t>) return array;
-    const unsigned char zero_byte = 0;
-    const detail::fill_choice choice = detail::choose_fill_method(options.fill_method, base, bytes, &zero_byte, 1, false,
-                                                                  array.mapping_.page_bytes(),
-                                                                  detail::default_threads(options.threads));
-    detail::note_fill(array.report_, choice);
-    work = [base, method = choice.method, zero_byte, done = choice.filled_bytes / sizeof(T)](std::size_t first,
-                                                                                            std::size_t last) {
-      first = std::max(first, done);  // measuring wrote these already
-      if (first < last) detail::fill_pattern(base + first, (last - first) * sizeof(T), &zero_byte, 1, method);
-    };
+    work = detail::zero_fill_work(base, bytes, options, array.mapping_.page_bytes(), array.report_);
   } else if constexpr (zero_pages) {
     array.report_.initialization = options.prefault == prefault::none ? "lazy" : "populate";
     if (options.prefault == prefault::none) return array;
@@ -484,28 +519,8 @@ template <class T, class Init = construct_t>
     } else if constexpr (requires { init.value; }) {
       if constexpr (bytes_copyable_v<T> && std::is_trivially_destructible_v<T>) {
         array.constructed_ = false;
-        const T value(init.value);
-        std::array<unsigned char, sizeof(T)> pattern;  // the value's bytes: what fill_pattern writes
-        std::memcpy(pattern.data(), static_cast<const void*>(&value), sizeof(T));
-        const detail::fill_choice choice = detail::choose_fill_method(
-            options.fill_method, base, bytes, pattern.data(), sizeof(T), !from_pool, array.mapping_.page_bytes(),
-            detail::default_threads(options.threads));
-        detail::note_fill(array.report_, choice);
-        const fill_method method = choice.method;
-        const std::size_t done = choice.filled_bytes / sizeof(T);  // measuring wrote these already
-        if constexpr (std::is_trivially_copyable_v<T>) {
-          if (method == fill_method::stores) {
-            work = [base, value, done](std::size_t first, std::size_t last) {
-              std::fill(base + std::max(first, done), base + std::max(last, done), value);
-            };
-          }
-        }
-        if (!work) {
-          work = [base, pattern, method, done](std::size_t first, std::size_t last) {
-            first = std::max(first, done);
-            if (first < last) detail::fill_pattern(base + first, (last - first) * sizeof(T), pattern.data(), sizeof(T), method);
-          };
-        }
+        work = detail::value_fill_work(base, bytes, T(init.value), options, !from_pool, array.mapping_.page_bytes(),
+                                       array.report_);
       } else {
         work = [base, value = T(init.value)](std::size_t first, std::size_t last) {
           std::uninitialized_fill(base + first, base + last, value);

@@ -355,8 +355,9 @@ std::vector<int> thread_ids(int pid) {
 }
 
 std::optional<std::uint64_t> mapping_count() {
-  if (access("/proc/self/maps", R_OK) != 0) return std::nullopt;
-  return process_maps(0).size();
+  const std::size_t mappings = process_maps(0).size();
+  if (mappings == 0) return std::nullopt;  // a running process has its code mapped: /proc is not readable
+  return mappings;
 }
 
 SystemInfo system_info() {

@@ -452,66 +452,65 @@ void Attribution::apply_to_space(const trace::MappingCall& call) {
   if (failed(call)) return;
   Space& space = spaces_[call.pid];
   const auto result = static_cast<std::uint64_t>(call.result);
-  const std::uint64_t* args = call.args;
   switch (call.kind) {
     case CallKind::mmap:
     case CallKind::existing:
-      make(call.pid, result, args[1], call, (args[3] & kMapAnonymous) != 0);
+      make(call.pid, result, call.length(), call, (call.mmap_flags() & kMapAnonymous) != 0);
       break;
     case CallKind::malloc:  // the interposer: a big block from malloc, calloc or an aligned allocation
-      make(call.pid, result, args[1], call, true);
+      make(call.pid, result, call.length(), call, true);
       break;
     case CallKind::free:
-      if (std::uint64_t block = block_at(space, args[0]); block && live_[block].made_ns <= call.enter_ns) {
-        free_range(space, args[0], live_[block].length, call, true);
+      if (std::uint64_t block = block_at(space, call.address()); block && live_[block].made_ns <= call.enter_ns) {
+        free_range(space, call.address(), live_[block].length, call, true);
       }
       break;
     case CallKind::realloc: {
       if (result == 0) break;  // failed: the old block stays
-      const std::uint64_t block = args[0] ? block_at(space, args[0]) : 0;
+      const std::uint64_t block = call.address() ? block_at(space, call.address()) : 0;
       if (block == 0) {
         trace::MappingCall made = call;
         made.kind = CallKind::malloc;
-        make(call.pid, result, args[2], made, true);
+        make(call.pid, result, call.new_length(), made, true);
         break;
       }
       TracedMapping& mapping = live_[block];
-      cut(space, args[0], args[0] + mapping.length);
-      for (const auto& [displaced, bytes] : cut(space, result, result + args[2])) {
+      cut(space, call.address(), call.address() + mapping.length);
+      for (const auto& [displaced, bytes] : cut(space, result, result + call.new_length())) {
         if (displaced != block) release(displaced, bytes, false);
       }
-      mapping.length = mapping.live_bytes = args[2];
+      mapping.length = mapping.live_bytes = call.new_length();
       mapping.free_ns += duration(call);
-      space.pieces[result] = {result + args[2], block};
+      space.pieces[result] = {result + call.new_length(), block};
       break;
     }
     case CallKind::munmap:
-      free_range(space, args[0], args[1], call, true);
+      free_range(space, call.address(), call.length(), call, true);
       break;
     case CallKind::mremap: {
-      auto moved = cut(space, args[0], args[0] + args[1]);
+      auto moved = cut(space, call.address(), call.address() + call.length());
       if (moved.empty()) break;
       const std::uint64_t id = moved.front().first;
       TracedMapping& mapping = live_[id];
       std::uint64_t removed = 0;
       for (const auto& [piece, bytes] : moved) removed += piece == id ? bytes : 0;
-      mapping.length += args[2] > args[1] ? args[2] - args[1] : 0;
+      mapping.length += call.new_length() > call.length() ? call.new_length() - call.length() : 0;
       mapping.free_ns += duration(call);
-      mapping.live_bytes = mapping.live_bytes - std::min(mapping.live_bytes, removed) + args[2];
-      for (const auto& [displaced, bytes] : cut(space, result, result + args[2])) release(displaced, bytes, false);
-      space.pieces[result] = {result + args[2], id};
+      mapping.live_bytes = mapping.live_bytes - std::min(mapping.live_bytes, removed) + call.new_length();
+      for (const auto& [displaced, bytes] : cut(space, result, result + call.new_length())) release(displaced, bytes, false);
+      space.pieces[result] = {result + call.new_length(), id};
       break;
     }
     case CallKind::brk:
       apply_brk(space, call);
       break;
     case CallKind::madvise:
-      if (args[2] == kMadvDontneed || args[2] == kMadvFree || args[2] == kMadvRemove) {
-        free_range(space, args[0], args[1], call, false);
-      } else if (args[2] == kMadvHugepage || args[2] == kMadvNohugepage) {
-        for (const auto& [id, bytes] : overlaps(space, args[0], args[0] + args[1])) {
-          (args[2] == kMadvHugepage ? live_[id].huge_advised : live_[id].huge_refused) = true;
-          if (args[2] == kMadvNohugepage) live_[id].huge_refused_by = call.stack;
+      if (call.advice() == kMadvDontneed || call.advice() == kMadvFree || call.advice() == kMadvRemove) {
+        free_range(space, call.address(), call.length(), call, false);
+      } else if (call.advice() == kMadvHugepage || call.advice() == kMadvNohugepage) {
+        for (const auto& [id, bytes] : overlaps(space, call.address(), call.address() + call.length())) {
+          (call.advice() == kMadvHugepage ? live_[id].huge_advised : live_[id].huge_refused) = true;
+          if (call.advice() == kMadvNohugepage) live_[id].huge_refused_by = call.stack;
         }
       }
       break;
@@ -519,17 +518,17 @@ void Attribution::apply_to_space(const trace::MappingCall& call) {
 }
 
 // brk(addr): the break moves to the result. The preload library's records give the break before
-// the call in args[1] (it sees no first brk(0) of glibc's); a brk(0) once the break is known asks
+// the call (break_before(); it sees no first brk(0) of glibc's); a brk(0) once the break is known asks
 // and changes nothing: from the preload library, it is a marker (see preload_linux.c).
 void Attribution::apply_brk(Space& space, const trace::MappingCall& call) {
   const auto result = static_cast<std::uint64_t>(call.result);
-  if (space.brk_end == 0) space.brk_end = call.args[1] ? call.args[1] : result;
+  if (space.brk_end == 0) space.brk_end = call.break_before() ? call.break_before() : result;
   if (result > space.brk_end) {
     space.unclaimed_heap.push_back(make(call.pid, space.brk_end, result - space.brk_end, call, true));
     if (space.unclaimed_heap.size() > kUnclaimedHeapKept) space.unclaimed_heap.erase(space.unclaimed_heap.begin());
   } else if (result < space.brk_end) {
     free_range(space, result, space.brk_end - result, call, true);
-  } else if (call.args[0] == 0) {
+  } else if (call.address() == 0) {
     claim_heap(space, call);
   }
   space.brk_end = result;

@@ -36,9 +36,9 @@ struct memcost_preload_header {
   uint32_t frames, python_bytes;
 };
 
-/* The Python stack: this header, then per frame, innermost first, uint32 line, uint16 file bytes,
-   uint16 function bytes and the two names (not terminated); file bytes MEMCOST_PYTHON_SAME_FILE:
-   the same file as the frame before, not repeated. Frames past the block's end are left out. It
+/* The Python stack: this header, then per frame, innermost first, a memcost_python_entry and the
+   two names (not terminated); file bytes MEMCOST_PYTHON_SAME_FILE: the same file as the frame
+   before, not repeated. Frames past the block's end are left out. It
    is also put on the C stack for the length of a big allocation, behind its magic word, where
    the tracer finds it in a copied user stack. */
 #define MEMCOST_PYTHON_MAGIC 0x4b54535950434d4dULL /* "MMCPYSTK" */
@@ -46,6 +46,11 @@ enum { MEMCOST_PYTHON_BLOCK_BYTES = 2048, MEMCOST_PYTHON_SAME_FILE = 0xFFFF };
 struct memcost_python_header {
   uint64_t magic;
   uint32_t bytes, frames; /* bytes: of the frames that follow */
+};
+/* One frame of the block, before its names: copied in and out with memcpy (it sits at any offset). */
+struct memcost_python_entry {
+  uint32_t line;
+  uint16_t file_bytes, function_bytes;
 };
 
 /* The largest record: header, every frame and a full Python block. */

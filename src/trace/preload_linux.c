@@ -169,24 +169,23 @@ static void python_stack(struct python_block *block) {
     ssize_t file_length = 0, function_length = 0;
     const char *file_name = file ? py.utf8(file, &file_length) : NULL;
     const char *function_name = function ? py.utf8(function, &function_length) : NULL;
-    size_t need = 8 + PYTHON_FILE_BYTES + PYTHON_FUNCTION_BYTES;
+    size_t need = sizeof(struct memcost_python_entry) + PYTHON_FILE_BYTES + PYTHON_FUNCTION_BYTES;
     int full = block->header.bytes + need > MEMCOST_PYTHON_BLOCK_BYTES;
     if (!full && file_name && function_name) {
       char *at = block->data + block->header.bytes;
-      uint32_t line = (uint32_t)py.frame_line(frame);
       uint16_t file_bytes = 0, function_bytes = 0;
       const char *file_kept = tail(file_name, file_length, PYTHON_FILE_BYTES, &file_bytes);
       const char *function_kept = tail(function_name, function_length, PYTHON_FUNCTION_BYTES, &function_bytes);
       int same = previous_file && previous_file_bytes == file_bytes && memcmp(previous_file, file_kept, file_bytes) == 0;
-      uint16_t file_field = same ? MEMCOST_PYTHON_SAME_FILE : file_bytes;
+      struct memcost_python_entry entry = {(uint32_t)py.frame_line(frame), same ? (uint16_t)MEMCOST_PYTHON_SAME_FILE : file_bytes,
+                                           function_bytes};
       if (same) file_bytes = 0;
-      memcpy(at, &line, 4);
-      memcpy(at + 4, &file_field, 2);
-      memcpy(at + 6, &function_bytes, 2);
-      memcpy(at + 8, file_kept, file_bytes);
-      memcpy(at + 8 + file_bytes, function_kept, function_bytes);
-      if (!same) previous_file = at + 8, previous_file_bytes = file_bytes;
-      block->header.bytes += 8u + file_bytes + function_bytes;
+      char *names = at + sizeof(entry);
+      memcpy(at, &entry, sizeof(entry));
+      memcpy(names, file_kept, file_bytes);
+      memcpy(names + file_bytes, function_kept, function_bytes);
+      if (!same) previous_file = names, previous_file_bytes = file_bytes;
+      block->header.bytes += (uint32_t)(sizeof(entry) + file_bytes + function_bytes);
       ++block->header.frames;
     }
     if (function) py.decref(function);

@@ -17,15 +17,15 @@ inline constexpr std::size_t kPythonHeaderBytes = sizeof(memcost_python_header);
 inline constexpr std::size_t kPythonMostBytes = MEMCOST_PYTHON_BLOCK_BYTES;
 inline constexpr std::uint16_t kPythonSameFile = MEMCOST_PYTHON_SAME_FILE;  // the file of the frame before
 static_assert(kPythonHeaderBytes == 16, "magic, bytes and frames, without padding");
+static_assert(sizeof(memcost_python_entry) == 8, "line, file bytes and function bytes, without padding");
 
 // The block as it starts at `at` (header and frames), or empty when there is none or it does not fit in `available`.
 inline std::string_view python_block_at(const std::uint8_t* at, std::size_t available) {
   if (available < kPythonHeaderBytes) return {};
-  std::uint64_t magic = 0;
-  std::uint32_t bytes = 0;
-  std::memcpy(&magic, at, 8);
-  std::memcpy(&bytes, at + 8, 4);
-  if (magic != kPythonMagic || bytes > kPythonMostBytes || kPythonHeaderBytes + bytes > available) return {};
+  memcost_python_header header{};
+  std::memcpy(&header, at, sizeof(header));
+  if (header.magic != kPythonMagic || header.bytes > kPythonMostBytes || kPythonHeaderBytes + header.bytes > available) return {};
+  const std::uint32_t bytes = header.bytes;
   return {reinterpret_cast<const char*>(at), kPythonHeaderBytes + bytes};
 }
 
@@ -33,17 +33,17 @@ inline std::string_view python_block_at(const std::uint8_t* at, std::size_t avai
 inline std::vector<Frame> python_frames(std::string_view block) {
   std::vector<Frame> frames;
   if (block.size() < kPythonHeaderBytes) return frames;
-  std::uint32_t count = 0;
-  std::memcpy(&count, block.data() + 12, 4);
+  memcost_python_header header{};
+  std::memcpy(&header, block.data(), sizeof(header));
   std::size_t at = kPythonHeaderBytes;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    if (at + 8 > block.size()) return {};
-    std::uint32_t line = 0;
-    std::uint16_t file_bytes = 0, function_bytes = 0;
-    std::memcpy(&line, block.data() + at, 4);
-    std::memcpy(&file_bytes, block.data() + at + 4, 2);
-    std::memcpy(&function_bytes, block.data() + at + 6, 2);
-    at += 8;
+  for (std::uint32_t i = 0; i < header.frames; ++i) {
+    memcost_python_entry entry{};
+    if (at + sizeof(entry) > block.size()) return {};
+    std::memcpy(&entry, block.data() + at, sizeof(entry));
+    at += sizeof(entry);
+    std::uint16_t file_bytes = entry.file_bytes;
+    const std::uint16_t function_bytes = entry.function_bytes;
+    const std::uint32_t line = entry.line;
     const bool same = file_bytes == kPythonSameFile;
     if (same) file_bytes = 0;
     if (at + file_bytes + function_bytes > block.size() || (same && frames.empty())) return {};

@@ -149,9 +149,24 @@ struct MappingCall {
   int tid = 0;
   std::uint64_t enter_ns = 0;  // CLOCK_MONOTONIC
   std::uint64_t exit_ns = 0;
-  std::uint64_t args[6] = {};  // the call's arguments, in the order of its C declaration
+  // The arguments as captured, in the order of the call's C declaration: mmap(addr, length, prot,
+  // flags, fd, offset), munmap(addr, length), mremap(old_address, old_size, new_size, flags,
+  // new_address), madvise(addr, length, advice), brk(addr); from the preload library also
+  // malloc(-, size), free(ptr), realloc(ptr, -, size) and brk(addr, the break before the call);
+  // existing: (start, length, -, flags). Read by name, below, not by position.
+  std::uint64_t args[6] = {};
   std::int64_t result = 0;     // the raw return value (-errno on failure)
   std::uint32_t stack = 0;     // 0: no stack could be unwound
+
+  // mmap, munmap, madvise, brk: the address asked; mremap: the old address; free, realloc: the
+  // block; existing: the mapping's start.
+  [[nodiscard]] std::uint64_t address() const { return args[0]; }
+  // mmap, munmap, madvise, existing: the length; mremap: the old size; malloc: the size.
+  [[nodiscard]] std::uint64_t length() const { return args[1]; }
+  [[nodiscard]] std::uint64_t mmap_flags() const { return args[3]; }  // mmap, existing
+  [[nodiscard]] std::uint64_t advice() const { return args[2]; }      // madvise
+  [[nodiscard]] std::uint64_t new_length() const { return args[2]; }  // mremap, realloc: the size after
+  [[nodiscard]] std::uint64_t break_before() const { return args[1]; }  // brk from the preload library (0: unknown)
 };
 
 struct Fault {

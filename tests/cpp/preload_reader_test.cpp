@@ -22,14 +22,11 @@ namespace {
 
 // A malloc record with two return addresses and a Python block of one frame (f at a.py:3).
 std::vector<char> malloc_record() {
-  const std::uint32_t line = 3;
-  const std::uint16_t file_bytes = 4, function_bytes = 1;
-  std::vector<char> python(sizeof(memcost_python_header) + 8 + 5);
+  const memcost_python_entry entry{3, 4, 1};
+  std::vector<char> python(sizeof(memcost_python_header) + sizeof(entry) + 5);
   char* frame = python.data() + sizeof(memcost_python_header);
-  std::memcpy(frame, &line, 4);
-  std::memcpy(frame + 4, &file_bytes, 2);
-  std::memcpy(frame + 6, &function_bytes, 2);
-  std::memcpy(frame + 8, "a.pyf", 5);
+  std::memcpy(frame, &entry, sizeof(entry));
+  std::memcpy(frame + sizeof(entry), "a.pyf", 5);
   memcost_python_header python_header{MEMCOST_PYTHON_MAGIC, static_cast<std::uint32_t>(python.size() - sizeof(memcost_python_header)), 1};
   std::memcpy(python.data(), &python_header, sizeof(python_header));
 
@@ -86,7 +83,7 @@ TEST_F(PreloadReaderTest, ARecordBecomesACallWithItsPythonFrames) {
   EXPECT_EQ(call.tid, 78);
   EXPECT_EQ(call.enter_ns, 1'000U);
   EXPECT_EQ(call.exit_ns, 2'000U);
-  EXPECT_EQ(call.args[1], 64U << 20);
+  EXPECT_EQ(call.length(), 64U << 20);
   EXPECT_EQ(call.result, 0x7f0000000000);
   ASSERT_NE(call.stack, 0U);
   const auto& frames = sink.stacks.at(call.stack);
@@ -201,12 +198,10 @@ TEST(PythonFrames, RandomAndCorruptedBlocksNeverDecodeOutsideTheirBytes) {
   for (int round = 0; round < 20000; ++round) {
     bytes.assign(16 + random() % 600, 0);
     for (std::uint8_t& byte : bytes) byte = static_cast<std::uint8_t>(random() % 4 == 0 ? random() % 3 : random());
-    const std::uint64_t magic = MEMCOST_PYTHON_MAGIC;
-    std::memcpy(bytes.data(), &magic, 8);
-    const auto claimed = static_cast<std::uint32_t>(random() % 3 == 0 ? bytes.size() - 16 : random() % 5000);
-    std::memcpy(bytes.data() + 8, &claimed, 4);
-    const std::uint32_t frames = static_cast<std::uint32_t>(random() % 40);
-    std::memcpy(bytes.data() + 12, &frames, 4);
+    const memcost_python_header header{MEMCOST_PYTHON_MAGIC,
+                                       static_cast<std::uint32_t>(random() % 3 == 0 ? bytes.size() - 16 : random() % 5000),
+                                       static_cast<std::uint32_t>(random() % 40)};
+    std::memcpy(bytes.data(), &header, sizeof(header));
     const std::string_view block = detail::python_block_at(bytes.data(), bytes.size() - random() % 8);
     ASSERT_LE(block.size(), bytes.size());
     for (const Frame& frame : detail::python_frames(block)) {

@@ -82,7 +82,7 @@ TEST(ProcessTree, ReadsAProcesssCountersAndItsMappings) {
   detail::report_existing_mappings(getpid(), 42, sink);
   const auto start = reinterpret_cast<std::uint64_t>(memory);
   const bool found = std::any_of(sink.calls.begin(), sink.calls.end(), [&](const MappingCall& call) {
-    return call.kind == CallKind::existing && call.args[0] <= start && start + kBytes <= call.args[0] + call.args[1] &&
+    return call.kind == CallKind::existing && call.address() <= start && start + kBytes <= call.address() + call.length() &&
            call.exit_ns == 42;
   });
   EXPECT_TRUE(found);

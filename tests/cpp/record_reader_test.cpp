@@ -97,8 +97,8 @@ TEST(RecordReader, ReadsFaultsCallsAndLostRecordsAcrossTheBuffersEnd) {
   }
   ASSERT_EQ(sink.calls.size(), 1U);
   EXPECT_EQ(sink.calls[0].kind, CallKind::munmap);
-  EXPECT_EQ(sink.calls[0].args[0], 0x7f0000000000U);
-  EXPECT_EQ(sink.calls[0].args[1], 1U << 20);
+  EXPECT_EQ(sink.calls[0].address(), 0x7f0000000000U);
+  EXPECT_EQ(sink.calls[0].length(), 1U << 20);
   EXPECT_EQ(sink.calls[0].enter_ns, 2'000U);
   EXPECT_EQ(sink.calls[0].exit_ns, 2'500U);
   EXPECT_EQ(sink.calls[0].result, 0);

@@ -109,9 +109,6 @@ struct StrategyInputs {
 
 using Strategy = std::function<BuiltArray(const StrategyInputs&)>;
 
-// os::populate_write, with the probe's test hook (tests/python/test_bigarray.py): with
-// MEMCOST_INJECT_FAILURE containing "populate_write" it fails with EINVAL, as on a kernel older
-// than 5.14. A hook of this experiment's, not of the OS layer.
 // The malloc this process runs on, told by the entry points only it exports, so that a row
 // measured under a preloaded allocator is known to have been.
 std::string malloc_implementation() {
@@ -123,6 +120,9 @@ std::string malloc_implementation() {
   return os::native_malloc_name();
 }
 
+// os::populate_write, with the probe's test hook (tests/python/test_bigarray.py): with
+// MEMCOST_INJECT_FAILURE containing "populate_write" it fails with EINVAL, as on a kernel older
+// than 5.14. A hook of this experiment's, not of the OS layer.
 os::Status populate_write_or_injected(void* address, std::size_t size_bytes) {
   static const bool injected = [] {
     const char* failing = std::getenv("MEMCOST_INJECT_FAILURE");
@@ -132,6 +132,8 @@ os::Status populate_write_or_injected(void* address, std::size_t size_bytes) {
   return os::populate_write(address, size_bytes);
 }
 
+// An array mapped from the OS on `kind` pages: faulted in by the mapping (populate), by every
+// thread's MADV_POPULATE_WRITE (populate_write), by a parallel fill, or by the first touch.
 BuiltArray from_os(const StrategyInputs& c, os::PageKind kind, bool populate, bool parallel_fill, bool populate_write) {
   std::size_t bytes = c.count * sizeof(WorkItem);
   std::size_t page = os::page_kind_bytes(kind);
@@ -646,45 +648,43 @@ std::shared_ptr<std::vector<NamedStrategy>> chosen_strategies(const Settings& s,
 void add_limit_and_fill_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter, std::size_t bytes,
                               unsigned threads) {
   if (s.libc_only) return;
-  {
-    for (int rep = 0; rep < s.limit_reps; ++rep) {
-      steps.push_back({"limit", [&emitter, bytes, rep, threads] {
-        emitter.sample({{"part", "limit"}, {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
-                       {{"gb_per_s", limit_gb_per_s(bytes, threads)}});
-      }});
-    }
-    // The fill methods side by side, on fresh memory (the fill faults it in) and on memory faulted
-    // in once and filled again: the evidence for fill_method::automatic's rule.
-    auto buffer = std::make_shared<big_array<unsigned char>>();
-    // fill_method::automatic is measured beside them, as make_big_array runs it (it measures too).
-    const std::vector<fill_method> methods = {fill_method::memset, fill_method::stores, fill_method::nontemporal,
-                                              fill_method::automatic};
-    // Round by round, each round's methods in an order shuffled from --order-seed, so that the
-    // host's slow moments fall on every method alike (fresh memory first, then faulted-in memory).
-    const auto order = probe::interleaved_order(methods.size(), s.limit_reps, s.order_seed);
-    for (int rep = 0; rep < s.limit_reps; ++rep) {
-      for (bool fresh : {true, false}) {
-        for (std::size_t position = 0; position < methods.size(); ++position) {
-          const fill_method method = methods[order[rep][position]];
-          const bool last = rep + 1 == s.limit_reps && !fresh && position + 1 == methods.size();
-          steps.push_back({"fill methods", [&emitter, buffer, bytes, threads, method, rep, fresh, last] {
-            // A fill during which the VM handed memory to its host is taken again (twice at most):
-            // the host's work slows every method alike, by whatever share of the fill it overlaps.
-            json metrics, raced = json::array();
-            for (int attempt = 0; attempt < 3; ++attempt) {
-              metrics = fill_once(*buffer, bytes, threads, method, fresh);
-              if (fresh) *buffer = big_array<unsigned char>();
-              const json& reported = metrics["events"]["host_reported_bytes"];
-              if (!reported.is_number() || reported.get<std::uint64_t>() < host_reporting_race_bytes) break;
-              raced.push_back({{"gb_per_s", metrics["gb_per_s"]}, {"host_reported_bytes", reported}});
-            }
-            metrics["raced_with_host_reporting"] = std::move(raced);
-            emitter.sample({{"part", "fill"}, {"method", detail::fill_method_name(method)}, {"memory", fresh ? "fresh" : "faulted"},
-                            {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
-                           std::move(metrics));
-            if (last) *buffer = big_array<unsigned char>();
-          }});
-        }
+  for (int rep = 0; rep < s.limit_reps; ++rep) {
+    steps.push_back({"limit", [&emitter, bytes, rep, threads] {
+      emitter.sample({{"part", "limit"}, {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
+                     {{"gb_per_s", limit_gb_per_s(bytes, threads)}});
+    }});
+  }
+  // The fill methods side by side, on fresh memory (the fill faults it in) and on memory faulted
+  // in once and filled again: the evidence for fill_method::automatic's rule.
+  auto buffer = std::make_shared<big_array<unsigned char>>();
+  // fill_method::automatic is measured beside them, as make_big_array runs it (it measures too).
+  const std::vector<fill_method> methods = {fill_method::memset, fill_method::stores, fill_method::nontemporal,
+                                            fill_method::automatic};
+  // Round by round, each round's methods in an order shuffled from --order-seed, so that the
+  // host's slow moments fall on every method alike (fresh memory first, then faulted-in memory).
+  const auto order = probe::interleaved_order(methods.size(), s.limit_reps, s.order_seed);
+  for (int rep = 0; rep < s.limit_reps; ++rep) {
+    for (bool fresh : {true, false}) {
+      for (std::size_t position = 0; position < methods.size(); ++position) {
+        const fill_method method = methods[order[rep][position]];
+        const bool last = rep + 1 == s.limit_reps && !fresh && position + 1 == methods.size();
+        steps.push_back({"fill methods", [&emitter, buffer, bytes, threads, method, rep, fresh, last] {
+          // A fill during which the VM handed memory to its host is taken again (twice at most):
+          // the host's work slows every method alike, by whatever share of the fill it overlaps.
+          json metrics, raced = json::array();
+          for (int attempt = 0; attempt < 3; ++attempt) {
+            metrics = fill_once(*buffer, bytes, threads, method, fresh);
+            if (fresh) *buffer = big_array<unsigned char>();
+            const json& reported = metrics["events"]["host_reported_bytes"];
+            if (!reported.is_number() || reported.get<std::uint64_t>() < host_reporting_race_bytes) break;
+            raced.push_back({{"gb_per_s", metrics["gb_per_s"]}, {"host_reported_bytes", reported}});
+          }
+          metrics["raced_with_host_reporting"] = std::move(raced);
+          emitter.sample({{"part", "fill"}, {"method", detail::fill_method_name(method)}, {"memory", fresh ? "fresh" : "faulted"},
+                          {"size_bytes", bytes}, {"rep", rep}, {"threads", threads}},
+                         std::move(metrics));
+          if (last) *buffer = big_array<unsigned char>();
+        }});
       }
     }
   }
@@ -694,103 +694,121 @@ void add_limit_and_fill_steps(std::vector<Step>& steps, const Settings& s, Emitt
 constexpr int kRepeatMinIterations = 3;
 // Fills by each of memset and streaming stores before the floor takes the faster (by median).
 constexpr int kFloorChoiceTurns = 5;
+
+// The size the repeat scenario uses: it keeps four arrays at once (the floor's, the pool's two
+// pieces and the array being made), so a quarter of the budget when that would not fit (0: left out).
+std::size_t repeat_bytes_within(const BudgetChoice& budget, std::size_t bytes, Emitter& emitter) {
+  if (4 * bytes <= budget.budget_bytes) return bytes;
+  const std::size_t repeat_bytes = budget.budget_bytes / 4 / (16 << 20) * (16 << 20);
+  emitter.warning("repeat_size_reduced", "the repeat scenario keeps four arrays at once; " +
+                                             (repeat_bytes ? "it uses " + human_size(repeat_bytes) : std::string("it is left out")) +
+                                             " (a quarter of the memory budget) instead of " + human_size(bytes));
+  return repeat_bytes;
+}
+
+// The floor's fill: the faster of a parallel memset and parallel streaming stores on the kept
+// array, by the median of a few fills by each, taking turns. (One fill each once chose memset at
+// 64 MiB on a 260 MiB last-level cache, where its fills took 1.5-3.7 ms against the streaming
+// stores' steady 1.6; one quick memset won, and a pooled array then beat its "floor" by 1.27x.)
+fill_method faster_floor_method(void* kept, std::size_t bytes, unsigned threads) {
+  std::map<fill_method, std::vector<double>> ns;
+  for (int turn = 0; turn < kFloorChoiceTurns; ++turn) {
+    for (fill_method method : {fill_method::memset, fill_method::nontemporal}) {
+      const std::uint64_t start = measure::now_ns();
+      parallel_fill(kept, bytes, threads, method);
+      ns[method].push_back(static_cast<double>(measure::now_ns() - start));
+    }
+  }
+  return median_of(ns[fill_method::nontemporal]) < median_of(ns[fill_method::memset]) ? fill_method::nontemporal
+                                                                                        : fill_method::memset;
+}
+
+// One variant's iterations, each paired with the floor, and what each iteration faulted and
+// cost the machine.
+struct RepeatTimes {
+  json iteration_ns = json::array(), floor_ns = json::array(), iteration_faults = json::array(),
+       iteration_events = json::array();
+  int done = 0;
+};
+
+// The pair's order alternates (variant then floor, floor then variant, ...): whatever the second
+// of two fills pays or saves falls on both alike. Adaptive (no --reps): a variant stops once the
+// pairs after its first iteration (the one that pays the first faults) settle as a ranked row does
+// (probe/rounds.hpp), the floor being the fastest (a ratio of 1): known within ±10 %, or at least
+// 3 times the floor in every pair, 5 times with two pairs (the variants that fault their memory in
+// afresh each time: at 4 GiB, 3.4 s an iteration against 0.16); at least kRepeatMinIterations
+// iterations, --repeat at most.
+RepeatTimes time_repeat(const RepeatVariant& variant, const RepeatVariant& floor, std::size_t elements, int repeat,
+                        bool adaptive) {
+  RepeatTimes times;
+  auto timed = [&](const RepeatVariant& run, json& ns, bool counted) {
+    const MachineEvents events_before = machine_events();
+    auto before = measure::take_snapshot({.machine = false});
+    run.iterate(elements);
+    auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+    ns.push_back(interval.wall_ns);
+    if (counted) {
+      times.iteration_faults.push_back(fault_count(interval.faults_counted, interval.minor_faults));
+      times.iteration_events.push_back(events_between(events_before, machine_events()));
+    }
+  };
+  for (int i = 0; i < repeat; ++i) {
+    if (i % 2 == 0) {
+      timed(variant, times.iteration_ns, true);
+      timed(floor, times.floor_ns, false);
+    } else {
+      timed(floor, times.floor_ns, false);
+      timed(variant, times.iteration_ns, true);
+    }
+    times.done = i + 1;
+    if (adaptive && times.done >= kRepeatMinIterations) {
+      std::vector<double> ratios;
+      for (int k = 1; k < times.done; ++k) {
+        ratios.push_back(times.iteration_ns[k].get<double>() / std::max(1.0, times.floor_ns[k].get<double>()));
+      }
+      const Settled now = settled(ratios, 1.0, StoppingRule{.max_rounds = repeat});
+      if (now == Settled::tight || now == Settled::far_behind) break;
+    }
+  }
+  return times;
+}
+
+// Each variant runs its iterations as a program would, and beside each one the floor (one kept
+// array filled again) is taken: on a virtual machine the bandwidth the host gives moves within
+// seconds, so each iteration is set against a floor measured beside it, and a row's ratio is the
+// median of those pairs. (Taking turns between variants iteration by iteration was tried: a fresh
+// array then always follows another variant's free of a whole array, and on this VM paid up to
+// 12x for it. The floor frees nothing.) The floor writes by the faster of a parallel memset and
+// parallel streaming stores, chosen once on the kept array: the two the limit is.
 void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter, std::size_t bytes,
                       const BudgetChoice& budget, unsigned threads) {
-  if (!s.libc_only && s.repeat > 0) {
-    // Each variant runs its iterations as a program would, and beside each one the floor (one kept
-    // array filled again) is taken: on a virtual machine the bandwidth the host gives moves within
-    // seconds, so each iteration is set against a floor measured beside it, and a row's ratio is
-    // the median of those pairs. (Taking turns between variants iteration by iteration was tried:
-    // a fresh array then always follows another variant's free of a whole array, and on this VM
-    // paid up to 12x for it. The floor frees nothing.) The floor writes by the faster of a parallel
-    // memset and parallel streaming stores, chosen once on the kept array: the two the limit is.
-    // At once: the floor's array, the pool's two pieces and the array being made.
-    std::size_t repeat_bytes = bytes;
-    if (4 * repeat_bytes > budget.budget_bytes) {
-      repeat_bytes = budget.budget_bytes / 4 / (16 << 20) * (16 << 20);
-      emitter.warning("repeat_size_reduced", "the repeat scenario keeps four arrays at once; " +
-                                                 (repeat_bytes ? "it uses " + human_size(repeat_bytes) : std::string("it is left out")) +
-                                                 " (a quarter of the memory budget) instead of " + human_size(bytes));
-    }
-    if (repeat_bytes > 0) {
-      auto pool = std::make_shared<array_pool>(2 * repeat_bytes + (std::size_t{4} << 20));
-      auto resource = std::make_shared<big_memory_resource>(big_memory_options{.pool = pool.get()});
-      auto kept = std::make_shared<big_array<std::uint32_t>>();
-      auto floor_method = std::make_shared<fill_method>(fill_method::memset);
-      const std::vector<RepeatVariant> variants = repeat_variants(pool, resource, kept, floor_method, threads);
-      const RepeatVariant& floor = variants.back();
-      const std::size_t elements = repeat_bytes / sizeof(std::uint32_t);
-      for (std::size_t v = 0; v < variants.size(); ++v) {
-        const bool first = v == 0, last = v + 1 == variants.size();
-        steps.push_back({"repeat " + variants[v].name, [&emitter, variant = variants[v], floor, elements, repeat_bytes, pool,
-                                                        kept, floor_method, first, last, repeat = s.repeat, threads,
-                                                        adaptive = s.reps == 0] {
-          if (first) {
-            *kept = make_big_array<std::uint32_t>(elements, zero, {.threads = threads});
-            // The median of a few fills by each, taking turns: one fill each once chose memset at
-            // 64 MiB on a 260 MiB last-level cache, where its fills took 1.5-3.7 ms against the
-            // streaming stores' steady 1.6; one quick memset won, and a pooled array then beat
-            // its "floor" by 1.27x.
-            std::map<fill_method, std::vector<double>> ns;
-            for (int turn = 0; turn < kFloorChoiceTurns; ++turn) {
-              for (fill_method method : {fill_method::memset, fill_method::nontemporal}) {
-                const std::uint64_t start = measure::now_ns();
-                parallel_fill(kept->data(), repeat_bytes, threads, method);
-                ns[method].push_back(static_cast<double>(measure::now_ns() - start));
-              }
-            }
-            *floor_method = median_of(ns[fill_method::nontemporal]) < median_of(ns[fill_method::memset])
-                                ? fill_method::nontemporal : fill_method::memset;
-          }
-          json floor_ns = json::array(), iteration_ns = json::array(), iteration_faults = json::array(),
-               iteration_events = json::array();
-          auto timed = [&](const RepeatVariant& run, json& ns, bool counted) {
-            const MachineEvents events_before = machine_events();
-            auto before = measure::take_snapshot({.machine = false});
-            run.iterate(elements);
-            auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
-            ns.push_back(interval.wall_ns);
-            if (counted) {
-              iteration_faults.push_back(fault_count(interval.faults_counted, interval.minor_faults));
-              iteration_events.push_back(events_between(events_before, machine_events()));
-            }
-          };
-          // The pair's order alternates (variant then floor, floor then variant, ...): whatever the
-          // second of two fills pays or saves falls on both alike.
-          // Adaptive (no --reps): a variant stops once the pairs after its first iteration (the one
-          // that pays the first faults) settle as a ranked row does (probe/rounds.hpp), the floor
-          // being the fastest (a ratio of 1): known within ±10 %, or at least 3 times the floor in
-          // every pair, 5 times with two pairs (the variants that fault their memory in afresh each
-          // time: at 4 GiB, 3.4 s an iteration against 0.16); at least kRepeatMinIterations
-          // iterations, --repeat at most.
-          int done = 0;
-          for (int i = 0; i < repeat; ++i) {
-            if (i % 2 == 0) {
-              timed(variant, iteration_ns, true);
-              timed(floor, floor_ns, false);
-            } else {
-              timed(floor, floor_ns, false);
-              timed(variant, iteration_ns, true);
-            }
-            done = i + 1;
-            if (adaptive && done >= kRepeatMinIterations) {
-              std::vector<double> ratios;
-              for (int k = 1; k < done; ++k) {
-                ratios.push_back(iteration_ns[k].get<double>() / std::max(1.0, floor_ns[k].get<double>()));
-              }
-              const Settled now = settled(ratios, 1.0, StoppingRule{.max_rounds = repeat});
-              if (now == Settled::tight || now == Settled::far_behind) break;
-            }
-          }
-          pool->release();
-          if (last) *kept = big_array<std::uint32_t>();
-          emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", done},
-                          {"floor_method", detail::fill_method_name(*floor_method)}, {"is_floor", last}},
-                         {{"iteration_ns", iteration_ns}, {"iteration_faults", iteration_faults}, {"floor_ns", floor_ns},
-                          {"iteration_events", iteration_events}});
-        }});
+  if (s.libc_only || s.repeat <= 0) return;
+  const std::size_t repeat_bytes = repeat_bytes_within(budget, bytes, emitter);
+  if (repeat_bytes == 0) return;
+  auto pool = std::make_shared<array_pool>(2 * repeat_bytes + (std::size_t{4} << 20));
+  auto resource = std::make_shared<big_memory_resource>(big_memory_options{.pool = pool.get()});
+  auto kept = std::make_shared<big_array<std::uint32_t>>();
+  auto floor_method = std::make_shared<fill_method>(fill_method::memset);
+  const std::vector<RepeatVariant> variants = repeat_variants(pool, resource, kept, floor_method, threads);
+  const RepeatVariant& floor = variants.back();
+  const std::size_t elements = repeat_bytes / sizeof(std::uint32_t);
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    const bool first = v == 0, last = v + 1 == variants.size();
+    steps.push_back({"repeat " + variants[v].name, [&emitter, variant = variants[v], floor, elements, repeat_bytes, pool,
+                                                    kept, floor_method, first, last, repeat = s.repeat, threads,
+                                                    adaptive = s.reps == 0] {
+      if (first) {
+        *kept = make_big_array<std::uint32_t>(elements, zero, {.threads = threads});
+        *floor_method = faster_floor_method(kept->data(), repeat_bytes, threads);
       }
-    }
+      RepeatTimes times = time_repeat(variant, floor, elements, repeat, adaptive);
+      pool->release();
+      if (last) *kept = big_array<std::uint32_t>();
+      emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", times.done},
+                      {"floor_method", detail::fill_method_name(*floor_method)}, {"is_floor", last}},
+                     {{"iteration_ns", std::move(times.iteration_ns)}, {"iteration_faults", std::move(times.iteration_faults)},
+                      {"floor_ns", std::move(times.floor_ns)}, {"iteration_events", std::move(times.iteration_events)}});
+    }});
   }
 }
 
