@@ -168,40 +168,39 @@ class InCallFaults final : public FaultSource {
   FaultCounter& counter_;
 };
 
-class AddressRecords final : public FaultSource {
+// What the sources that write a record per fault share: a record a fault fills a buffer fast, so
+// the reader looks every millisecond and the kernel paces the command where the buffers are small.
+class RecordPerFault : public FaultSource {
  public:
-  explicit AddressRecords(const RunSetting& run) : FaultSource(run) {}
-  [[nodiscard]] std::size_t buffer_pages(std::size_t lockable) const override;
-  [[nodiscard]] std::uint64_t small_buffer_bytes() const override { return 4U << 20; }
+  using FaultSource::FaultSource;
   [[nodiscard]] int poll_ms() const override { return 1; }
-  void sized(std::uint64_t buffer_bytes) override;
-  Opened open(pid_t target, int cpu, EventList& events) override;
   [[nodiscard]] bool paces() const override { return pacing_.on(); }
   bool stopped_the_command() override { return pacing_.on() && Pacing::stopped(run_.command); }
-  void describe(Result& result, const EventList& events) const override;
   [[nodiscard]] const Pacing& pacing() const { return pacing_; }
-  static constexpr std::uint64_t kRecordBytes = 40;  // thread, time, address, id and header
 
- private:
+ protected:
   Pacing pacing_;
   std::uint64_t buffer_bytes_ = 0;
 };
 
-class FaultRecords final : public FaultSource {
+class AddressRecords final : public RecordPerFault {
  public:
-  explicit FaultRecords(const RunSetting& run) : FaultSource(run) {}
-  [[nodiscard]] std::uint64_t small_buffer_bytes() const override { return 32U << 20; }
-  [[nodiscard]] int poll_ms() const override { return 1; }
+  explicit AddressRecords(const RunSetting& run) : RecordPerFault(run) {}
+  [[nodiscard]] std::size_t buffer_pages(std::size_t lockable) const override;
+  [[nodiscard]] std::uint64_t small_buffer_bytes() const override { return 4U << 20; }
   void sized(std::uint64_t buffer_bytes) override;
   Opened open(pid_t target, int cpu, EventList& events) override;
-  [[nodiscard]] bool paces() const override { return pacing_.on(); }
-  bool stopped_the_command() override { return pacing_.on() && Pacing::stopped(run_.command); }
   void describe(Result& result, const EventList& events) const override;
-  [[nodiscard]] const Pacing& pacing() const { return pacing_; }
+  static constexpr std::uint64_t kRecordBytes = 40;  // thread, time, address, id and header
+};
 
- private:
-  Pacing pacing_;
-  std::uint64_t buffer_bytes_ = 0;
+class FaultRecords final : public RecordPerFault {
+ public:
+  explicit FaultRecords(const RunSetting& run) : RecordPerFault(run) {}
+  [[nodiscard]] std::uint64_t small_buffer_bytes() const override { return 32U << 20; }
+  void sized(std::uint64_t buffer_bytes) override;
+  Opened open(pid_t target, int cpu, EventList& events) override;
+  void describe(Result& result, const EventList& events) const override;
 };
 
 // A copied stack and about 150 bytes more: a record with the user stack.
