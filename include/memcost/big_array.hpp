@@ -46,6 +46,8 @@
 #include <utility>
 #include <vector>
 
+#include "memcost/pinned.hpp"
+
 namespace memcost {
 
 enum class pages { automatic, hugetlb_1g, hugetlb_2m, thp, base };
@@ -89,6 +91,10 @@ struct big_array_options {
   numa_placement numa = numa_placement::inherit;
   unsigned numa_node = 0;  // for numa_placement::node
   memcost::fill_method fill_method = fill_method::automatic;
+  // Pinned for a GPU (pinned.hpp): registered with the CUDA driver once the pages are in (the
+  // array is then made at once, whatever `prefault` says), unregistered before the memory goes.
+  // Without a driver or a GPU, make_big_array throws pinning_error.
+  bool pinned = false;
 };
 
 enum class big_array_errc { bad_size, out_of_memory, pool_too_small, not_supported };
@@ -115,6 +121,8 @@ struct allocation_report {
   unsigned threads = 0;
   std::string initialization;  // "populate" (zero pages faulted in), "write" (elements written), "lazy"
   bool from_pool = false;      // the memory came from an array_pool, already faulted in
+  bool pinned = false;         // registered with the GPU driver (big_array_options::pinned)
+  double pin_seconds = 0;      // the driver's time to register it
   std::string fill_method;     // "memset", "stores" or "nontemporal" when elements were written with a value
   // Why that method: "asked for", "measured now: …" (the candidates' speeds on slices of this
   // array), "measured earlier in this process: …", or the default rule and why it applied.
@@ -408,6 +416,18 @@ class big_array {
     std::swap(report_, other.report_);
     std::swap(constructed_, other.constructed_);
     std::swap(pool_, other.pool_);
+    std::swap(pinned_, other.pinned_);
+  }
+
+  // The array registered with the GPU driver where the options ask (pinned.hpp); on failure it is
+  // destroyed, its memory released.
+  static big_array pinned_if_asked(big_array array, const big_array_options& options) {
+    if (options.pinned && array.mapping_.data()) {
+      array.pinned_ = pinned_registration(array.mapping_.data(), array.mapping_.bytes());
+      array.report_.pinned = true;
+      array.report_.pin_seconds = array.pinned_.register_seconds();
+    }
+    return array;
   }
 
   void reset() noexcept {
@@ -423,6 +443,7 @@ class big_array {
       }
     }
     job_.reset();
+    pinned_.release();  // unpinned before the memory is pooled or unmapped
     if (pool_ && mapping_.data()) pool_->give(std::move(mapping_), report_.page_kind);
     mapping_ = detail::mapping();
     size_ = 0;
@@ -434,6 +455,7 @@ class big_array {
   allocation_report report_;
   bool constructed_ = false;  // elements were constructed (not only zero pages)
   array_pool* pool_ = nullptr;  // where the memory goes back to
+  pinned_registration pinned_;
 };
 
 namespace detail {
@@ -505,11 +527,11 @@ template <class T, class Init = construct_t>
   typename detail::fill_job::work_function work;
   if (zero_pages && from_pool) {
     array.report_.initialization = std::is_same_v<Init, uninitialized_t> ? "none" : "write";
-    if constexpr (std::is_same_v<Init, uninitialized_t>) return array;
+    if constexpr (std::is_same_v<Init, uninitialized_t>) return big_array<T>::pinned_if_asked(std::move(array), options);
     work = detail::zero_fill_work(base, bytes, options, array.mapping_.page_bytes(), array.report_);
   } else if constexpr (zero_pages) {
     array.report_.initialization = options.prefault == prefault::none ? "lazy" : "populate";
-    if (options.prefault == prefault::none) return array;
+    if (options.prefault == prefault::none) return big_array<T>::pinned_if_asked(std::move(array), options);
     work = [base](std::size_t first, std::size_t last) { detail::populate(base + first, (last - first) * sizeof(T)); };
   } else {
     array.report_.initialization = "write";
@@ -539,13 +561,13 @@ template <class T, class Init = construct_t>
       };
     }
   }
-  const bool async = options.prefault == prefault::async;
+  const bool async = options.prefault == prefault::async && !options.pinned;
   array.job_ = std::make_unique<detail::fill_job>(count, sizeof(T), array.mapping_.page_bytes(),
                                                   detail::default_threads(options.threads), std::move(work),
                                                   detail::fill_cpu_sets(options));
   array.report_.threads = array.job_->threads();
   if (!async) array.wait();  // on error, `array` unwinds: elements destroyed, memory released
-  return array;
+  return big_array<T>::pinned_if_asked(std::move(array), options);
 }
 
 }  // namespace memcost

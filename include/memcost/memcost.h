@@ -24,7 +24,8 @@ typedef enum memcost_status {
   MEMCOST_ERROR_OUT_OF_MEMORY = 2,  /* more than the memory available */
   MEMCOST_ERROR_POOL_TOO_SMALL = 3, /* strict hugetlb request and the pool lacks pages */
   MEMCOST_ERROR_NOT_SUPPORTED = 4,  /* strict request for a page kind this system lacks */
-  MEMCOST_ERROR_BAD_ARGUMENT = 5    /* a null pointer or an unknown option value */
+  MEMCOST_ERROR_BAD_ARGUMENT = 5,   /* a null pointer or an unknown option value */
+  MEMCOST_ERROR_NO_GPU = 6          /* `pinned` asked, and no CUDA driver or GPU, or the driver refused */
 } memcost_status;
 
 typedef enum memcost_pages {
@@ -57,6 +58,7 @@ typedef struct memcost_options {
   memcost_pool* pool; /* NULL: no pool (an array with a NUMA placement never uses one) */
   memcost_numa numa;
   unsigned numa_node; /* for MEMCOST_NUMA_NODE */
+  int pinned;         /* nonzero: pinned for a GPU (registered with the CUDA driver), made at once */
 } memcost_options;
 
 typedef struct memcost_pool_stats {

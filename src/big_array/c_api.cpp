@@ -17,6 +17,7 @@ struct memcost_array {
   memcost::allocation_report report;
   std::string fallbacks;
   memcost::array_pool* pool = nullptr;  // where the memory goes back on destroy
+  memcost::pinned_registration pinned;
   ~memcost_array() {
     if (job) {
       try {
@@ -25,6 +26,7 @@ struct memcost_array {
       }
     }
     job.reset();
+    pinned.release();  // unpinned before the memory is pooled or unmapped
     if (pool && memory.data()) pool->give(std::move(memory), report.page_kind);
   }
 };
@@ -71,7 +73,19 @@ bool to_options(const memcost_options* in, memcost::big_array_options& out) {
   out.numa = placements[numa_choice];
   out.numa_node = in->numa_node;
   out.pool = in->pool ? &in->pool->pool : nullptr;
+  out.pinned = in->pinned != 0;
   return true;
+}
+
+// The array, pinned for a GPU where the options ask, handed to the caller.
+memcost_status hand_over(std::unique_ptr<memcost_array> result, const memcost::big_array_options& settings,
+                         memcost_array** array) {
+  if (settings.pinned) {
+    result->pinned = memcost::pinned_registration(result->memory.data(), result->memory.bytes());
+    result->report.pinned = true;
+  }
+  *array = result.release();
+  return MEMCOST_OK;
 }
 
 // `value` null: zero pages, faulted in; otherwise every element copied from it.
@@ -97,10 +111,7 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
     auto* base = static_cast<unsigned char*>(result->memory.data());
     memcost::detail::fill_job::work_function work;
     if (!value && !from_pool) {
-      if (settings.prefault == memcost::prefault::none) {
-        *array = result.release();
-        return MEMCOST_OK;
-      }
+      if (settings.prefault == memcost::prefault::none) return hand_over(std::move(result), settings, array);
       work = [base, element_size](std::size_t first, std::size_t last) {
         memcost::detail::populate(base + first * element_size, (last - first) * element_size);
       };
@@ -120,7 +131,7 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
         }
       };
     }
-    bool async = settings.prefault == memcost::prefault::async;
+    bool async = settings.prefault == memcost::prefault::async && !settings.pinned;
     result->job = std::make_unique<memcost::detail::fill_job>(count, element_size, result->memory.page_bytes(),
                                                               memcost::detail::default_threads(settings.threads),
                                                               std::move(work), memcost::detail::fill_cpu_sets(settings));
@@ -130,8 +141,10 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
         memcost::detail::read_back(result->report, result->memory.data(), result->memory.bytes());
       }
     }
-    *array = result.release();
-    return MEMCOST_OK;
+    return hand_over(std::move(result), settings, array);
+  } catch (const memcost::pinning_error& error) {
+    last_error = error.what();
+    return MEMCOST_ERROR_NO_GPU;
   } catch (const memcost::big_array_error& error) {
     last_error = error.what();
     return status_of(error.code());
@@ -146,7 +159,7 @@ memcost_status create(std::size_t count, std::size_t element_size, const void* v
 extern "C" {
 
 void memcost_options_init(memcost_options* options) {
-  if (options) *options = memcost_options{MEMCOST_PAGES_AUTO, 0, MEMCOST_PREFAULT_NOW, 0, nullptr, MEMCOST_NUMA_INHERIT, 0};
+  if (options) *options = memcost_options{MEMCOST_PAGES_AUTO, 0, MEMCOST_PREFAULT_NOW, 0, nullptr, MEMCOST_NUMA_INHERIT, 0, 0};
 }
 
 memcost_pool* memcost_pool_create(size_t max_bytes) { return new (std::nothrow) memcost_pool(max_bytes); }

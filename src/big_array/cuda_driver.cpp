@@ -1,0 +1,106 @@
+// The CUDA driver, loaded at run time (cuda_driver.hpp).
+#include "big_array/cuda_driver.hpp"
+
+#if defined(_WIN32)
+
+namespace memcost::detail {
+
+cuda_driver* cuda_driver::get(std::string& why_not) {
+  why_not = "pinning memory for a GPU is built for Linux only";
+  return nullptr;
+}
+std::string cuda_driver::host_register(void*, std::size_t) { return "not built"; }
+void cuda_driver::host_unregister(void*) {}
+std::string cuda_driver::error_text(int) const { return {}; }
+
+}  // namespace memcost::detail
+
+#else
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace memcost::detail {
+namespace {
+
+// The driver API's values this needs (cuda.h): CUDA_SUCCESS, CUDA_ERROR_NO_DEVICE,
+// CU_MEMHOSTREGISTER_PORTABLE.
+constexpr int kSuccess = 0;
+constexpr int kNoDevice = 100;
+constexpr unsigned kRegisterPortable = 0x01;
+
+template <class F>
+F symbol(void* library, const char* name) {
+  return reinterpret_cast<F>(dlsym(library, name));
+}
+
+}  // namespace
+
+cuda_driver* cuda_driver::get(std::string& why_not) {
+  static std::once_flag once;
+  static cuda_driver* driver = nullptr;
+  static std::string why;
+  std::call_once(once, [] {
+    const char* named = std::getenv("MEMCOST_CUDA_LIBRARY");
+    const char* path = named && *named ? named : "libcuda.so.1";
+    // Never unloaded: registrations live as long as the memory, and the driver with them.
+    void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+      const char* error = dlerror();
+      why = std::string("no CUDA driver here: ") + path + " could not be loaded (" + (error ? error : "unknown") +
+            "); pinning memory for a GPU needs NVIDIA's driver";
+      return;
+    }
+    auto init = symbol<int (*)(unsigned)>(library, "cuInit");
+    auto device_get = symbol<int (*)(int*, int)>(library, "cuDeviceGet");
+    auto retain = symbol<int (*)(void**, int)>(library, "cuDevicePrimaryCtxRetain");
+    auto made = new cuda_driver();
+    made->register_ = symbol<register_fn>(library, "cuMemHostRegister_v2");
+    made->unregister_ = symbol<unregister_fn>(library, "cuMemHostUnregister");
+    made->error_string_ = symbol<error_string_fn>(library, "cuGetErrorString");
+    made->set_context_ = symbol<set_context_fn>(library, "cuCtxSetCurrent");
+    if (!init || !device_get || !retain || !made->register_ || !made->unregister_ || !made->set_context_) {
+      why = std::string(path) + " lacks the CUDA driver calls pinning needs (cuInit, cuMemHostRegister_v2, ...)";
+      delete made;
+      return;
+    }
+    int result = init(0);
+    int device = 0;
+    if (result == kSuccess) result = device_get(&device, 0);
+    if (result == kSuccess) result = retain(&made->context_, device);
+    if (result != kSuccess) {
+      why = result == kNoDevice ? std::string("no GPU here: the CUDA driver found no device")
+                                : "the CUDA driver would not start: " + made->error_text(result);
+      delete made;
+      return;
+    }
+    driver = made;
+  });
+  if (!driver) why_not = why;
+  return driver;
+}
+
+std::string cuda_driver::error_text(int result) const {
+  const char* text = nullptr;
+  if (error_string_ && error_string_(result, &text) == kSuccess && text) {
+    return std::string(text) + " (CUresult " + std::to_string(result) + ")";
+  }
+  return "CUresult " + std::to_string(result);
+}
+
+std::string cuda_driver::host_register(void* data, std::size_t bytes) {
+  // A registration belongs to no context but needs one current on the calling thread.
+  int result = set_context_(context_);
+  if (result == kSuccess) result = register_(data, bytes, kRegisterPortable);
+  return result == kSuccess ? std::string() : error_text(result);
+}
+
+void cuda_driver::host_unregister(void* data) {
+  if (set_context_(context_) == kSuccess) unregister_(data);
+}
+
+}  // namespace memcost::detail
+
+#endif

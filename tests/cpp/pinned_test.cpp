@@ -1,0 +1,156 @@
+// Pinning for a GPU (memcost/pinned.hpp) without one: the chunking, the registration and its
+// release through a stand-in driver (fake_cuda.c, named by MEMCOST_CUDA_LIBRARY), and the errors
+// where there is no driver or no GPU. ctest runs each suite with its driver (tests/cpp/CMakeLists.txt);
+// PinnedOnThisMachine uses the real one, and skips with the reason where there is none.
+#include "memcost/pinned.hpp"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "memcost/big_array.hpp"
+#include "memcost/memcost.h"
+
+namespace memcost {
+namespace {
+
+constexpr std::size_t GiB = std::size_t{1} << 30;
+
+TEST(RegistrationChunks, AtMost64GiBEachWholePagesButTheLastAndTheyCoverEverything) {
+  EXPECT_TRUE(registration_chunks(0).empty());
+  const auto one = registration_chunks(32 * GiB);
+  ASSERT_EQ(one.size(), 1U);
+  EXPECT_EQ(one[0].bytes, 32 * GiB);
+  const auto exact = registration_chunks(128 * GiB);
+  ASSERT_EQ(exact.size(), 2U);
+  EXPECT_EQ(exact[1].offset, 64 * GiB);
+  // 600 GiB, more than one registration the driver takes (512 GiB): ten chunks, the last 24 GiB.
+  const auto big = registration_chunks(600 * GiB + 12345);
+  ASSERT_EQ(big.size(), 10U);
+  std::size_t covered = 0;
+  for (const registration_chunk& chunk : big) {
+    EXPECT_EQ(chunk.offset, covered);
+    EXPECT_LE(chunk.bytes, max_registration_bytes);
+    covered += chunk.bytes;
+  }
+  EXPECT_EQ(covered, 600 * GiB + 12345);
+  // A limit that is not whole pages is rounded down to them.
+  const auto odd = registration_chunks(10 * 4096, 3 * 4096 + 100);
+  ASSERT_EQ(odd.size(), 4U);
+  EXPECT_EQ(odd[0].bytes, 3U * 4096);
+  EXPECT_EQ(odd[3].bytes, 4096U);
+}
+
+// The stand-in driver's record of what was registered.
+struct FakeDriver {
+  const bool loaded = pinning_unavailable().empty();  // memcost loads the driver first
+  void* library = dlopen(std::getenv("MEMCOST_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+  template <class F>
+  F call(const char* name) const {
+    return reinterpret_cast<F>(dlsym(library, name));
+  }
+  int live() const { return call<int (*)()>("fake_cuda_live")(); }
+  int registrations() const { return call<int (*)()>("fake_cuda_registrations")(); }
+  std::size_t bytes(int i) const { return call<std::size_t (*)(int)>("fake_cuda_bytes")(i); }
+  void* start(int i) const { return call<void* (*)(int)>("fake_cuda_start")(i); }
+  unsigned flags(int i) const { return call<unsigned (*)(int)>("fake_cuda_flags")(i); }
+};
+
+TEST(PinnedWithADriver, AnArrayIsRegisteredWholeOnceFaultedInAndUnregisteredBeforeItGoes) {
+  ASSERT_EQ(pinning_unavailable(), "") << "the stand-in driver loads";
+  FakeDriver driver;
+  ASSERT_NE(driver.library, nullptr);
+  const int before = driver.registrations();
+  {
+    auto array = make_big_array<float>(4 << 20, zero, {.pages = pages::base, .prefault = prefault::async, .pinned = true});
+    EXPECT_TRUE(array.report().pinned);
+    EXPECT_TRUE(array.ready(array.size() - 1)) << "pinned: made at once, whatever prefault says";
+    ASSERT_EQ(driver.registrations(), before + 1);
+    EXPECT_EQ(driver.start(before), array.data());
+    EXPECT_EQ(driver.bytes(before), array.report().mapped_bytes);
+    EXPECT_EQ(driver.flags(before), 1U) << "portable: pinned for every context";
+    EXPECT_EQ(driver.live(), 1);
+    auto moved = std::move(array);
+    EXPECT_EQ(driver.live(), 1) << "moving the array moves its registration";
+  }
+  EXPECT_EQ(driver.live(), 0) << "unregistered when the array went";
+  // Into a pool and out again: unpinned before it is pooled, pinned again when taken.
+  array_pool pool(64 << 20);
+  {
+    auto first = make_big_array<float>(1 << 20, zero, {.pages = pages::base, .pool = &pool, .pinned = true});
+  }
+  EXPECT_EQ(driver.live(), 0);
+  auto second = make_big_array<float>(1 << 20, zero, {.pages = pages::base, .pool = &pool, .pinned = true});
+  EXPECT_TRUE(second.report().from_pool);
+  EXPECT_EQ(driver.live(), 1);
+}
+
+TEST(PinnedWithADriver, MemoryOfYourOwnAndTheDriversRefusalInOneSentence) {
+  std::vector<char> memory(1 << 20);
+  FakeDriver driver;
+  {
+    pinned_registration pinned(memory.data(), memory.size());
+    EXPECT_TRUE(pinned.pinned());
+    EXPECT_EQ(pinned.chunks(), 1U);
+    EXPECT_EQ(driver.live(), 1);
+  }
+  EXPECT_EQ(driver.live(), 0);
+  setenv("FAKE_CUDA_MAX_BYTES", "4096", 1);
+  try {
+    auto array = make_big_array<float>(1 << 20, zero, {.pinned = true});
+    ADD_FAILURE() << "the driver refused, and the array was made anyway";
+  } catch (const pinning_error& error) {
+    EXPECT_NE(std::string(error.what()).find("the CUDA driver would not pin"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("invalid argument"), std::string::npos) << "the driver's own words";
+  }
+  unsetenv("FAKE_CUDA_MAX_BYTES");
+  EXPECT_EQ(driver.live(), 0) << "nothing left registered";
+}
+
+TEST(PinnedWithADriver, TheCApiPinsAndUnpins) {
+  FakeDriver driver;
+  memcost_options options;
+  memcost_options_init(&options);
+  options.pinned = 1;
+  memcost_array* array = nullptr;
+  ASSERT_EQ(memcost_array_create_zeroed(1 << 20, 4, &options, &array), MEMCOST_OK) << memcost_last_error();
+  EXPECT_EQ(driver.live(), 1);
+  memcost_array_destroy(array);
+  EXPECT_EQ(driver.live(), 0);
+}
+
+// Where there is no driver library, or no GPU: one sentence that says which, and nothing made.
+void expect_one_clear_error(const std::string& says) {
+  EXPECT_NE(pinning_unavailable().find(says), std::string::npos) << pinning_unavailable();
+  try {
+    auto array = make_big_array<float>(1 << 20, zero, {.pinned = true});
+    ADD_FAILURE() << "pinned without a GPU";
+  } catch (const pinning_error& error) {
+    EXPECT_NE(std::string(error.what()).find(says), std::string::npos) << error.what();
+  }
+  memcost_options options;
+  memcost_options_init(&options);
+  options.pinned = 1;
+  memcost_array* array = nullptr;
+  EXPECT_EQ(memcost_array_create_zeroed(1 << 20, 4, &options, &array), MEMCOST_ERROR_NO_GPU);
+  EXPECT_EQ(array, nullptr);
+  EXPECT_NE(std::string(memcost_last_error()).find(says), std::string::npos) << memcost_last_error();
+  // Unpinned arrays are unaffected.
+  auto plain = make_big_array<float>(1 << 20, zero);
+  EXPECT_FALSE(plain.report().pinned);
+}
+
+TEST(PinnedWithoutADriver, IsOneClearError) { expect_one_clear_error("no CUDA driver here"); }
+
+TEST(PinnedWithoutAGpu, IsOneClearError) { expect_one_clear_error("no GPU here"); }
+
+TEST(PinnedOnThisMachine, ThirtyTwoMiBPinnedByTheRealDriver) {
+  if (std::string why = pinning_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  auto array = make_big_array<float>(8 << 20, zero, {.pinned = true});
+  EXPECT_TRUE(array.report().pinned);
+  EXPECT_GT(array.report().pin_seconds, 0.0);
+}
+
+}  // namespace
+}  // namespace memcost
