@@ -12,7 +12,6 @@ std::size_t AddressRecords::buffer_pages(std::size_t lockable) const {
 
 // A second of touching samples' room is kept beside the address records.
 void AddressRecords::sized(std::uint64_t buffer_bytes) {
-  buffer_bytes_ = buffer_bytes;
   pacing_.size(buffer_bytes, run_.attaching, kRecordBytes,
                std::uint64_t{run_.options.touch_samples_per_second} * stack_record_bytes(run_.stack_bytes));
 }
@@ -22,7 +21,7 @@ void AddressRecords::sized(std::uint64_t buffer_bytes) {
 // page-faults event wrote no samples at all (Linux 6.18). The faults of big allocations are minor.
 Opened AddressRecords::open(pid_t target, int cpu, EventList& events) {
   const std::uint64_t sample_type = kFaultSampleType | PERF_SAMPLE_PERIOD;
-  perf_event_attr stacks = tree_attr(run_, sample_type, buffer_bytes_);
+  perf_event_attr stacks = tree_attr(run_, sample_type, events.buffer_bytes());
   stacks.config = PERF_COUNT_SW_PAGE_FAULTS_MIN;
   stacks.freq = 1;
   stacks.sample_freq = run_.options.touch_samples_per_second;

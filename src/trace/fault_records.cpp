@@ -5,12 +5,11 @@
 namespace memcost::trace::detail {
 
 void FaultRecords::sized(std::uint64_t buffer_bytes) {
-  buffer_bytes_ = buffer_bytes;
   pacing_.size(buffer_bytes, run_.attaching, stack_record_bytes(run_.stack_bytes), 0);
 }
 
 Opened FaultRecords::open(pid_t target, int cpu, EventList& events) {
-  perf_event_attr attr = tree_attr(run_, kFaultSampleType, buffer_bytes_);
+  perf_event_attr attr = tree_attr(run_, kFaultSampleType, events.buffer_bytes());
   attr.config = PERF_COUNT_SW_PAGE_FAULTS;
   attr.sample_period = run_.options.sample_period;
   const int fd = events.add_faults(attr, target, cpu, Event{EventKind::fault, kFaultSampleType});

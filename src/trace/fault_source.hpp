@@ -180,7 +180,6 @@ class RecordPerFault : public FaultSource {
 
  protected:
   Pacing pacing_;
-  std::uint64_t buffer_bytes_ = 0;
 };
 
 class AddressRecords final : public RecordPerFault {
