@@ -30,16 +30,8 @@ volatile sig_atomic_t g_interrupted = 0;     // SIGINT: the command's, passed on
 void on_terminate(int) { g_stop_requested = 1; }
 void on_interrupt(int) { g_interrupted = 1; }
 
-}  // namespace
-
-namespace {
-
 // kernel.perf_event_paranoid, or -1 (everything allowed) where the file is missing.
 int perf_paranoid() { return os::perf_event_paranoid().value_or(-1); }
-
-}  // namespace
-
-namespace {
 
 // What JIT runtimes need for their compiled functions to be named (docs/trace.md, "JIT-compiled
 // code"): node writes /tmp/perf-PID.map as it compiles, and gives interpreted functions a copy of
@@ -69,7 +61,6 @@ bool asks_for_perf_maps(const std::vector<std::string>& command) {
   }
   return false;
 }
-
 
 }  // namespace
 
