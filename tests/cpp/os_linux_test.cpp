@@ -66,6 +66,15 @@ TEST(ProcessMaps, ListsAnAnonymousMappingAndTheProgramsFile) {
   EXPECT_TRUE(os::process_maps(4'194'304 + 1).empty()) << "no such process";
 }
 
+TEST(PerfEventMlock, TheKernelsAllowanceIsReadAsKiB) {
+  const auto allowed = os::perf_event_mlock_kb();
+  ASSERT_TRUE(allowed.has_value()) << "Linux keeps /proc/sys/kernel/perf_event_mlock_kb";
+  std::ifstream file("/proc/sys/kernel/perf_event_mlock_kb");
+  std::uint64_t direct = 0;
+  file >> direct;
+  EXPECT_EQ(*allowed, direct);
+}
+
 TEST(ThreadIds, ListsEveryThreadOfAProcess) {
   std::atomic<int> tid{0};
   std::atomic<bool> done{false};
