@@ -380,8 +380,8 @@ def _paired_behind_percent(by_rep: dict[int, dict[str, float]], method: str, fas
 def summarize_repeat(samples: list) -> list[dict]:
     """Per variant of the repeat scenario: the iterations after the first (the first pays for
     whatever is not yet cached or pooled), their median time, GB/s, faults, and their share of the
-    floor taken right after each (one kept array filled again by the faster of memset and streaming
-    stores: the limit, measured beside the row)."""
+    floor taken right after each (one kept array filled again by the fastest fill method there:
+    the limit, measured beside the row)."""
     result = []
     for sample in samples:
         if sample["case"]["part"] != "repeat":

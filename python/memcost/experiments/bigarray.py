@@ -138,7 +138,7 @@ def _row_name(row: dict) -> str:
     return f"{row['strategy']} ({row['init']})" if "strategy" in row else f"repeat: {row['variant']}"
 
 
-_FLOOR_METHODS = {"memset": "a parallel memset", "nontemporal": "parallel streaming stores"}
+_FLOOR_METHODS = {"memset": "a parallel memset", "stores": "parallel plain stores", "nontemporal": "parallel streaming stores"}
 
 
 def tables(summary: dict) -> list[Table]:
@@ -178,7 +178,7 @@ def tables(summary: dict) -> list[Table]:
                        "how many; adaptive unless --reps: the ranked rows' rule, the floor as the fastest) — medians after "
                        "the first iteration; of limit: each iteration against the floor taken "
                        f"beside it (one kept array filled again by {_FLOOR_METHODS.get(repeat[0].get('floor_method'), 'memset')}, "
-                       "the faster of memset and streaming stores), median",
+                       "the fastest fill method there), median",
                        ["variant", "iterations", "seconds", "GB/s", "of limit", "faults", "first iteration s"],
                        [[r["variant"], str(r["iterations"]), number(r["median_s"], 4), number(r["gb_per_s"], 1),
                          _of_limit(r), number(r["faults_per_iteration"]), number(r["first_s"], 4)]

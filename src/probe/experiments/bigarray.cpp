@@ -264,15 +264,20 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
 // Every variant leaves every element equal to this: a repeated byte, so memset can write it too.
 constexpr std::uint32_t kRepeatValue = 0x01010101;
 
-// Every element of [data, data + bytes) set to kRepeatValue by `method` (memset or streaming
-// stores), one part per thread: the repeat scenario's floor.
+// Every element of [data, data + bytes) set to kRepeatValue by `method`, in the library's chunks
+// taken by whichever thread is free (detail::fill_job), as make_big_array fills: the repeat
+// scenario's floor. (With one contiguous part per thread, a thread the host slowed held the whole
+// fill back, and a pooled make_big_array beat this "floor" by 1.10-1.15x in every run on a 2-vCPU
+// AMD EPYC guest.)
 void parallel_fill(void* data, std::size_t bytes, unsigned threads, fill_method method) {
   auto* bytes_at = static_cast<unsigned char*>(data);
-  parallel_for(threads, bytes / sizeof(kRepeatValue), [bytes_at, method](std::size_t first, std::size_t last) {
-    detail::fill_pattern(bytes_at + first * sizeof(kRepeatValue), (last - first) * sizeof(kRepeatValue), &kRepeatValue,
-                         sizeof(kRepeatValue), method);
-    measure::keep_writes(bytes_at);
-  });
+  detail::fill_job job(bytes / sizeof(kRepeatValue), sizeof(kRepeatValue), os::base_page_size(), threads,
+                       [bytes_at, method](std::size_t first, std::size_t last) {
+                         detail::fill_pattern(bytes_at + first * sizeof(kRepeatValue), (last - first) * sizeof(kRepeatValue),
+                                              &kRepeatValue, sizeof(kRepeatValue), method);
+                         measure::keep_writes(bytes_at);
+                       });
+  job.wait();
 }
 
 // The machine's limit: a parallel memset, one part per thread.
@@ -477,7 +482,7 @@ std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std
       {"one array kept, filled again (the floor)",
        [kept, floor_method, threads](std::size_t count) {
          if (kept->size() != count) *kept = make_big_array<std::uint32_t>(count, zero);
-         // The faster of the two ways the limit is measured with: what re-initializing costs at best.
+         // The fastest fill method on this array: what re-initializing costs at best.
          parallel_fill(kept->data(), count * sizeof(std::uint32_t), threads, *floor_method);
        }},
   };
@@ -692,7 +697,7 @@ void add_limit_and_fill_steps(std::vector<Step>& steps, const Settings& s, Emitt
 
 // The repeat scenario: each iteration of a variant paired with a floor taken beside it.
 constexpr int kRepeatMinIterations = 3;
-// Fills by each of memset and streaming stores before the floor takes the faster (by median).
+// Fills by each fill method before the floor takes the fastest (by median).
 constexpr int kFloorChoiceTurns = 5;
 
 // The size the repeat scenario uses: it keeps four arrays at once (the floor's, the pool's two
@@ -706,21 +711,21 @@ std::size_t repeat_bytes_within(const BudgetChoice& budget, std::size_t bytes, E
   return repeat_bytes;
 }
 
-// The floor's fill: the faster of a parallel memset and parallel streaming stores on the kept
-// array, by the median of a few fills by each, taking turns. (One fill each once chose memset at
+// The floor's fill: the fastest of the fill methods (memset, plain stores, streaming stores) on the
+// kept array, by the median of a few fills by each, taking turns. (One fill each once chose memset at
 // 64 MiB on a 260 MiB last-level cache, where its fills took 1.5-3.7 ms against the streaming
 // stores' steady 1.6; one quick memset won, and a pooled array then beat its "floor" by 1.27x.)
-fill_method faster_floor_method(void* kept, std::size_t bytes, unsigned threads) {
+fill_method fastest_floor_method(void* kept, std::size_t bytes, unsigned threads) {
+  constexpr fill_method methods[] = {fill_method::memset, fill_method::stores, fill_method::nontemporal};
   std::map<fill_method, std::vector<double>> ns;
   for (int turn = 0; turn < kFloorChoiceTurns; ++turn) {
-    for (fill_method method : {fill_method::memset, fill_method::nontemporal}) {
+    for (fill_method method : methods) {
       const std::uint64_t start = measure::now_ns();
       parallel_fill(kept, bytes, threads, method);
       ns[method].push_back(static_cast<double>(measure::now_ns() - start));
     }
   }
-  return median_of(ns[fill_method::nontemporal]) < median_of(ns[fill_method::memset]) ? fill_method::nontemporal
-                                                                                        : fill_method::memset;
+  return *std::ranges::min_element(methods, {}, [&ns](fill_method method) { return median_of(ns[method]); });
 }
 
 // One variant's iterations, each paired with the floor, and what each iteration faulted and
@@ -778,8 +783,8 @@ RepeatTimes time_repeat(const RepeatVariant& variant, const RepeatVariant& floor
 // seconds, so each iteration is set against a floor measured beside it, and a row's ratio is the
 // median of those pairs. (Taking turns between variants iteration by iteration was tried: a fresh
 // array then always follows another variant's free of a whole array, and on this VM paid up to
-// 12x for it. The floor frees nothing.) The floor writes by the faster of a parallel memset and
-// parallel streaming stores, chosen once on the kept array: the two the limit is.
+// 12x for it. The floor frees nothing.) The floor writes by the fastest fill method, chosen once on
+// the kept array.
 void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter, std::size_t bytes,
                       const BudgetChoice& budget, unsigned threads) {
   if (s.libc_only || s.repeat <= 0) return;
@@ -799,7 +804,7 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
                                                     adaptive = s.reps == 0] {
       if (first) {
         *kept = make_big_array<std::uint32_t>(elements, zero, {.threads = threads});
-        *floor_method = faster_floor_method(kept->data(), repeat_bytes, threads);
+        *floor_method = fastest_floor_method(kept->data(), repeat_bytes, threads);
       }
       RepeatTimes times = time_repeat(variant, floor, elements, repeat, adaptive);
       pool->release();
