@@ -12,6 +12,13 @@ cuda_driver* cuda_driver::get(std::string& why_not) {
 std::string cuda_driver::host_register(void*, std::size_t) { return "not built"; }
 void cuda_driver::host_unregister(void*) {}
 std::string cuda_driver::error_text(int) const { return {}; }
+std::string cuda_driver::device_name() const { return {}; }
+std::string cuda_driver::host_alloc(std::size_t, void**) { return "not built"; }
+void cuda_driver::free_host(void*) {}
+std::string cuda_driver::device_alloc(std::size_t, unsigned long long*) { return "not built"; }
+void cuda_driver::device_free(unsigned long long) {}
+std::string cuda_driver::copy_to_device(unsigned long long, const void*, std::size_t) { return "not built"; }
+std::string cuda_driver::current_context() const { return "not built"; }
 
 }  // namespace memcost::detail
 
@@ -30,6 +37,7 @@ namespace {
 constexpr int kSuccess = 0;
 constexpr int kNoDevice = 100;
 constexpr unsigned kRegisterPortable = 0x01;
+constexpr unsigned kHostAllocDefault = 0;  // cudaHostAllocDefault: what cudaHostAlloc and PyTorch pass
 
 template <class F>
 F symbol(void* library, const char* name) {
@@ -61,6 +69,13 @@ cuda_driver* cuda_driver::get(std::string& why_not) {
     made->unregister_ = symbol<unregister_fn>(library, "cuMemHostUnregister");
     made->error_string_ = symbol<error_string_fn>(library, "cuGetErrorString");
     made->set_context_ = symbol<set_context_fn>(library, "cuCtxSetCurrent");
+    made->device_name_ = symbol<int (*)(char*, int, int)>(library, "cuDeviceGetName");
+    made->host_alloc_ = symbol<int (*)(void**, std::size_t, unsigned)>(library, "cuMemHostAlloc");
+    made->free_host_ = symbol<int (*)(void*)>(library, "cuMemFreeHost");
+    made->device_alloc_ = symbol<int (*)(unsigned long long*, std::size_t)>(library, "cuMemAlloc_v2");
+    made->device_free_ = symbol<int (*)(unsigned long long)>(library, "cuMemFree_v2");
+    made->copy_to_device_ = symbol<int (*)(unsigned long long, const void*, std::size_t)>(library, "cuMemcpyHtoD_v2");
+    made->synchronize_ = symbol<int (*)()>(library, "cuCtxSynchronize");
     if (!init || !device_get || !retain || !made->register_ || !made->unregister_ || !made->set_context_) {
       why = std::string(path) + " lacks the CUDA driver calls pinning needs (cuInit, cuMemHostRegister_v2, ...)";
       delete made;
@@ -90,15 +105,57 @@ std::string cuda_driver::error_text(int result) const {
   return "CUresult " + std::to_string(result);
 }
 
+// Every call needs a context current on the calling thread (a registration then belongs to none).
+std::string cuda_driver::current_context() const {
+  const int result = set_context_(context_);
+  return result == kSuccess ? std::string() : error_text(result);
+}
+
 std::string cuda_driver::host_register(void* data, std::size_t bytes) {
-  // A registration belongs to no context but needs one current on the calling thread.
-  int result = set_context_(context_);
-  if (result == kSuccess) result = register_(data, bytes, kRegisterPortable);
+  if (std::string error = current_context(); !error.empty()) return error;
+  const int result = register_(data, bytes, kRegisterPortable);
   return result == kSuccess ? std::string() : error_text(result);
 }
 
 void cuda_driver::host_unregister(void* data) {
-  if (set_context_(context_) == kSuccess) unregister_(data);
+  if (current_context().empty()) unregister_(data);
+}
+
+std::string cuda_driver::device_name() const {
+  char name[256] = {};
+  if (!device_name_ || device_name_(name, sizeof name - 1, 0) != kSuccess) return "an unnamed GPU";
+  return name;
+}
+
+std::string cuda_driver::host_alloc(std::size_t bytes, void** data) {
+  if (!host_alloc_ || !free_host_) return "this driver lacks cuMemHostAlloc";
+  if (std::string error = current_context(); !error.empty()) return error;
+  const int result = host_alloc_(data, bytes, kHostAllocDefault);
+  return result == kSuccess ? std::string() : error_text(result);
+}
+
+void cuda_driver::free_host(void* data) {
+  if (free_host_ && current_context().empty()) free_host_(data);
+}
+
+std::string cuda_driver::device_alloc(std::size_t bytes, unsigned long long* device_address) {
+  if (!device_alloc_ || !device_free_) return "this driver lacks cuMemAlloc_v2";
+  if (std::string error = current_context(); !error.empty()) return error;
+  const int result = device_alloc_(device_address, bytes);
+  return result == kSuccess ? std::string() : error_text(result);
+}
+
+void cuda_driver::device_free(unsigned long long device_address) {
+  if (device_free_ && current_context().empty()) device_free_(device_address);
+}
+
+std::string cuda_driver::copy_to_device(unsigned long long device_address, const void* data, std::size_t bytes) {
+  if (!copy_to_device_ || !synchronize_) return "this driver lacks cuMemcpyHtoD_v2";
+  if (std::string error = current_context(); !error.empty()) return error;
+  int result = copy_to_device_(device_address, data, bytes);
+  // From pinned memory the copy may return before the GPU has the bytes: wait for them.
+  if (result == kSuccess) result = synchronize_();
+  return result == kSuccess ? std::string() : error_text(result);
 }
 
 }  // namespace memcost::detail

@@ -1,6 +1,8 @@
 // The CUDA driver API, loaded at run time (dlopen of libcuda.so.1; MEMCOST_CUDA_LIBRARY names
-// another, as the tests' fake driver does): the few calls pinning needs, behind one small
-// interface. Calls only, no policy: chunking and errors for the user are pinned.cpp's.
+// another, as the tests' fake driver does): the few calls pinning needs, and those the `pinned`
+// experiment measures pinning against (the driver's own pinned allocation, a buffer on the GPU and
+// a copy to it), behind one small interface. Calls only, no policy: chunking and errors for the
+// user are pinned.cpp's. Every call returns "" or the driver's error, in words.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,17 @@ class cuda_driver {
   [[nodiscard]] std::string host_register(void* data, std::size_t bytes);
   void host_unregister(void* data);
 
+  // The first GPU's name, as the driver gives it.
+  [[nodiscard]] std::string device_name() const;
+  // cuMemHostAlloc with cudaHostAlloc's default flags: what cudaHostAlloc and PyTorch's pinned
+  // allocator call.
+  [[nodiscard]] std::string host_alloc(std::size_t bytes, void** data);
+  void free_host(void* data);
+  // A buffer in the GPU's memory, and a copy into it that returns once the bytes are there.
+  [[nodiscard]] std::string device_alloc(std::size_t bytes, unsigned long long* device_address);
+  void device_free(unsigned long long device_address);
+  [[nodiscard]] std::string copy_to_device(unsigned long long device_address, const void* data, std::size_t bytes);
+
  private:
   cuda_driver() = default;
   [[nodiscard]] std::string error_text(int result) const;
@@ -29,6 +42,15 @@ class cuda_driver {
   unregister_fn unregister_ = nullptr;
   error_string_fn error_string_ = nullptr;
   set_context_fn set_context_ = nullptr;
+  // The calls only the experiment makes: null where a driver lacks them (the calls then say so).
+  int (*device_name_)(char*, int, int) = nullptr;
+  int (*host_alloc_)(void**, std::size_t, unsigned) = nullptr;
+  int (*free_host_)(void*) = nullptr;
+  int (*device_alloc_)(unsigned long long*, std::size_t) = nullptr;
+  int (*device_free_)(unsigned long long) = nullptr;
+  int (*copy_to_device_)(unsigned long long, const void*, std::size_t) = nullptr;
+  int (*synchronize_)() = nullptr;
+  [[nodiscard]] std::string current_context() const;
   void* context_ = nullptr;
 };
 

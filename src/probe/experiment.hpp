@@ -28,11 +28,12 @@ Experiment bigarray_experiment();
 Experiment hugepages_experiment();
 Experiment trace_experiment();
 Experiment monitor_experiment();
+Experiment pinned_experiment();
 
 // Every experiment the probe knows, in the order `memcost-probe --help` lists them.
 inline std::vector<Experiment> all_experiments() {
   return {info_experiment(), costs_experiment(), scaling_experiment(), bigarray_experiment(), hugepages_experiment(),
-          trace_experiment(), monitor_experiment()};
+          trace_experiment(), monitor_experiment(), pinned_experiment()};
 }
 
 }  // namespace memcost::probe

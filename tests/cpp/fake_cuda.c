@@ -1,12 +1,19 @@
 /* A stand-in for NVIDIA's libcuda.so.1, for the pinning tests on machines without a GPU: the driver
    calls memcost makes, recording what was registered. FAKE_CUDA_NO_DEVICE makes cuInit find no
    GPU; FAKE_CUDA_MAX_BYTES refuses a registration larger than that, as the real driver refuses
-   one of 512 GiB or more. The tests read the record through fake_cuda_* (dlsym). */
+   one of 512 GiB or more. The tests read the record through fake_cuda_* (dlsym). The calls the
+   `pinned` experiment adds are here too, each doing the host's share of the real one's work: a
+   registration faults the pages in (the real driver pins them, faulting in what is not there), a
+   pinned allocation is memory mapped and faulted in, the GPU's memory is the process's own, and a
+   copy is a memcpy; from memory neither registered nor allocated pinned it goes through a staging
+   buffer first, as the real driver's copies of ordinary memory do (and so runs slower). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
-enum { SUCCESS = 0, INVALID_VALUE = 1, NO_DEVICE = 100, HOST_MEMORY_ALREADY_REGISTERED = 712, MOST = 4096 };
+enum { SUCCESS = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NO_DEVICE = 100, HOST_MEMORY_ALREADY_REGISTERED = 712, MOST = 4096 };
 
 static struct {
   void *start;
@@ -36,6 +43,7 @@ int cuMemHostRegister_v2(void *start, size_t bytes, unsigned flags) {
   for (int i = 0; i < registrations; ++i) {
     if (registered[i].bytes && registered[i].start == start) return HOST_MEMORY_ALREADY_REGISTERED;
   }
+  for (size_t page = 0; page < bytes; page += 4096) ((volatile char *)start)[page] += 0;  /* faulted in for writing */
   registered[registrations].start = start;
   registered[registrations].bytes = bytes;
   registered[registrations].flags = flags;
@@ -54,9 +62,81 @@ int cuMemHostUnregister(void *start) {
   }
   return INVALID_VALUE;
 }
+int cuDeviceGetName(char *name, int length, int device) {
+  (void)device;
+  strncpy(name, "memcost fake GPU (tests/cpp/fake_cuda.c)", (size_t)length);
+  return SUCCESS;
+}
+
+static struct {
+  void *start;
+  size_t bytes;
+} host_allocated[MOST];
+
+int cuMemHostAlloc(void **data, size_t bytes, unsigned flags) {
+  (void)flags;
+  if (!context_current) return INVALID_VALUE;
+  for (int i = 0; i < MOST; ++i) {
+    if (host_allocated[i].start) continue;
+    void *mapped = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (mapped == MAP_FAILED) return OUT_OF_MEMORY;
+    host_allocated[i].start = *data = mapped;
+    host_allocated[i].bytes = bytes;
+    return SUCCESS;
+  }
+  return OUT_OF_MEMORY;
+}
+int cuMemFreeHost(void *data) {
+  for (int i = 0; i < MOST; ++i) {
+    if (host_allocated[i].start == data) {
+      munmap(data, host_allocated[i].bytes);
+      host_allocated[i].start = NULL;
+      return SUCCESS;
+    }
+  }
+  return INVALID_VALUE;
+}
+int cuMemAlloc_v2(unsigned long long *device, size_t bytes) {
+  void *memory = malloc(bytes);
+  *device = (unsigned long long)(uintptr_t)memory;
+  return memory ? SUCCESS : OUT_OF_MEMORY;
+}
+int cuMemFree_v2(unsigned long long device) {
+  free((void *)(uintptr_t)device);
+  return SUCCESS;
+}
+static int pinned_source(const char *data, size_t bytes) {
+  for (int i = 0; i < registrations; ++i) {
+    const char *start = registered[i].start;
+    if (registered[i].bytes && data >= start && data + bytes <= start + registered[i].bytes) return 1;
+  }
+  for (int i = 0; i < MOST; ++i) {
+    const char *start = host_allocated[i].start;
+    if (start && data >= start && data + bytes <= start + host_allocated[i].bytes) return 1;
+  }
+  return 0;
+}
+int cuMemcpyHtoD_v2(unsigned long long device, const void *data, size_t bytes) {
+  static char staging[1 << 20];
+  if (!context_current) return INVALID_VALUE;
+  if (pinned_source(data, bytes)) {
+    memcpy((void *)(uintptr_t)device, data, bytes);
+    return SUCCESS;
+  }
+  for (size_t done = 0; done < bytes; done += sizeof staging) {
+    const size_t piece = bytes - done < sizeof staging ? bytes - done : sizeof staging;
+    memcpy(staging, (const char *)data + done, piece);
+    memcpy((char *)(uintptr_t)device + done, staging, piece);
+  }
+  return SUCCESS;
+}
+int cuCtxSynchronize(void) { return SUCCESS; }
+
 int cuGetErrorString(int error, const char **text) {
-  *text = error == INVALID_VALUE ? "invalid argument" : error == NO_DEVICE ? "no CUDA-capable device is detected"
-                                                                              : "unknown error";
+  *text = error == INVALID_VALUE   ? "invalid argument"
+          : error == OUT_OF_MEMORY ? "out of memory"
+          : error == NO_DEVICE     ? "no CUDA-capable device is detected"
+                                   : "unknown error";
   return SUCCESS;
 }
 

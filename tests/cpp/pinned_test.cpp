@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 
+#include "big_array/cuda_driver.hpp"
 #include "memcost/big_array.hpp"
 #include "memcost/memcost.h"
 
@@ -118,6 +120,25 @@ TEST(PinnedWithADriver, TheCApiPinsAndUnpins) {
   EXPECT_EQ(driver.live(), 1);
   memcost_array_destroy(array);
   EXPECT_EQ(driver.live(), 0);
+}
+
+// The calls the `pinned` experiment makes besides registering: the driver's own pinned allocation,
+// a buffer on the GPU and a copy into it, and the GPU's name.
+TEST(PinnedWithADriver, TheExperimentsCallsAllocateCopyAndFree) {
+  std::string why_not;
+  detail::cuda_driver* driver = detail::cuda_driver::get(why_not);
+  ASSERT_NE(driver, nullptr) << why_not;
+  EXPECT_NE(driver->device_name().find("fake GPU"), std::string::npos) << driver->device_name();
+  void* host = nullptr;
+  ASSERT_EQ(driver->host_alloc(1 << 20, &host), "");
+  std::memset(host, 0x5a, 1 << 20);
+  unsigned long long device = 0;
+  ASSERT_EQ(driver->device_alloc(1 << 20, &device), "");
+  ASSERT_EQ(driver->copy_to_device(device, host, 1 << 20), "");
+  // The stand-in's GPU memory is the process's own: the copy can be read back.
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(device)[(1 << 20) - 1], 0x5a);
+  driver->device_free(device);
+  driver->free_host(host);
 }
 
 // Where there is no driver library, or no GPU: one sentence that says which, and nothing made.

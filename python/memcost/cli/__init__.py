@@ -20,13 +20,14 @@ from .hugepages import HugepagesCommand
 from .importing import ImportCommand
 from .info import InfoCommand
 from .monitor import MonitorCommand
+from .pinned import PinnedCommand
 from .report import ReportCommand
 from .run import RunCommand
 from .scaling import ScalingCommand
 from .trace import TraceCommand
 
 COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, BigarrayCommand,
-                                 ReportCommand, CompareCommand, MonitorCommand, HugepagesCommand, TraceCommand,
+                                 PinnedCommand, ReportCommand, CompareCommand, MonitorCommand, HugepagesCommand, TraceCommand,
                                  ImportCommand]
 
 

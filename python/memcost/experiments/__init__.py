@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import bigarray, costs, info, scaling, trace
+from . import bigarray, costs, info, pinned, scaling, trace
 from .base import Comparison, Experiment, Option, Table
 
 # In the suite's and the reports' order: the machine first.
 REGISTRY: dict[str, Experiment] = {e.name: e for e in (info.EXPERIMENT, costs.EXPERIMENT, scaling.EXPERIMENT,
-                                                       bigarray.EXPERIMENT, trace.EXPERIMENT)}
+                                                       bigarray.EXPERIMENT, pinned.EXPERIMENT,
+                                                       trace.EXPERIMENT)}
 
 
 def experiment_of(document: dict) -> Optional[Experiment]:

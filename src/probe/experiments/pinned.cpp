@@ -1,0 +1,401 @@
+// `memcost-probe pinned`: every way to get N bytes of host memory pinned for a GPU, each phase timed
+// (allocate, fault, register, unregister, free), and the copy to the GPU read back from each, so
+// that memory that is not really pinned shows (docs/pinned.md). The CUDA driver is loaded at run
+// time (big_array/cuda_driver.hpp); without one, or without a GPU, the run is one sentence, exit 4.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "big_array/cuda_driver.hpp"
+#include "memcost/big_array.hpp"
+#include "memcost/measure.hpp"
+#include "memcost/pinned.hpp"
+#include "os/os.hpp"
+#include "probe/arguments.hpp"
+#include "probe/experiment.hpp"
+#include "probe/rounds.hpp"
+
+namespace memcost::probe {
+namespace {
+
+using json = nlohmann::json;
+
+struct Settings {
+  std::size_t size = std::size_t{1} << 30;
+  std::size_t copy_size = std::size_t{1} << 30;
+  std::size_t host_alloc_chunk = std::size_t{1} << 30;
+  std::vector<std::string> ways_filter;
+  int rounds = 3;
+  unsigned threads = 0;
+  std::string budget;
+  std::uint64_t order_seed = 1;
+};
+
+// What one way made: the memory, the largest piece one copy may take from it (a copy must stay
+// within one registration or one allocation to run at pinned speed), and how it goes away.
+struct Made {
+  unsigned char* data = nullptr;
+  std::size_t copy_piece = 0;
+  std::size_t registrations = 0;
+  std::string page_kind;
+  std::function<void(json& phases)> release;  // times unregister_s and free_s into `phases`
+};
+
+struct WayInputs {
+  detail::cuda_driver& driver;
+  std::size_t bytes;
+  unsigned threads;
+  std::size_t host_alloc_chunk;
+};
+
+struct Way {
+  std::string name;
+  bool pinned = true;  // false: the control, ordinary memory copied from as it is
+  std::function<Made(const WayInputs&, json& phases)> make;
+};
+
+template <class F>
+double seconds_of(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+[[noreturn]] void refused(const std::string& what, const std::string& error) {
+  throw ProbeError(exit_failure, "driver_refused", "the CUDA driver refused " + what + ": " + error);
+}
+
+// Page by page (base pages: one write faults each in; a huge page is faulted in by its first), by
+// `threads` threads taking chunks front to back (detail::fill_job, as make_big_array faults).
+std::unique_ptr<detail::fill_job> start_touch(unsigned char* data, std::size_t bytes, std::size_t page_bytes, unsigned threads) {
+  const std::size_t step = os::base_page_size();
+  return std::make_unique<detail::fill_job>(bytes / step, step, page_bytes, threads, [data, step](std::size_t first, std::size_t last) {
+    for (std::size_t page = first; page < last; ++page) static_cast<volatile unsigned char*>(data)[page * step] = 0;
+  });
+}
+
+// The chunks an overlapped way registers while the rest is still being faulted in: sixteen, of
+// 64 MiB at least, on huge-page borders.
+std::size_t overlap_chunk_bytes(std::size_t bytes) {
+  const std::size_t huge = std::size_t{2} << 20;
+  return std::max(std::size_t{64} << 20, (bytes / 16 + huge - 1) / huge * huge);
+}
+
+// Mapped by the OS as `kind`, faulted in by every thread, then registered in chunks of at most
+// 64 GiB; with `overlapped`, each chunk of overlap_chunk_bytes is registered as soon as its pages
+// are in, while the threads fault the next ones in.
+Made mapped_and_registered(const WayInputs& in, json& phases, os::PageKind kind, bool overlapped) {
+  const std::size_t page = os::page_kind_bytes(kind);
+  const std::size_t mapped = (in.bytes + page - 1) / page * page;
+  os::MapRequest request{mapped, kind};
+  if (kind == os::PageKind::thp) request.alignment_bytes = std::size_t{2} << 20;
+  os::Mapping mapping;
+  phases["allocate_s"] = seconds_of([&] { mapping = os::map(request); });
+  if (!mapping.status.ok()) throw ProbeError(exit_failure, "map_failed", mapping.status.message());
+  auto* data = static_cast<unsigned char*>(mapping.address);
+  auto registration = std::make_shared<std::vector<pinned_registration>>();
+  try {
+    if (!overlapped) {
+      phases["fault_s"] = seconds_of([&] { start_touch(data, mapped, page, in.threads)->wait(); });
+      phases["register_s"] = seconds_of([&] { registration->emplace_back(data, mapped); });
+    } else {
+      // One span from the first touch to the last registration: the phases overlap, so they
+      // are not told apart (fault_s is when the last page was in).
+      const auto chunks = registration_chunks(mapped, overlap_chunk_bytes(mapped), page);
+      const std::size_t step = os::base_page_size();
+      phases["register_s"] = seconds_of([&] {
+        auto job = start_touch(data, mapped, page, in.threads);
+        std::size_t next_page = 0;
+        for (const registration_chunk& chunk : chunks) {
+          for (const std::size_t end = (chunk.offset + chunk.bytes) / step; next_page < end;) {
+            if (job->ready(next_page)) ++next_page;
+            else std::this_thread::sleep_for(std::chrono::microseconds(50));
+          }
+          registration->emplace_back(data + chunk.offset, chunk.bytes);
+        }
+        job->wait();
+      });
+    }
+  } catch (const pinning_error& error) {
+    registration->clear();
+    (void)os::release(mapping.address, mapping.size_bytes);
+    refused("to pin " + human_size(mapped), error.what());
+  }
+  std::size_t pieces = 0, smallest = mapped;
+  for (const auto& r : *registration) {
+    pieces += r.chunks();
+    smallest = std::min(smallest, r.bytes() / std::max<std::size_t>(r.chunks(), 1));
+  }
+  return {data, smallest, pieces, os::page_kind_name(kind), [registration, mapping](json& p) {
+            p["unregister_s"] = seconds_of([&] { registration->clear(); });
+            p["free_s"] = seconds_of([&] { (void)os::release(mapping.address, mapping.size_bytes); });
+          }};
+}
+
+std::vector<Way> all_ways(unsigned threads, std::size_t host_alloc_chunk) {
+  const std::string cpus = std::to_string(threads) + "-thread";
+  return {
+      {"cuMemHostAlloc (cudaHostAlloc)", true,
+       [](const WayInputs& in, json& phases) {
+         void* data = nullptr;
+         std::string error;
+         phases["allocate_s"] = seconds_of([&] { error = in.driver.host_alloc(in.bytes, &data); });
+         if (!error.empty()) refused("cuMemHostAlloc of " + human_size(in.bytes), error);
+         detail::cuda_driver* driver = &in.driver;
+         return Made{static_cast<unsigned char*>(data), in.bytes, 1, "driver's",
+                     [driver, data](json& p) { p["free_s"] = seconds_of([&] { driver->free_host(data); }); }};
+       }},
+      {"cuMemHostAlloc, " + human_size(host_alloc_chunk) + " chunks from " + std::to_string(threads) + " threads", true,
+       [](const WayInputs& in, json& phases) {
+         const std::size_t count = (in.bytes + in.host_alloc_chunk - 1) / in.host_alloc_chunk;
+         auto chunks = std::make_shared<std::vector<void*>>(count, nullptr);
+         std::vector<std::string> errors(count);
+         detail::cuda_driver* driver = &in.driver;
+         const auto release = [driver, chunks](json& p) {
+           p["free_s"] = seconds_of([&] {
+             for (void* chunk : *chunks) {
+               if (chunk) driver->free_host(chunk);
+             }
+           });
+         };
+         phases["allocate_s"] = seconds_of([&] {
+           detail::fill_job job(count, 1, 1, in.threads, [&](std::size_t first, std::size_t last) {
+             for (std::size_t i = first; i < last; ++i) {
+               const std::size_t bytes = std::min(in.host_alloc_chunk, in.bytes - i * in.host_alloc_chunk);
+               errors[i] = driver->host_alloc(bytes, &(*chunks)[i]);
+             }
+           });
+           job.wait();
+         });
+         for (const std::string& error : errors) {
+           if (error.empty()) continue;
+           json ignored;
+           release(ignored);
+           refused("cuMemHostAlloc of " + human_size(in.host_alloc_chunk), error);
+         }
+         return Made{static_cast<unsigned char*>((*chunks)[0]), std::min(in.bytes, in.host_alloc_chunk), count, "driver's", release};
+       }},
+      {"malloc + cuMemHostRegister (the driver faults the pages in)", true,
+       [](const WayInputs& in, json& phases) {
+         void* data = nullptr;
+         phases["allocate_s"] = seconds_of([&] { data = std::malloc(in.bytes); });
+         if (!data) throw ProbeError(exit_not_enough_memory, "no_memory", "malloc of " + human_size(in.bytes) + " failed");
+         auto registration = std::make_shared<pinned_registration>();
+         try {
+           phases["register_s"] = seconds_of([&] { *registration = pinned_registration(data, in.bytes); });
+         } catch (const pinning_error& error) {
+           std::free(data);
+           refused("to pin " + human_size(in.bytes), error.what());
+         }
+         return Made{static_cast<unsigned char*>(data), std::min(in.bytes, max_registration_bytes), registration->chunks(), "malloc's",
+                     [registration, data](json& p) {
+                       p["unregister_s"] = seconds_of([&] { registration->release(); });
+                       p["free_s"] = seconds_of([&] { std::free(data); });
+                     }};
+       }},
+      {"mmap base pages + " + cpus + " touch + register", true,
+       [](const WayInputs& in, json& p) { return mapped_and_registered(in, p, os::PageKind::base, false); }},
+      {"mmap + MADV_HUGEPAGE + " + cpus + " touch + register", true,
+       [](const WayInputs& in, json& p) { return mapped_and_registered(in, p, os::PageKind::thp, false); }},
+      {"hugetlb 2 MB + " + cpus + " touch + register", true,
+       [](const WayInputs& in, json& p) { return mapped_and_registered(in, p, os::PageKind::huge_2mb, false); }},
+      {"mmap + MADV_HUGEPAGE, touch and register overlapped", true,
+       [](const WayInputs& in, json& p) { return mapped_and_registered(in, p, os::PageKind::thp, true); }},
+      {"make_big_array pinned (memcost)", true,
+       [](const WayInputs& in, json& phases) {
+         auto array = std::make_shared<big_array<unsigned char>>();
+         double made_s = 0;
+         try {
+           made_s = seconds_of([&] {
+             *array = make_big_array<unsigned char>(in.bytes, uninitialized, {.threads = in.threads, .pinned = true});
+           });
+         } catch (const pinning_error& error) {
+           refused("to pin " + human_size(in.bytes), error.what());
+         }
+         // The library times the registration; the rest of the call mapped and faulted the pages in.
+         phases["register_s"] = array->report().pin_seconds;
+         phases["fault_s"] = made_s - array->report().pin_seconds;
+         return Made{array->data(), std::min(in.bytes, max_registration_bytes), 1, array->report().page_kind,
+                     [array](json& p) { p["free_s"] = seconds_of([&] { *array = big_array<unsigned char>(); }); }};
+       }},
+      {"malloc + " + cpus + " touch, not pinned (the copy's control)", false,
+       [](const WayInputs& in, json& phases) {
+         void* data = nullptr;
+         phases["allocate_s"] = seconds_of([&] { data = std::malloc(in.bytes); });
+         if (!data) throw ProbeError(exit_not_enough_memory, "no_memory", "malloc of " + human_size(in.bytes) + " failed");
+         phases["fault_s"] = seconds_of([&] {
+           start_touch(static_cast<unsigned char*>(data), in.bytes / os::base_page_size() * os::base_page_size(),
+                       os::base_page_size(), in.threads)->wait();
+         });
+         return Made{static_cast<unsigned char*>(data), in.bytes, 0, "malloc's",
+                     [data](json& p) { p["free_s"] = seconds_of([&] { std::free(data); }); }};
+       }},
+  };
+}
+
+// Copies of the first `copy_bytes` to the GPU, in pieces no larger than one registration, three
+// times: their median GB/s.
+double copy_gb_per_s(detail::cuda_driver& driver, unsigned long long device, const Made& made, std::size_t copy_bytes) {
+  std::vector<double> gb_per_s;
+  for (int copy = 0; copy < 3; ++copy) {
+    std::string error;
+    const double s = seconds_of([&] {
+      for (std::size_t done = 0; done < copy_bytes && error.empty();) {
+        const std::size_t piece = std::min(made.copy_piece, copy_bytes - done);
+        error = driver.copy_to_device(device + done, made.data + done, piece);
+        done += piece;
+      }
+    });
+    if (!error.empty()) refused("a copy to the GPU", error);
+    gb_per_s.push_back(static_cast<double>(copy_bytes) / s / 1e9);
+  }
+  std::sort(gb_per_s.begin(), gb_per_s.end());
+  return gb_per_s[1];
+}
+
+// Why the hugetlb way cannot run (too few free pages in the pool), or "".
+std::string hugetlb_missing(std::size_t bytes) {
+  const std::size_t page = std::size_t{2} << 20, needed = (bytes + page - 1) / page;
+  for (const auto& pool : os::hugetlb_pools()) {
+    if (pool.page_size_bytes == page && pool.free_pages >= needed) return "";
+    if (pool.page_size_bytes == page) {
+      return "the 2 MB hugetlb pool has " + std::to_string(pool.free_pages) + " free pages of the " +
+             std::to_string(needed) + " needed (memcost pinned --reserve-hugepages " + flag_size(needed * page) + ")";
+    }
+  }
+  return "this kernel has no 2 MB hugetlb pool";
+}
+
+void declare(CLI::App& command, Settings& s) {
+  add_size_option(command, "--size", s.size, "1G", "bytes to pin (capped by the budget unless given)");
+  add_size_option(command, "--copy-size", s.copy_size, "1G", "bytes copied to the GPU from each way's memory (at most --size)");
+  add_size_option(command, "--host-alloc-chunk", s.host_alloc_chunk, "1G", "the chunk of the chunked cuMemHostAlloc way");
+  command.add_option("--ways", s.ways_filter, "only the ways whose names contain one of these")->delimiter(',');
+  command.add_option("--rounds", s.rounds, "rounds: every way once a round, in an order shuffled each round")
+      ->check(CLI::Range(1, 50));
+  command.add_option("--threads", s.threads, "threads that fault memory in (default 0: all CPUs)");
+  command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
+  command.add_option("--order-seed", s.order_seed, "seed of the order the ways run in, shuffled each round");
+}
+
+std::vector<Way> chosen_ways(const Settings& s, unsigned threads, std::size_t bytes, Emitter& emitter) {
+  std::vector<Way> chosen;
+  for (Way& way : all_ways(threads, s.host_alloc_chunk)) {
+    const bool wanted = s.ways_filter.empty() || std::any_of(s.ways_filter.begin(), s.ways_filter.end(), [&](const std::string& part) {
+                          return way.name.find(part) != std::string::npos;
+                        });
+    if (!wanted) continue;
+    if (way.name.starts_with("hugetlb")) {
+      if (std::string missing = hugetlb_missing(bytes); !missing.empty()) {
+        emitter.warning("way_skipped", way.name + " is left out: " + missing);
+        continue;
+      }
+    }
+    chosen.push_back(std::move(way));
+  }
+  if (chosen.empty()) throw ProbeError(exit_bad_arguments, "bad_arguments", "--ways matches no way");
+  return chosen;
+}
+
+struct Run {
+  detail::cuda_driver* driver = nullptr;
+  unsigned long long device_buffer = 0;
+  std::vector<bool> failed;
+};
+
+void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, const WayInputs& in, std::size_t copy_bytes,
+                 int round) {
+  if (run.failed[index]) return;
+  json phases = {{"allocate_s", nullptr}, {"fault_s", nullptr}, {"register_s", nullptr}, {"unregister_s", nullptr}, {"free_s", nullptr}};
+  const auto before = measure::take_snapshot({.machine = false});
+  Made made;
+  try {
+    made = way.make(in, phases);
+  } catch (const ProbeError& error) {
+    if (error.code() != "driver_refused" && error.code() != "map_failed") throw;
+    run.failed[index] = true;
+    emitter.warning("way_failed", way.name + ": " + error.what());
+    return;
+  }
+  const auto made_at = measure::take_snapshot({.machine = false});
+  const double copy = copy_gb_per_s(*run.driver, run.device_buffer, made, copy_bytes);
+  made.release(phases);
+  const auto interval = measure::between(before, made_at);
+  double ready_s = 0;
+  for (const char* phase : {"allocate_s", "fault_s", "register_s"}) {
+    if (phases[phase].is_number()) ready_s += phases[phase].get<double>();
+  }
+  json metrics = phases;
+  metrics["ready_s"] = ready_s;
+  metrics["copy_gb_per_s"] = copy;
+  metrics["registrations"] = made.registrations;
+  metrics["page_kind"] = made.page_kind;
+  metrics["minor_faults"] = interval.faults_counted ? json(interval.minor_faults) : json(nullptr);
+  emitter.sample({{"part", "way"}, {"way", way.name}, {"pinned", way.pinned}, {"size_bytes", in.bytes}, {"round", round},
+                  {"threads", in.threads}},
+                 std::move(metrics));
+}
+
+std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
+  std::string why_not;
+  detail::cuda_driver* driver = detail::cuda_driver::get(why_not);
+  if (!driver) throw ProbeError(exit_unsupported, "no_gpu", why_not);
+  const BudgetChoice budget = choose_budget(s.budget);
+  std::size_t bytes = s.size;
+  if (bytes > budget.budget_bytes) {
+    if (size_given) require_within_budget(bytes, budget, "--size " + flag_size(bytes));
+    bytes = budget.budget_bytes / (1 << 30) * (1 << 30);
+    emitter.warning("size_over_budget", human_size(s.size) + " is over the memory budget of " + human_size(budget.budget_bytes) +
+                                            "; pinning " + human_size(bytes) + " instead");
+  }
+  if (bytes < (std::size_t{2} << 20)) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must be 2M or more");
+  const std::size_t copy_bytes = std::min(s.copy_size, bytes);
+  const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
+  auto ways = std::make_shared<std::vector<Way>>(chosen_ways(s, threads, bytes, emitter));
+  auto run = std::make_shared<Run>();
+  run->driver = driver;
+  run->failed.assign(ways->size(), false);
+
+  std::vector<Step> steps;
+  steps.push_back({"the GPU", [&emitter, run, copy_bytes, bytes] {
+    if (std::string error = run->driver->device_alloc(copy_bytes, &run->device_buffer); !error.empty()) {
+      refused("a buffer of " + human_size(copy_bytes) + " on the GPU", error);
+    }
+    const char* library = std::getenv("MEMCOST_CUDA_LIBRARY");
+    emitter.sample({{"part", "device"}},
+                   {{"name", run->driver->device_name()}, {"driver_library", library && *library ? library : "libcuda.so.1"},
+                    {"copy_bytes", copy_bytes}, {"size_bytes", bytes}});
+  }});
+  const auto order = interleaved_order(ways->size(), s.rounds, s.order_seed);
+  for (int round = 0; round < s.rounds; ++round) {
+    for (std::size_t position = 0; position < ways->size(); ++position) {
+      const std::size_t index = order[static_cast<std::size_t>(round)][position];
+      steps.push_back({(*ways)[index].name + " (round " + std::to_string(round + 1) + ")",
+                       [&emitter, run, ways, index, bytes, threads, copy_bytes, round, chunk = s.host_alloc_chunk] {
+                         const WayInputs in{*run->driver, bytes, threads, chunk};
+                         measure_way(emitter, *run, (*ways)[index], index, in, copy_bytes, round);
+                       }});
+    }
+  }
+  steps.push_back({"done", [run] { run->driver->device_free(run->device_buffer); }});
+  return steps;
+}
+
+}  // namespace
+
+Experiment pinned_experiment() {
+  return {"pinned", "Every way to pin host memory for a GPU, each phase timed, and the copy to the GPU from each",
+          [](CLI::App& command) -> Runner {
+            auto settings = std::make_shared<Settings>();
+            declare(command, *settings);
+            return [settings, &command](Emitter& emitter) {
+              run_plan(emitter, plan(*settings, command.count("--size") > 0, emitter));
+            };
+          }};
+}
+
+}  // namespace memcost::probe
