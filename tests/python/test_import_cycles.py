@@ -84,7 +84,7 @@ LAYERS = [
     {"memcost", "memcost.__version__", "memcost.units", "memcost.errors", "memcost.exit_codes", "memcost.console",
      "memcost.kernel", "memcost.results", "memcost.stats", "memcost.arguments", "memcost.interrupts",
      "memcost.early_signals", "memcost.journal", "memcost.tracefs", "memcost.probe", "memcost.runner",
-     "memcost.hugepool", "memcost.pinning_torch"},
+     "memcost.hugepool", "memcost.pinning_torch", "memcost.pinned_memory"},
     {"memcost.analysis"},
     {"memcost.plots"},
     {"memcost.experiments"},

@@ -222,3 +222,59 @@ def test_the_samples_and_the_analysis_keep_to_docs_probe_md(fake_run):
     analysis.summarize(wrapped)
     for (part, where), keys in reads.items():
         assert keys <= set(documented[part][where]), (part, where, keys - set(documented[part][where]))
+
+
+# ---- memcost.pinned_memory: pinned memory for Python, in one call ----
+
+PYTHON_USER = """
+import ctypes, json, sys
+import memcost.pinned_memory as pinned
+fake = ctypes.CDLL(sys.argv[1]) if len(sys.argv) > 1 else None
+try:
+    buffer = pinned.pinned_buffer(8 << 20)
+except pinned.PinningError as error:
+    print(json.dumps({"error": str(error)}))
+    sys.exit(0)
+zero = buffer[0] == 0 and buffer[-1] == 0 and buffer.obj.page_kind in ("thp", "base", "hugetlb-2M", "hugetlb-1G")
+buffer[12345] = 7
+live, registered = fake.fake_cuda_live(), fake.fake_cuda_bytes(0)
+del buffer
+print(json.dumps({"zero": zero, "live_while_held": live, "live_after": fake.fake_cuda_live(), "bytes": registered}))
+"""
+
+
+def _python_user(driver: str, *extra: str, env=None) -> dict:
+    import os
+    import sys
+    done = subprocess.run([sys.executable, "-c", PYTHON_USER, *extra], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MEMCOST_CUDA_LIBRARY": driver, **(env or {})})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_python_gets_pinned_memory_in_one_call_and_lets_it_go(fake_driver):
+    seen = _python_user(str(fake_driver), str(fake_driver))
+    assert seen == {"zero": True, "live_while_held": 1, "live_after": 0, "bytes": 8 << 20}
+
+
+def test_python_without_a_gpu_gets_one_sentence(fake_driver):
+    assert _python_user("/nonexistent/libcuda.so.1")["error"].startswith("no CUDA driver here")
+    assert _python_user(str(fake_driver), env={"FAKE_CUDA_NO_DEVICE": "1"})["error"] == \
+        "no GPU here: the CUDA driver found no device"
+
+
+def test_python_pinned_memory_takes_a_whole_number_of_bytes():
+    from memcost import pinned_memory
+    for bad in (0, -1, 1.5, "8M"):
+        with pytest.raises(ValueError, match="whole number of bytes"):
+            pinned_memory.pinned_buffer(bad)
+
+
+def test_on_a_gpu_a_pytorch_user_gets_a_pinned_tensor_in_one_call():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here: pinned_tensor is checked on a GPU host")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no GPU here")
+    from memcost.pinned_memory import pinned_tensor
+    tensor = pinned_tensor(64 << 20)
+    assert tensor.is_pinned() and tensor.numel() == 64 << 20 and int(tensor[-1]) == 0
+    assert torch.equal(tensor[:4096].to("cuda").cpu(), tensor[:4096])
