@@ -234,12 +234,17 @@ struct array_pool_stats {
   std::size_t bytes_held = 0;     // memory held now, already faulted in
   std::size_t bytes_trimmed = 0;  // memory given back to the OS, in all
   std::size_t pieces_held = 0;
+  std::size_t pinned_hits = 0;    // pinned arrays served from memory held still registered (no driver call)
+  std::size_t pieces_pinned = 0;  // pieces held registered with the GPU driver now
 };
 
 // A pool of the memory of released big arrays, already faulted in, with the page kind it had.
 // An array made with {.pool = &pool} takes the smallest held piece that fits (of the page kind
 // asked for, any kind for pages::automatic) and gives its memory back when it goes away.
 // Bounded by `max_bytes`: the least recently returned pieces go back to the OS first.
+// A pinned array's memory stays registered with the GPU driver while the pool holds it: the next
+// pinned array takes it with no driver call (a registration costs as much as faulting the memory
+// in); an unpinned array prefers unregistered memory, and is given registered memory unpinned first.
 // Thread-safe. Destroying the pool (or release()) returns everything it holds to the OS; arrays
 // still alive then free their memory to the OS themselves — the pool must outlive them.
 class array_pool {
@@ -257,14 +262,17 @@ class array_pool {
   // A new cap, kept from now on; what is held beyond it goes back to the OS at once.
   void set_max_bytes(std::size_t max_bytes);
 
-  // For make_big_array and big_array: a piece of at least `bytes` that `options` accept, or none.
-  bool take(std::size_t bytes, const big_array_options& options, detail::mapping& into, std::string& page_kind);
-  void give(detail::mapping&& memory, const std::string& page_kind);
+  // For make_big_array and big_array: a piece of at least `bytes` that `options` accept, or none;
+  // with `registration` and options.pinned, the piece's registration too, where it has one.
+  bool take(std::size_t bytes, const big_array_options& options, detail::mapping& into, std::string& page_kind,
+            pinned_registration* registration = nullptr);
+  void give(detail::mapping&& memory, const std::string& page_kind, pinned_registration&& registration = {});
 
  private:
   struct piece {
     detail::mapping memory;
     std::string page_kind;
+    pinned_registration registration;  // declared after the memory: unregistered before it is unmapped
   };
   void trim_locked(std::size_t keep_bytes);  // with lock_ held
   mutable std::mutex lock_;
@@ -316,7 +324,8 @@ void read_back(allocation_report& report, const void* address, std::size_t bytes
 // the default pool; none with a NUMA placement, since pooled memory is placed already) when it
 // holds a fitting piece, else mapped by the ladder and placed as asked. Leaves in options.pool the
 // pool the memory goes back to. Returns whether it came from the pool.
-bool acquire(std::size_t bytes, big_array_options& options, mapping& into, allocation_report& report);
+bool acquire(std::size_t bytes, big_array_options& options, mapping& into, allocation_report& report,
+             pinned_registration* registration = nullptr);
 // Set the memory policy `options.numa` asks for on fresh memory; throws big_array_error when the OS refuses.
 void place_on_nodes(const mapping& memory, const big_array_options& options, allocation_report& report);
 // For numa_placement::local on a machine with several nodes: each node's CPUs, for the fill threads.
@@ -419,10 +428,13 @@ class big_array {
     std::swap(pinned_, other.pinned_);
   }
 
-  // The array registered with the GPU driver where the options ask (pinned.hpp); on failure it is
-  // destroyed, its memory released.
+  // The array registered with the GPU driver where the options ask (pinned.hpp), unless its memory
+  // came from a pool still registered; on failure it is destroyed, its memory released.
   static big_array pinned_if_asked(big_array array, const big_array_options& options) {
-    if (options.pinned && array.mapping_.data()) {
+    if (options.pinned && array.pinned_.pinned()) {
+      array.report_.pinned = true;
+      array.report_.pin_seconds = 0;  // registered when it was first made, kept so by the pool
+    } else if (options.pinned && array.mapping_.data()) {
       array.pinned_ = pinned_registration(array.mapping_.data(), array.mapping_.bytes());
       array.report_.pinned = true;
       array.report_.pin_seconds = array.pinned_.register_seconds();
@@ -443,8 +455,9 @@ class big_array {
       }
     }
     job_.reset();
-    pinned_.release();  // unpinned before the memory is pooled or unmapped
-    if (pool_ && mapping_.data()) pool_->give(std::move(mapping_), report_.page_kind);
+    // A pool keeps the memory registered; otherwise it is unpinned before it is unmapped.
+    if (pool_ && mapping_.data()) pool_->give(std::move(mapping_), report_.page_kind, std::move(pinned_));
+    pinned_.release();
     mapping_ = detail::mapping();
     size_ = 0;
   }
@@ -515,7 +528,7 @@ template <class T, class Init = construct_t>
   big_array<T> array;
   const std::size_t bytes = detail::checked_bytes(count, sizeof(T));
   if (count == 0) return array;
-  const bool from_pool = detail::acquire(bytes, options, array.mapping_, array.report_);
+  const bool from_pool = detail::acquire(bytes, options, array.mapping_, array.report_, &array.pinned_);
   array.pool_ = options.pool;
   array.size_ = count;
   T* base = array.data();

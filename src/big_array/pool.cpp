@@ -25,15 +25,22 @@ constexpr std::size_t kLargestWaste = 2;
 
 }  // namespace
 
-bool array_pool::take(std::size_t bytes, const big_array_options& options, detail::mapping& into, std::string& page_kind) {
+bool array_pool::take(std::size_t bytes, const big_array_options& options, detail::mapping& into, std::string& page_kind,
+                      pinned_registration* registration) {
   std::lock_guard guard(lock_);
   const std::string wanted = kind_name(options.pages);
+  const bool pinned = options.pinned && registration;
   auto best = pieces_.end();
+  // The smallest piece that fits; among those, one registered as the array wants it first.
+  const auto better = [pinned](const piece& candidate, const piece& held) {
+    const bool fits = candidate.registration.pinned() == pinned, held_fits = held.registration.pinned() == pinned;
+    return fits != held_fits ? fits : candidate.memory.bytes() < held.memory.bytes();
+  };
   for (auto it = pieces_.begin(); it != pieces_.end(); ++it) {
     const std::size_t size = it->memory.bytes();
     if (size < bytes || size > kLargestWaste * std::max<std::size_t>(bytes, 1)) continue;
     if (!wanted.empty() && it->page_kind != wanted) continue;
-    if (best == pieces_.end() || size < best->memory.bytes()) best = it;
+    if (best == pieces_.end() || better(*it, *best)) best = it;
   }
   if (best == pieces_.end()) {
     ++stats_.misses;
@@ -42,21 +49,32 @@ bool array_pool::take(std::size_t bytes, const big_array_options& options, detai
   ++stats_.hits;
   stats_.bytes_held -= best->memory.bytes();
   --stats_.pieces_held;
+  if (best->registration.pinned()) {
+    --stats_.pieces_pinned;
+    if (pinned) {
+      ++stats_.pinned_hits;
+      *registration = std::move(best->registration);
+    } else {
+      best->registration.release();  // an unpinned array gets its memory unpinned
+    }
+  }
   into = std::move(best->memory);
   page_kind = best->page_kind;
   pieces_.erase(best);
   return true;
 }
 
-void array_pool::give(detail::mapping&& memory, const std::string& page_kind) {
+void array_pool::give(detail::mapping&& memory, const std::string& page_kind, pinned_registration&& registration) {
   std::lock_guard guard(lock_);
   const std::size_t size = memory.bytes();
   if (size > max_bytes_) {
     stats_.bytes_trimmed += size;
-    detail::mapping released(std::move(memory));  // back to the OS here
+    registration.release();                        // unpinned,
+    detail::mapping released(std::move(memory));  // then back to the OS here
     return;
   }
-  pieces_.push_front({std::move(memory), page_kind});
+  if (registration.pinned()) ++stats_.pieces_pinned;
+  pieces_.push_front({std::move(memory), page_kind, std::move(registration)});
   stats_.bytes_held += size;
   ++stats_.pieces_held;
   trim_locked(max_bytes_);
@@ -72,7 +90,8 @@ void array_pool::trim_locked(std::size_t keep_bytes) {
     stats_.bytes_held -= pieces_.back().memory.bytes();
     stats_.bytes_trimmed += pieces_.back().memory.bytes();
     --stats_.pieces_held;
-    pieces_.pop_back();
+    if (pieces_.back().registration.pinned()) --stats_.pieces_pinned;
+    pieces_.pop_back();  // unregistered, then unmapped (the piece's members, last first)
   }
 }
 
@@ -126,10 +145,11 @@ array_pool_stats array_pool::stats() const {
 
 namespace detail {
 
-bool acquire(std::size_t bytes, big_array_options& options, mapping& into, allocation_report& report) {
+bool acquire(std::size_t bytes, big_array_options& options, mapping& into, allocation_report& report,
+             pinned_registration* registration) {
   if (options.numa != numa_placement::inherit) options.pool = nullptr;
   else if (!options.pool) options.pool = default_pool();
-  const bool from_pool = options.pool && options.pool->take(bytes, options, into, report.page_kind);
+  const bool from_pool = options.pool && options.pool->take(bytes, options, into, report.page_kind, registration);
   if (!from_pool) {
     into = mapping(bytes, options, report);
     place_on_nodes(into, options, report);

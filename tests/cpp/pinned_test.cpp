@@ -77,15 +77,44 @@ TEST(PinnedWithADriver, AnArrayIsRegisteredWholeOnceFaultedInAndUnregisteredBefo
     EXPECT_EQ(driver.live(), 1) << "moving the array moves its registration";
   }
   EXPECT_EQ(driver.live(), 0) << "unregistered when the array went";
-  // Into a pool and out again: unpinned before it is pooled, pinned again when taken.
+}
+
+// A pool keeps a pinned array's memory registered: the next pinned array takes it with no driver
+// call; an unpinned one gets it unpinned; trimming unpins before it unmaps.
+TEST(PinnedWithADriver, APoolKeepsTheMemoryPinnedForTheNextPinnedArray) {
+  FakeDriver driver;
+  ASSERT_NE(driver.library, nullptr);
+  const int before = driver.registrations();
   array_pool pool(64 << 20);
+  const big_array_options pinned{.pages = pages::base, .pool = &pool, .pinned = true};
+  { auto first = make_big_array<float>(1 << 20, zero, pinned); }
+  EXPECT_EQ(driver.live(), 1) << "held by the pool, still registered";
+  EXPECT_EQ(pool.stats().pieces_pinned, 1U);
   {
-    auto first = make_big_array<float>(1 << 20, zero, {.pages = pages::base, .pool = &pool, .pinned = true});
+    auto second = make_big_array<float>(1 << 20, zero, pinned);
+    EXPECT_TRUE(second.report().from_pool);
+    EXPECT_TRUE(second.report().pinned);
+    EXPECT_EQ(second.report().pin_seconds, 0.0);
+    EXPECT_EQ(driver.registrations(), before + 1) << "no second registration";
+    EXPECT_EQ(pool.stats().pinned_hits, 1U);
+    EXPECT_EQ(second[12345], 0.0F) << "zeroed again, as pooled memory is";
   }
-  EXPECT_EQ(driver.live(), 0);
-  auto second = make_big_array<float>(1 << 20, zero, {.pages = pages::base, .pool = &pool, .pinned = true});
-  EXPECT_TRUE(second.report().from_pool);
+  {
+    auto unpinned = make_big_array<float>(1 << 20, zero, {.pages = pages::base, .pool = &pool});
+    EXPECT_TRUE(unpinned.report().from_pool);
+    EXPECT_FALSE(unpinned.report().pinned);
+    EXPECT_EQ(driver.live(), 0) << "an unpinned array gets its memory unpinned";
+  }
+  { auto third = make_big_array<float>(1 << 20, zero, pinned); }  // pinned afresh, pooled registered
   EXPECT_EQ(driver.live(), 1);
+  pool.release();
+  EXPECT_EQ(driver.live(), 0) << "unpinned when the pool lets the memory go";
+  EXPECT_EQ(pool.stats().pieces_pinned, 0U);
+  {
+    array_pool small(1 << 20);  // too small to hold the array: the memory goes at once, unpinned
+    { auto big = make_big_array<float>(1 << 20, zero, {.pages = pages::base, .pool = &small, .pinned = true}); }
+    EXPECT_EQ(driver.live(), 0);
+  }
 }
 
 TEST(PinnedWithADriver, MemoryOfYourOwnAndTheDriversRefusalInOneSentence) {
