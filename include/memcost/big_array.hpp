@@ -119,7 +119,12 @@ struct allocation_report {
   std::vector<std::string> fallbacks;  // each kind skipped on the way down, and why
   std::size_t mapped_bytes = 0;
   unsigned threads = 0;
-  std::string initialization;  // "populate" (zero pages faulted in), "write" (elements written), "lazy"
+  // "populate" (zero pages faulted in by MADV_POPULATE_WRITE), "touch" (zero pages faulted in by
+  // one write to each), "write" (elements written), "none" (uninitialized, from a pool), "lazy"
+  std::string initialization;
+  // Why populate or touch: "measured now: …" (both on fresh slices of this array), "measured
+  // earlier in this process: …", or the default rule (populate) and why it applied.
+  std::string fault_method_reason;
   bool from_pool = false;      // the memory came from an array_pool, already faulted in
   bool pinned = false;         // registered with the GPU driver (big_array_options::pinned)
   double pin_seconds = 0;      // the driver's time to register it
@@ -362,6 +367,25 @@ inline void note_fill(allocation_report& report, const fill_choice& choice) {
 }
 // Drop what this process measured (the next automatic fill measures again): for tests and benchmarks.
 void forget_fill_measurements();
+
+// How a fresh zero array's pages are faulted in (fault_in.cpp): MADV_POPULATE_WRITE over each
+// thread's chunks, or one write to each base page.
+enum class fault_method { populate, touch };
+[[nodiscard]] const char* fault_method_name(fault_method method);
+void fault_in(void* data, std::size_t bytes, fault_method method);
+// The method for faulting [data, data + bytes) in, fresh: on first use in the process (by page
+// size and threads), for an array of 1 GiB or more and `may_measure`, the two take turns on fresh
+// slices of its first `faulted_bytes`, and touch is kept only if it won both rounds outright;
+// otherwise, and for 1 GB pages, the rule: populate. `reason` says which.
+struct fault_choice {
+  fault_method method;
+  std::string reason;
+  std::size_t faulted_bytes = 0;  // the prefix measuring faulted in already
+};
+[[nodiscard]] fault_choice choose_fault_method(void* data, std::size_t bytes, std::size_t page_bytes, unsigned threads,
+                                               bool may_measure);
+// Drop what this process measured: for tests and benchmarks.
+void forget_fault_measurements();
 // Write `pattern` (pattern_bytes long) again and again over [destination, destination + bytes);
 // `bytes` is a multiple of pattern_bytes. `method` comes from resolve_fill_method.
 void fill_pattern(void* destination, std::size_t bytes, const void* pattern, std::size_t pattern_bytes, fill_method method);
@@ -488,6 +512,21 @@ fill_job::work_function zero_fill_work(T* base, std::size_t bytes, const big_arr
   };
 }
 
+// The work that faults a fresh zero array in, by the method chosen for it (measured on the first
+// big one of a process, unless asynchronous: the first elements are wanted at once); into `report`.
+template <class T>
+fill_job::work_function zero_fault_work(T* base, std::size_t bytes, const big_array_options& options,
+                                        std::size_t page_bytes, allocation_report& report) {
+  const fault_choice choice = choose_fault_method(base, bytes, page_bytes, default_threads(options.threads),
+                                                  options.prefault == prefault::now || options.pinned);
+  report.initialization = fault_method_name(choice.method);
+  report.fault_method_reason = choice.reason;
+  return [base, method = choice.method, done = choice.faulted_bytes](std::size_t first, std::size_t last) {
+    const std::size_t from = std::max(first * sizeof(T), done), to = last * sizeof(T);  // measuring faulted [0, done)
+    if (from < to) fault_in(reinterpret_cast<unsigned char*>(base) + from, to - from, method);
+  };
+}
+
 // The work that writes `value`'s bytes into every element (a bytes-copyable T), by the fill method
 // chosen for it (`fresh`: memory no one has written yet); the choice goes into `report`.
 template <class T>
@@ -543,9 +582,11 @@ template <class T, class Init = construct_t>
     if constexpr (std::is_same_v<Init, uninitialized_t>) return big_array<T>::pinned_if_asked(std::move(array), options);
     work = detail::zero_fill_work(base, bytes, options, array.mapping_.page_bytes(), array.report_);
   } else if constexpr (zero_pages) {
-    array.report_.initialization = options.prefault == prefault::none ? "lazy" : "populate";
-    if (options.prefault == prefault::none) return big_array<T>::pinned_if_asked(std::move(array), options);
-    work = [base](std::size_t first, std::size_t last) { detail::populate(base + first, (last - first) * sizeof(T)); };
+    if (options.prefault == prefault::none) {
+      array.report_.initialization = "lazy";
+      return big_array<T>::pinned_if_asked(std::move(array), options);
+    }
+    work = detail::zero_fault_work(base, bytes, options, array.mapping_.page_bytes(), array.report_);
   } else {
     array.report_.initialization = "write";
     array.constructed_ = !std::is_trivially_destructible_v<T>;

@@ -602,3 +602,50 @@ TEST(BigArrayNuma, FillThreadsCanBePlacedOnANodesCpus) {
   std::thread placed([&] { EXPECT_TRUE(os::pin_current_thread_to(cpus).ok()); });
   placed.join();
 }
+
+// ---- how a fresh zero array is faulted in: populate or touch, measured (fault_in.cpp) ----
+
+constexpr std::size_t GiB = std::size_t{1} << 30;
+
+TEST(FaultMethod, TouchFaultsEveryPageInAndKeepsItZero) {
+  const std::size_t bytes = 8 * MiB + 4096;
+  auto memory = os::map({bytes, os::PageKind::base});
+  ASSERT_TRUE(memory.status.ok());
+  detail::fault_in(static_cast<char*>(memory.address) + 100, bytes - 100, detail::fault_method::touch);
+  auto backing = measure::backing_of(memory.address, bytes);
+  ASSERT_TRUE(backing.has_value());
+  EXPECT_EQ(backing->resident_bytes, bytes) << "the page the range starts inside too";
+  const auto* bytes_at = static_cast<const unsigned char*>(memory.address);
+  EXPECT_TRUE(std::all_of(bytes_at, bytes_at + bytes, [](unsigned char b) { return b == 0; }));
+  (void)os::release(memory.address, memory.size_bytes);
+}
+
+TEST(FaultMethod, SmallAndAsynchronousArraysKeepPopulateAndSayWhy) {
+  detail::forget_fault_measurements();
+  auto small = make_big_array<std::uint64_t>(MiB, zero);
+  EXPECT_EQ(small.report().initialization, "populate");
+  EXPECT_EQ(small.report().fault_method_reason.rfind("the default rule: an array under", 0), 0U)
+      << small.report().fault_method_reason;
+  auto later = make_big_array<std::uint64_t>(GiB / 8, zero, {.prefault = prefault::async});
+  later.wait();
+  EXPECT_EQ(later.report().initialization, "populate");
+  EXPECT_NE(later.report().fault_method_reason.find("asynchronous"), std::string::npos) << later.report().fault_method_reason;
+}
+
+TEST(FaultMethod, ABigArrayMeasuresBothOnceAndIsWholeAndZero) {
+  detail::forget_fault_measurements();
+  auto first = make_big_array<std::uint32_t>(GiB / 4, zero, {.pages = pages::thp});
+  const std::string& reason = first.report().fault_method_reason;
+  EXPECT_EQ(reason.rfind("measured now: populate ", 0), 0U) << reason;
+  EXPECT_NE(reason.find(", touch "), std::string::npos) << reason;
+  EXPECT_TRUE(first.report().initialization == "populate" || first.report().initialization == "touch");
+  auto backing = measure::backing_of(first.data(), GiB);
+  ASSERT_TRUE(backing.has_value());
+  EXPECT_EQ(backing->resident_bytes, GiB) << "the measured slices and the rest: every page in";
+  std::mt19937_64 random(7);
+  for (int k = 0; k < 10000; ++k) ASSERT_EQ(first[random() % first.size()], 0U);
+  auto second = make_big_array<std::uint32_t>(GiB / 4, zero, {.pages = pages::thp});
+  EXPECT_EQ(second.report().fault_method_reason.rfind("measured earlier in this process: ", 0), 0U);
+  EXPECT_EQ(second.report().initialization, first.report().initialization);
+  detail::forget_fault_measurements();
+}

@@ -445,6 +445,10 @@ def auto_choice(samples: list, rows: list[dict]) -> Optional[dict]:
                             "slower_than_fastest_percent": 100.0 * (auto["median_s"] / fastest["median_s"] - 1.0)}
     why = "; ".join(result["fallbacks"]) if result["fallbacks"] else "the first rung of the ladder was available"
     result["why"] = f"chose {result['page_kind']}: {why}"
+    zero = next((s["metrics"] for s in samples if s["case"].get("part") == "strategy" and s["case"]["strategy"] == AUTO
+                 and s["case"]["init"] == "zero" and s["metrics"].get("auto_initialization")), None)
+    if zero:  # how its fresh pages were faulted in for zero initialization, and why (fault_in.cpp)
+        result["zero_fault"] = {"method": zero["auto_initialization"], "reason": zero.get("auto_initialization_reason")}
     return result
 
 

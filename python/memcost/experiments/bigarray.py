@@ -292,6 +292,9 @@ def notes(summary: dict) -> list[str]:
     if not choice:
         return lines
     lines.append(f"make_big_array auto {choice['why']}")
+    if choice.get("zero_fault"):
+        lines.append(f"make_big_array auto faulted its fresh zero pages in by {choice['zero_fault']['method']}: "
+                     f"{choice['zero_fault']['reason']}")
     for init in INITS:
         if init in choice:
             placed = choice[init]

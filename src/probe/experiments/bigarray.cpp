@@ -99,6 +99,7 @@ struct BuiltArray {
   double first_percent_s = -1;
   std::string auto_choice;
   std::vector<std::string> fallbacks;
+  std::string initialization, initialization_reason;  // make_big_array auto: how it initialized, and why
 };
 
 struct StrategyInputs {
@@ -241,6 +242,8 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
                     BuiltArray made{array->data(), [array]() mutable { array.reset(); }, array->report().page_kind};
                     made.auto_choice = array->report().page_kind;
                     made.fallbacks = array->report().fallbacks;
+                    made.initialization = array->report().initialization;
+                    made.initialization_reason = c.zero ? array->report().fault_method_reason : array->report().fill_method_reason;
                     return made;
                   }, ladder_has_huge_pages});
   list.push_back({"make_big_array auto async", "memcost", [](const StrategyInputs& c) {
@@ -546,6 +549,8 @@ json measure_strategy_once(Emitter& emitter, const NamedStrategy& strategy, std:
   if (!made.auto_choice.empty()) {
     metrics["auto_choice"] = made.auto_choice;
     metrics["auto_fallbacks"] = made.fallbacks;
+    metrics["auto_initialization"] = made.initialization;
+    metrics["auto_initialization_reason"] = made.initialization_reason;
   }
   return metrics;
 }
