@@ -432,3 +432,27 @@ def test_a_mapping_the_go_runtime_made_for_many_allocations_is_named_so():
                            [{"stack": 1, "call": "mmap"}, {"stack": 2, "call": "mmap"}], {})
     names = trace_sites.allocation_names(trace)
     assert names(1) == trace_sites.GO_HEAP and names(2) == "main.buildFrame"
+
+
+def test_faults_a_gpu_driver_takes_pinning_are_named_by_the_cuda_call():
+    """The driver pins inside an ioctl; the touching site names the CUDA call the program made
+    (the outermost in the stack: the runtime's over the driver's), then the program's own frames."""
+    cuda, runtime = "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/local/cuda/lib64/libcudart.so.13"
+    pinning = [_at("", 1, cuda, file=""), _at("cuMemHostAlloc", 2, cuda, file=""),
+               _at("cudaHostAlloc", 3, runtime, file=""), _at("load_batch", 40), _at("main", 50)]
+    registering = [_at("ioctl", 1, "/usr/lib/x86_64-linux-gnu/libc.so.6", file=""),
+                   _at("cuMemHostRegister_v2", 2, cuda, file=""), _at("stage", 60), _at("main", 51)]
+    populating = [_at("madvise", 1, "/usr/lib/x86_64-linux-gnu/libc.so.6", file=""), _at("prefault", 70)]
+    samples = [{"case": {"record": "stack"}, "metrics": {"stack": number, "frames": frames}}
+               for number, frames in ((1, pinning), (2, registering), (3, populating))]
+    samples += [stack(9, "allocate"),
+                faults((9, "mmap", 1, 7, 0, False, 8192), (9, "mmap", 2, 7, 0, False, 4096), (9, "mmap", 3, 7, 0, False, 1024)),
+                *[{"case": {"record": "call_faults", "call": call},
+                   "metrics": {"stack": number, "calls": 1, "faults": count, "call_ns": 1_000_000}}
+                  for number, call, count in ((1, "ioctl", 8192), (2, "ioctl", 4096), (3, "madvise", 1024))],
+                origin(9, 1, 0, 64 * MIB, 13312), run()]
+    touching = {row["site"] for row in trace_summary.summarize(samples, COST)["touching"]}
+    assert "cudaHostAlloc (ioctl) ← load_batch (app.c:40)" in touching, touching
+    assert "cuMemHostRegister (ioctl) ← stage (app.c:60)" in touching, touching
+    assert "madvise ← prefault (app.c:70)" in touching, touching
+    assert trace_sites.pinning_call(populating) is None

@@ -21,7 +21,12 @@ C_AND_ALLOCATOR_MODULES = ("libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_
 RUNTIME_MODULES = ("libjvm.so", "libjli.so", "libjava.so", "libnode.so")
 
 
-SYSTEM_MODULES = C_AND_ALLOCATOR_MODULES + RUNTIME_MODULES
+# NVIDIA's driver and CUDA runtime: a site is where the program called them (cudaHostAlloc's
+# pinning is named by the call itself, sites.call_name).
+GPU_MODULES = ("libcuda.so", "libcudart.so", "libnvidia-")
+
+
+SYSTEM_MODULES = C_AND_ALLOCATOR_MODULES + RUNTIME_MODULES + GPU_MODULES
 
 
 # Executables that are a runtime, not the program: their frames are skipped like a library's.
@@ -32,7 +37,8 @@ RUNTIME_EXECUTABLES = ("node", "nodejs")
 # program: C++ standard-library templates, Go's runtime, Rust's alloc, core and std, CPython's
 # and numpy's allocators (docs/trace.md lists them; --skip-frames adds, --keep-frames exempts).
 SYSTEM_FUNCTIONS = r"^(std::|__gnu_cxx::|__cxxabiv1::|operator new|operator delete|runtime\.|alloc::|core::|<alloc::|" \
-                   r"<core::|_?Py(Mem|Object)_|_PyObject_|PyDataMem_|default_malloc|npy_alloc_cache|__rust_)"
+                   r"<core::|_?Py(Mem|Object)_|_PyObject_|PyDataMem_|default_malloc|npy_alloc_cache|__rust_|" \
+                   r"cuda[A-Z]\w*$|__cudart)"
 
 
 # A Python frame is the interpreter's or a library's when its file is in the standard library or

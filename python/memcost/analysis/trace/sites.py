@@ -20,6 +20,30 @@ CALLED_FROM = " ← "
 
 READABLE_CALLERS = 3  # callers a table shows; the results keep the whole path
 
+# The CUDA calls that pin host memory, as their frames name them: the runtime's (libcudart: what
+# programs and PyTorch call) and the driver's (libcuda, which the runtime calls; `_v2` and the like
+# are versions of one call). The driver pins inside an ioctl, so the system call that took the
+# faults is an ioctl; the outermost of these frames says what the program asked for.
+PINNING_CALLS = ("cudaHostAlloc", "cudaMallocHost", "cudaHostRegister", "cuMemHostAlloc", "cuMemAllocHost",
+                 "cuMemHostRegister")
+
+
+def pinning_call(frames: list) -> Optional[str]:
+    """The outermost CUDA pinning call in a stack (innermost frame first), or None."""
+    found = None
+    for frame in frames:
+        function = re.sub(r"_v\d+$", "", (frame.get("function") or "").split("(")[0].strip())
+        if function in PINNING_CALLS:
+            found = function
+    return found
+
+
+def call_name(call: str, frames: list) -> str:
+    """A system call that took faults, as a touching site names it: by the CUDA call that made it
+    where there is one ("cudaHostAlloc (ioctl)"), else by itself ("madvise")."""
+    pinning = pinning_call(frames)
+    return f"{pinning} ({call})" if pinning else call
+
 
 def readable(site: str) -> str:
     """A site as tables show it, as perf shortens names: template arguments and parameter lists

@@ -23,7 +23,7 @@ from ..derived import MB
 from .advice import advise, fault_us
 from .frames import DEFAULT_FRAMES, FrameFilter, frames_of, runtime_flags_missing, runtime_of, user_frame
 from .records import KERNEL_TIME, Site, Trace, ms, read, touch_rows
-from .sites import SiteNames, allocation_names, allocation_site, readable, touching_names
+from .sites import SiteNames, allocation_names, allocation_site, call_name, readable, touching_names
 
 
 def processes_table(trace: Trace) -> list[dict]:
@@ -267,8 +267,9 @@ def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[d
     samples: Counter = Counter()
     exact: Counter = Counter()  # counted with their own stack, where the rest are shared out by samples
     allocations, touching = allocation_names(trace, which), touching_names(trace, which)
-    # A system call's faults are touched by the call: named by it ("madvise ← by_madv_populate").
-    calls_at = {row["stack"]: row["call"] for row in trace.call_faults}
+    # A system call's faults are touched by the call: named by it ("madvise ← by_madv_populate"), or
+    # by the CUDA call that made it ("cudaHostAlloc (ioctl) ← load_batch").
+    calls_at = {row["stack"]: call_name(row["call"], trace.stacks.get(row["stack"], [])) for row in trace.call_faults}
 
     def touching_site(stack: int) -> str:
         return f"{calls_at[stack]} ← {touching(stack)}" if stack in calls_at else touching(stack)
