@@ -50,6 +50,10 @@ double median_of(std::vector<double> values) {
 Settled settled(const std::vector<double>& seconds, double fastest_median_s, const StoppingRule& rule) {
   const int rounds = static_cast<int>(seconds.size());
   if (rounds >= rule.max_rounds) return Settled::max_rounds;
+  if (rounds == 1 && rule.far_behind_single > 0 && fastest_median_s > 0 &&
+      seconds[0] >= rule.far_behind_single * fastest_median_s) {
+    return Settled::far_behind;
+  }
   if (rounds < 2 || std::any_of(seconds.begin(), seconds.end(), [](double s) { return !(s > 0); })) return Settled::no;
   if (rounds >= rule.far_behind_min_rounds && fastest_median_s > 0) {
     const double factor = rounds >= rule.min_rounds ? rule.far_behind : rule.far_behind_early;

@@ -47,7 +47,9 @@ TEST(Rounds, ARowWhoseRoundsDisagreeGoesOnToTheMostRounds) {
 
 TEST(Rounds, ARowFarBehindTheFastestStopsEarlyTheFartherBehindItIs) {
   const StoppingRule rule;
-  EXPECT_EQ(settled({3.0}, 0.4, rule), Settled::no);               // one round says nothing
+  EXPECT_EQ(settled({3.0}, 0.4, rule), Settled::no);               // one round 7.5x behind says nothing
+  EXPECT_EQ(settled({24.3}, 0.682, rule), Settled::far_behind);    // one round 36x behind (16 CPUs, 32 GiB) does
+  EXPECT_EQ(settled({5.9}, 0.4, rule), Settled::no);               // 14.75x: just short of 15x
   EXPECT_EQ(settled({3.0, 6.5}, 0.4, rule), Settled::far_behind);  // after two: its best round is 7.5x the fastest
   EXPECT_EQ(settled({1.02, 2.18}, 0.27, rule), Settled::no);       // 3.8x after two: a fast row's unlucky rounds, maybe
   EXPECT_EQ(settled({1.02, 2.18, 1.6}, 0.27, rule), Settled::far_behind);  // 3.8x after three
@@ -59,6 +61,7 @@ TEST(Rounds, ARowFarBehindTheFastestStopsEarlyTheFartherBehindItIs) {
 TEST(Rounds, AFixedCountRunsEveryRowThatManyRounds) {
   const StoppingRule fixed = StoppingRule::fixed(4);
   EXPECT_EQ(settled({1.0, 1.0, 1.0}, 0.1, fixed), Settled::no);  // 10x the fastest, and agreeing: still going
+  EXPECT_EQ(settled({10.0}, 0.1, fixed), Settled::no);           // 100x after one: still going
   EXPECT_EQ(settled({1.0, 1.0, 1.0, 1.0}, 0.1, fixed), Settled::max_rounds);
 }
 

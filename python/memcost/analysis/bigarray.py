@@ -185,7 +185,7 @@ def _ties_with_the_fastest(ranked: list[dict], samples_of: dict[str, list]) -> N
         mine = by_round(row["strategy"])
         if row.get("stopped") == "far behind":
             # Its repetitions stopped because even the fastest of them took 3 times the fastest row's
-            # median or more (5 times after two rounds): not tied, whatever the pairing says. On this
+            # median or more (5 times after two rounds, 15 after one): not tied, whatever the pairing says. On this
             # VM a repetition is slow when its memory comes back from the host, one repetition here
             # and one there, not a round at a time, so the fastest row's slow repetitions make the
             # paired ratios of a row 3-10x behind reach below 1 (at 4 GiB: 3.31×, 0.54–6.09).

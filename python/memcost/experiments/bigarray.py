@@ -33,7 +33,7 @@ OPTIONS = [
     # once its time is known within ±10 % or it is 3 times the fastest; --reps N fixes the count
     # (`memcost compare` tests rows with 4 or more a side).
     Option("reps", "repetitions per strategy (default adaptive: at most 5 rounds, a row stopping once its time is known "
-                   "within ±10 %% or its fastest round is 3 times the fastest row's median (5 times after 2 rounds); "
+                   "within ±10 %% or its fastest round is 3 times the fastest row's median (5 times after 2 rounds, 15 after 1); "
                    "N: N for every row, and all --repeat iterations; --quick 4)",
            quick=4, parse=arguments.positive_int),
     Option("repeat", "most iterations of the repeat scenario: the array made, initialized and freed again (default "
@@ -203,11 +203,11 @@ _STOPPED = {"tight": "±10 %", "far behind": "≥ 3×", "most rounds": ""}
 
 def _reps(row: dict) -> str:
     """The row's repetitions, and why they stopped where adaptive: known within ±10 %, or at least
-    3 times the fastest row's median in every round (5 times when it stopped after two); nothing
-    added at the most rounds or a fixed --reps."""
+    3 times the fastest row's median in every round (5 times when it stopped after two, 15 after
+    one); nothing added at the most rounds or a fixed --reps."""
     mark = _STOPPED.get(row.get("stopped") or "most rounds", "")
-    if row.get("stopped") == "far behind" and row["reps"] == 2:
-        mark = "≥ 5×"
+    if row.get("stopped") == "far behind" and row["reps"] in (1, 2):
+        mark = "≥ 15×" if row["reps"] == 1 else "≥ 5×"
     return f"{row['reps']} ({mark})" if mark else str(row["reps"])
 
 
@@ -254,7 +254,7 @@ def notes(summary: dict) -> list[str]:
     if "tight" in stopped or "far behind" in stopped:
         lines.append(f"repetitions adaptive (--reps N fixes them): {stopped.count('tight')} rows stopped once the 95 % "
                      f"interval of their time was within ±10 % (reps marked ±10 %), {stopped.count('far behind')} once "
-                     "even their fastest repetition took 3 times the fastest row's median (5 times after two rounds; "
+                     "even their fastest repetition took 3 times the fastest row's median (5 times after two rounds, 15 after one; "
                      "≥ 3×), "
                      f"{stopped.count('most rounds')} ran the most rounds; `memcost compare` tests rows with 4 or more a side")
     overlapped = sum(r.get("host_reporting_overlaps_kept") or 0 for r in summary["rows"])

@@ -499,7 +499,7 @@ void declare(CLI::App& command, Settings& s) {
   add_names_option(command, "--inits", s.inits, {"zero", "value"}, "zero, value");
   command.add_option("--reps", s.reps, "repetitions per strategy (0, the default: adaptive, at most 5 rounds, a row stopping "
                      "once its time is known within ±10 % (3 rounds at least) or its fastest round is 3x the fastest "
-                     "row's median (5x after 2 rounds); N: N rounds for every row)")
+                     "row's median (5x after 2 rounds, 15x after 1); N: N rounds for every row)")
       ->check(CLI::Range(0, 100));
   command.add_option("--fastest-s", s.fastest_s, "the fastest row's median seconds in the main run, against which an "
                      "allocator's run judges a row far behind (adaptive repetitions)")->check(CLI::NonNegativeNumber);
