@@ -45,6 +45,12 @@ def run_with_progress(experiment: str, arguments: list[str], title: str, env: Op
     a plain line every few seconds otherwise. Warnings are collected in the run; the command
     prints them with its results."""
     shared = _suite[0] if _suite else None
+
+    def on_warning(warning: dict) -> None:
+        # The run's estimate is said when the probe makes it, before the run (bigarray); other
+        # warnings are printed with the results.
+        if warning.get("code") == "estimate":
+            console.print(f"{title}: estimated {warning['message']}", markup=False)
     if console.is_terminal:
         progress = shared or Progress(*COLUMNS, console=console, transient=True)
         with (nullcontext() if shared else progress):
@@ -54,7 +60,7 @@ def run_with_progress(experiment: str, arguments: list[str], title: str, env: Op
                 progress.update(task, completed=done, total=total, label=label)
             try:
                 return run_probe(experiment, arguments, global_arguments=global_arguments, on_progress=on_progress,
-                                 env=env)
+                                 on_warning=on_warning, env=env)
             finally:
                 progress.remove_task(task)
 
@@ -67,4 +73,5 @@ def run_with_progress(experiment: str, arguments: list[str], title: str, env: Op
             last_line[0] = now
             console.print(f"{title}: {done}/{total} {label} ({now - started:.0f} s)", markup=False)
 
-    return run_probe(experiment, arguments, global_arguments=global_arguments, on_progress=on_plain_progress, env=env)
+    return run_probe(experiment, arguments, global_arguments=global_arguments, on_progress=on_plain_progress,
+                     on_warning=on_warning, env=env)

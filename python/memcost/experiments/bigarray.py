@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 from typing import Optional
 
 from .. import arguments
@@ -75,8 +76,10 @@ def measure(values: dict, directory) -> dict:
     from ..runner import run_with_progress
     variants, missing = _variants(values)
     params = {**values, "allocators": [label for label, _ in variants]}
+    started = time.monotonic()
     with reserved_for_run(values.get("reserve_hugepages"), values.get("hugepage_size", "2M"), params):
-        run = run_with_progress("bigarray", EXPERIMENT.probe_arguments(values), "bigarray")
+        run = run_with_progress("bigarray", EXPERIMENT.probe_arguments(values) + ["--allocator-runs", str(len(variants))],
+                                "bigarray")
         samples = list(run.samples)
         fastest = _fastest_flag(samples)  # the main run's alone: an allocator's reuse rows are no yardstick
         for label, extra_env in variants:
@@ -86,10 +89,22 @@ def measure(values: dict, directory) -> dict:
                                       f"bigarray ({label})", env={**os.environ, **extra_env})
             samples += extra.samples
     params["probe_settings"] = run.settings
+    params["duration_s"] = time.monotonic() - started
     summary, unverified = analyze(samples)
+    summary["estimate"] = _estimate_against_duration(samples, params["duration_s"])
     from ..analysis.bigarray import machine_facts
     summary["machine_facts"] = machine_facts(run.context, directory.root)
-    return finish(EXPERIMENT, run.context, params, samples, summary, list(run.warnings) + missing + unverified, directory)
+    said = [w for w in run.warnings if w.get("code") != "estimate"]  # said at the start; kept in the summary
+    return finish(EXPERIMENT, run.context, params, samples, summary, said + missing + unverified, directory)
+
+
+def _estimate_against_duration(samples: list, duration_s: float) -> Optional[dict]:
+    """The estimate the probe made before the run (src/probe/run_estimate.cpp), beside what the run
+    took: the model's error on this machine, kept with the result."""
+    estimate = next((s["metrics"] for s in samples if s["case"].get("part") == "estimate"), None)
+    if not estimate:
+        return None
+    return {"estimated_s": estimate["seconds"], "actual_s": duration_s, "ratio": duration_s / estimate["seconds"]}
 
 
 # What an allocator's run measures unless --strategies says otherwise: how the allocator gets a big
@@ -241,6 +256,10 @@ def _picks(fill: dict) -> str:
 def notes(summary: dict) -> list[str]:
     from ..analysis.bigarray import outlier_lines, reused
     lines = outlier_lines(summary)
+    estimate = summary.get("estimate")
+    if estimate:
+        lines.append(f"the run took {estimate['actual_s'] / 60:.1f} min; estimated at the start "
+                     f"{estimate['estimated_s'] / 60:.1f} min ({estimate['ratio']:.2f}× the estimate)")
     kept = sorted({r["strategy"] for r in summary["rows"] if reused(r)})
     if kept:
         lines.append(f"{', '.join(kept)}: far fewer faults than the array has pages — the allocator kept the memory an "

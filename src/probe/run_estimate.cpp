@@ -1,0 +1,101 @@
+// A `bigarray` run's duration, estimated (run_estimate.hpp).
+#include "probe/run_estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace memcost::probe {
+namespace {
+
+// A row's round: making the array, and freeing it (on base pages a free is no small part of it:
+// 0.3 s for 2 GiB on the 2-vCPU guest).
+double row_seconds(const EstimatedRow& row, std::size_t bytes, bool value, const MeasuredRates& rates) {
+  const double gb = static_cast<double>(bytes) / 1e9;
+  const double free_s = gb / (row.huge_pages ? rates.free_huge_gb_per_s : rates.free_gb_per_s);
+  if (row.serial) return gb / (row.huge_pages ? rates.serial_huge_gb_per_s : rates.serial_gb_per_s) + free_s;
+  // In parallel a value is written after the faults: the faulted-in rate's share on top.
+  return gb / rates.parallel_gb_per_s + (value ? gb / rates.faulted_gb_per_s : 0.0) + free_s;
+}
+
+std::string minutes(double seconds) {
+  char text[32];
+  if (seconds < 90) std::snprintf(text, sizeof text, "%.0f s", seconds);
+  else std::snprintf(text, sizeof text, "%.1f min", seconds / 60);
+  return text;
+}
+
+}  // namespace
+
+int expected_rounds(double times_the_fastest) {
+  if (times_the_fastest >= 15) return 1;
+  if (times_the_fastest >= 5) return 2;
+  if (times_the_fastest >= 3) return 3;
+  return 4;
+}
+
+RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& rates) {
+  RunEstimate estimate;
+  if (rates.serial_gb_per_s <= 0 || rates.serial_huge_gb_per_s <= 0 || rates.parallel_gb_per_s <= 0 ||
+      rates.faulted_gb_per_s <= 0 || rates.free_gb_per_s <= 0 || rates.free_huge_gb_per_s <= 0) {
+    return estimate;
+  }
+  const double gb = static_cast<double>(shape.bytes) / 1e9;
+  const double fresh_huge = gb / rates.parallel_gb_per_s + gb / rates.free_huge_gb_per_s;  // made, faulted, freed
+  const auto rounds_of = [&shape](double times) { return shape.fixed_reps ? shape.reps : expected_rounds(times); };
+  for (int init = 0; init < shape.inits; ++init) {
+    const bool value = init == 1;
+    double fastest = 0;
+    for (const auto& row : shape.rows) {
+      const double s = row_seconds(row, shape.bytes, value, rates);
+      fastest = fastest == 0 ? s : std::min(fastest, s);
+    }
+    for (const auto& row : shape.rows) {
+      const double s = row_seconds(row, shape.bytes, value, rates);
+      estimate.rows_seconds += rounds_of(s / fastest) * s;
+    }
+    // Each round: the limit beside the rows (1 GiB at most, two fills) and a huge-page warm-up.
+    const double limit_gb = std::min(gb, 1.073741824);
+    estimate.fixed_seconds += rounds_of(1.0) * (2 * limit_gb / rates.faulted_gb_per_s + fresh_huge);
+  }
+  // The limit, and four fill methods on fresh and on faulted-in memory, limit_reps times.
+  estimate.fixed_seconds += shape.limit_reps * (fresh_huge + gb / rates.faulted_gb_per_s +
+                                                4 * (fresh_huge + gb / rates.faulted_gb_per_s));
+  if (shape.repeat > 0) {
+    // Six variants, each iteration beside a floor: two fresh (parallel), two serial (adaptive: far
+    // behind after three), two reusing memory (at the limit), and the floors at the limit.
+    const int fast_iterations = std::min(shape.repeat, 4), slow_iterations = std::min(shape.repeat, 3);
+    const double floor = gb / rates.faulted_gb_per_s;
+    const double serial = gb / rates.serial_gb_per_s + gb / rates.free_gb_per_s;
+    estimate.fixed_seconds += fast_iterations * (fresh_huge + floor) + 2 * slow_iterations * (serial + floor) +
+                              3 * fast_iterations * (floor + floor);
+  }
+  // Each allocator: malloc + memset and calloc + first touch, zero only, serial on base pages.
+  const EstimatedRow serial{.serial = true};
+  double fastest_zero = 0;
+  for (const auto& row : shape.rows) {
+    const double s = row_seconds(row, shape.bytes, false, rates);
+    fastest_zero = fastest_zero == 0 ? s : std::min(fastest_zero, s);
+  }
+  if (fastest_zero > 0) {
+    const double s = row_seconds(serial, shape.bytes, false, rates);
+    estimate.allocator_seconds = shape.allocator_runs * 2 * rounds_of(s / fastest_zero) * s;
+  }
+  estimate.seconds = estimate.rows_seconds + estimate.fixed_seconds + estimate.allocator_seconds;
+  return estimate;
+}
+
+std::string describe(const RunEstimate& estimate, const MeasuredRates& rates) {
+  char rates_text[240];
+  std::snprintf(rates_text, sizeof rates_text,
+                "one thread %.1f GB/s on base pages and %.1f on huge pages, every thread %.1f faulting and %.1f writing, "
+                "freeing %.1f and %.1f",
+                rates.serial_gb_per_s, rates.serial_huge_gb_per_s, rates.parallel_gb_per_s, rates.faulted_gb_per_s,
+                rates.free_gb_per_s, rates.free_huge_gb_per_s);
+  return "about " + minutes(estimate.seconds) + " (the ranked rows " + minutes(estimate.rows_seconds) +
+         ", the limit, fills and repeat scenario " + minutes(estimate.fixed_seconds) +
+         (estimate.allocator_seconds > 0 ? ", the other allocators " + minutes(estimate.allocator_seconds) : "") +
+         "): a model from rates measured just now (" + rates_text + "), each row's rounds as the adaptive rule would give them";
+}
+
+}  // namespace memcost::probe

@@ -1,0 +1,52 @@
+// How long a `bigarray` run will take, estimated before it starts from three rates measured in a
+// fraction of a second, so that a 32 GiB run on a big machine says at once what it will cost.
+// A model, not a measurement: every row's round is its bytes over the rate of its kind (serial on
+// base pages, serial on huge pages, parallel), its rounds what the adaptive rule would give a row
+// that far behind the fastest (probe/rounds.hpp), plus the limit, fill, repeat and allocator runs
+// priced the same way. Pure: tested in tests/cpp/run_estimate_test.cpp.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace memcost::probe {
+
+struct MeasuredRates {
+  double serial_gb_per_s = 0;       // one thread writing fresh base pages (faults and writes)
+  double serial_huge_gb_per_s = 0;  // one thread writing fresh huge pages
+  double parallel_gb_per_s = 0;     // every thread faulting fresh huge pages in (make_big_array zero)
+  double faulted_gb_per_s = 0;      // every thread writing memory already faulted in (the limit)
+  double free_gb_per_s = 0;         // munmap of written base pages (every row frees its array)
+  double free_huge_gb_per_s = 0;    // munmap of written huge pages
+};
+
+struct EstimatedRow {
+  bool serial = false;      // one thread does the work
+  bool huge_pages = false;  // on THP or hugetlb
+};
+
+struct RunShape {
+  std::size_t bytes = 0;
+  std::vector<EstimatedRow> rows;
+  int inits = 2;           // zero, value
+  int limit_reps = 3;
+  int repeat = 10;         // most iterations of the repeat scenario (0: none)
+  int allocator_runs = 0;  // other allocators, each two serial rows, zero only
+  bool fixed_reps = false;
+  int reps = 0;            // with fixed_reps
+};
+
+struct RunEstimate {
+  double seconds = 0;
+  double rows_seconds = 0, fixed_seconds = 0, allocator_seconds = 0;
+};
+
+// The rounds an adaptive row that far behind the fastest gets: 1 at 15x, 2 at 5x, 3 at 3x, else 4
+// (a row within 3x settles, tight, after 3 to 5).
+[[nodiscard]] int expected_rounds(double times_the_fastest);
+[[nodiscard]] RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& rates);
+// "about 6 min (rows 4.1 min, ...)": for the line printed at the start.
+[[nodiscard]] std::string describe(const RunEstimate& estimate, const MeasuredRates& rates);
+
+}  // namespace memcost::probe

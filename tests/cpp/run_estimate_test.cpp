@@ -1,0 +1,57 @@
+// The bigarray run's estimate (probe/run_estimate.hpp): the rounds a row gets by how far behind it
+// is, and the model's arithmetic on rates and a run's shape given by hand.
+#include "probe/run_estimate.hpp"
+
+#include <gtest/gtest.h>
+
+namespace memcost::probe {
+namespace {
+
+constexpr std::size_t GiB = std::size_t{1} << 30;
+
+TEST(RunEstimate, RowsFarBehindGetFewerRounds) {
+  EXPECT_EQ(expected_rounds(36.0), 1);
+  EXPECT_EQ(expected_rounds(15.0), 1);
+  EXPECT_EQ(expected_rounds(7.5), 2);
+  EXPECT_EQ(expected_rounds(3.2), 3);
+  EXPECT_EQ(expected_rounds(1.0), 4);
+}
+
+TEST(RunEstimate, TheRowsArePricedByTheirKindsRateAndRounds) {
+  // 10 GB/s serial (base and huge), 40 faulting in parallel, 40 writing: a serial row 4x the fastest.
+  const MeasuredRates rates{10.0, 10.0, 40.0, 40.0, 1e9, 1e9};  // frees all but free
+  RunShape shape{.bytes = 40ULL * 1000 * 1000 * 1000, .rows = {{.serial = true}, {.serial = false}}, .inits = 1,
+                 .limit_reps = 0, .repeat = 0};
+  const RunEstimate estimate = estimate_run(shape, rates);
+  // Serial: 4 s a round, 3 rounds (4x behind); parallel: 1 s, 4 rounds.
+  EXPECT_NEAR(estimate.rows_seconds, 3 * 4.0 + 4 * 1.0, 1e-6);
+  EXPECT_DOUBLE_EQ(estimate.allocator_seconds, 0.0);
+  shape.allocator_runs = 2;  // two serial rows each, zero only
+  EXPECT_NEAR(estimate_run(shape, rates).allocator_seconds, 2 * 2 * 3 * 4.0, 1e-6);
+  shape.fixed_reps = true;
+  shape.reps = 5;
+  EXPECT_NEAR(estimate_run(shape, rates).rows_seconds, 5 * 4.0 + 5 * 1.0, 1e-6);
+  // Freeing is priced too: at 10 GB/s, 4 s more for each of the ten row rounds.
+  const MeasuredRates freeing{10.0, 10.0, 40.0, 40.0, 10.0, 10.0};
+  EXPECT_NEAR(estimate_run(shape, freeing).rows_seconds, 5 * 8.0 + 5 * 5.0, 1e-6);
+}
+
+TEST(RunEstimate, ThirtyTwoGiBOnSixteenCoresIsMinutesAndSaysItsBasis) {
+  // Issue 41's host: new[] 24.3 s and make_big_array 0.68 s at 32 GiB (value).
+  const MeasuredRates rates{1.4, 3.0, 50.0, 45.0, 8.0, 200.0};
+  RunShape shape{.bytes = 32 * GiB, .rows = {}, .allocator_runs = 4};
+  for (int i = 0; i < 8; ++i) shape.rows.push_back({.serial = true});
+  for (int i = 0; i < 10; ++i) shape.rows.push_back({.serial = false, .huge_pages = true});
+  const RunEstimate estimate = estimate_run(shape, rates);
+  EXPECT_GT(estimate.seconds, 60.0);
+  EXPECT_LT(estimate.seconds, 20 * 60.0);
+  EXPECT_DOUBLE_EQ(estimate.seconds, estimate.rows_seconds + estimate.fixed_seconds + estimate.allocator_seconds);
+  const std::string text = describe(estimate, rates);
+  EXPECT_EQ(text.rfind("about ", 0), 0U) << text;
+  EXPECT_NE(text.find("a model from rates measured just now"), std::string::npos) << text;
+}
+
+TEST(RunEstimate, NoRatesNoEstimate) { EXPECT_EQ(estimate_run(RunShape{.bytes = GiB, .rows = {}}, MeasuredRates{}).seconds, 0.0); }
+
+}  // namespace
+}  // namespace memcost::probe
