@@ -26,6 +26,10 @@ struct big_memory_options {
   array_pool* pool = nullptr;
   unsigned threads = 0;  // for the parallel first touch; 0: every logical CPU
   std::pmr::memory_resource* upstream = std::pmr::new_delete_resource();
+  // Big blocks pinned for a GPU (pinned.hpp): registered with the CUDA driver once faulted in,
+  // unregistered when given back (a pool keeps them registered); allocate throws pinning_error
+  // without a driver or a GPU.
+  bool pinned = false;
 };
 
 class big_memory_resource : public std::pmr::memory_resource {
@@ -48,6 +52,7 @@ class big_memory_resource : public std::pmr::memory_resource {
   struct block {
     detail::mapping memory;
     std::string page_kind;
+    pinned_registration registration;  // after the memory: unregistered before it is unmapped
   };
   big_memory_options options_;
   mutable std::mutex lock_;

@@ -7,7 +7,7 @@ namespace memcost {
 big_memory_resource::~big_memory_resource() {
   std::lock_guard guard(lock_);
   for (auto& [pointer, held] : blocks_) {
-    if (options_.pool) options_.pool->give(std::move(held.memory), held.page_kind);
+    if (options_.pool) options_.pool->give(std::move(held.memory), held.page_kind, std::move(held.registration));
   }
   blocks_.clear();
 }
@@ -15,10 +15,12 @@ big_memory_resource::~big_memory_resource() {
 void* big_memory_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
   if (bytes < options_.threshold_bytes) return options_.upstream->allocate(bytes, alignment);
   // Mappings start on a page: any alignment a type can ask for (up to a page) holds.
-  big_array_options array_options{.pages = options_.pages, .threads = options_.threads, .pool = options_.pool};
+  big_array_options array_options{.pages = options_.pages, .threads = options_.threads, .pool = options_.pool,
+                                  .pinned = options_.pinned};
   allocation_report report;
   block held;
-  report.from_pool = options_.pool && options_.pool->take(bytes, array_options, held.memory, report.page_kind);
+  report.from_pool = options_.pool && options_.pool->take(bytes, array_options, held.memory, report.page_kind,
+                                                          &held.registration);
   if (!report.from_pool) {
     held.memory = detail::mapping(bytes, array_options, report);
     // Parallel first touch: the container then writes memory already faulted in.
@@ -30,6 +32,11 @@ void* big_memory_resource::do_allocate(std::size_t bytes, std::size_t alignment)
   }
   report.mapped_bytes = held.memory.bytes();
   held.page_kind = report.page_kind;
+  if (options_.pinned && !held.registration.pinned()) {
+    held.registration = pinned_registration(held.memory.data(), held.memory.bytes());  // throws pinning_error
+    report.pin_seconds = held.registration.register_seconds();
+  }
+  report.pinned = held.registration.pinned();
   void* pointer = held.memory.data();
   std::lock_guard guard(lock_);
   blocks_.emplace(pointer, std::move(held));
@@ -50,8 +57,8 @@ void big_memory_resource::do_deallocate(void* pointer, std::size_t bytes, std::s
     held = std::move(found->second);
     blocks_.erase(found);
   }
-  if (options_.pool) options_.pool->give(std::move(held.memory), held.page_kind);
-  // Otherwise `held` unmaps the block as it goes.
+  if (options_.pool) options_.pool->give(std::move(held.memory), held.page_kind, std::move(held.registration));
+  // Otherwise `held` unregisters and unmaps the block as it goes.
 }
 
 allocation_report big_memory_resource::last_report() const {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "big_array/cuda_driver.hpp"
+#include "memcost/allocator.hpp"
 #include "memcost/big_array.hpp"
 #include "memcost/memcost.h"
 
@@ -148,6 +149,34 @@ TEST(PinnedWithADriver, TheCApiPinsAndUnpins) {
   ASSERT_EQ(memcost_array_create_zeroed(1 << 20, 4, &options, &array), MEMCOST_OK) << memcost_last_error();
   EXPECT_EQ(driver.live(), 1);
   memcost_array_destroy(array);
+  EXPECT_EQ(driver.live(), 0);
+}
+
+// A standard container's big blocks, pinned: registered once faulted in, unregistered when given
+// back, kept registered by a pool.
+TEST(PinnedWithADriver, TheStandardAllocatorPinsBigBlocks) {
+  FakeDriver driver;
+  ASSERT_NE(driver.library, nullptr);
+  {
+    big_memory_resource pinned({.pinned = true});
+    {
+      std::vector<float, allocator<float>> v(1 << 20, 1.0F, allocator<float>(&pinned));
+      EXPECT_EQ(driver.live(), 1);
+      EXPECT_TRUE(pinned.last_report().pinned);
+      EXPECT_EQ(v[12345], 1.0F);
+    }
+    EXPECT_EQ(driver.live(), 0) << "unregistered when the vector gave its block back";
+  }
+  array_pool pool(64 << 20);
+  {
+    big_memory_resource pooled({.pool = &pool, .pinned = true});
+    { std::vector<float, allocator<float>> v(1 << 20, 1.0F, allocator<float>(&pooled)); }
+    EXPECT_EQ(driver.live(), 1) << "held by the pool, still registered";
+    const int registrations = driver.registrations();
+    { std::vector<float, allocator<float>> v(1 << 20, 2.0F, allocator<float>(&pooled)); }
+    EXPECT_EQ(driver.registrations(), registrations) << "taken back from the pool registered";
+  }
+  pool.release();
   EXPECT_EQ(driver.live(), 0);
 }
 
