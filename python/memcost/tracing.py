@@ -21,6 +21,7 @@ from .analysis import costs as costs_analysis
 from .analysis.cost_model import CostModel
 from .analysis.trace import frames as trace_frames
 from .analysis.trace import summary as trace_summary
+from .analysis.trace.advice import pinning_advice
 from .analysis.verify import correct_estimates, learned_ratios
 from .console import console
 from .errors import MemcostError
@@ -151,6 +152,10 @@ def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dic
         windows.finish(run.samples)
     summary, warnings = trace_summary.analyze(run.samples, cost=cost, params=values)
     summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
+    # Memory pinned by a CUDA call, with what the fast way measured on this host (`memcost pinned`).
+    pinned = next((document["summary"] for _, document in documents_of_host(directory.root, "pinned",
+                                                                                 run.context.get("host", ""))), None)
+    summary["pinning"] = pinning_advice(summary["touching"], pinned)
     _corrected_by_verification(summary, directory.root, run.context.get("host", ""))
     summary["totals"]["interrupted"] = summary["totals"]["interrupted"] or interrupts.interrupted
     if values.get("overhead") and values.get("command") and not summary["totals"]["interrupted"]:

@@ -451,8 +451,20 @@ def test_faults_a_gpu_driver_takes_pinning_are_named_by_the_cuda_call():
                    "metrics": {"stack": number, "calls": 1, "faults": count, "call_ns": 1_000_000}}
                   for number, call, count in ((1, "ioctl", 8192), (2, "ioctl", 4096), (3, "madvise", 1024))],
                 origin(9, 1, 0, 64 * MIB, 13312), run()]
-    touching = {row["site"] for row in trace_summary.summarize(samples, COST)["touching"]}
+    rows = trace_summary.summarize(samples, COST)["touching"]
+    touching = {row["site"] for row in rows}
     assert "cudaHostAlloc (ioctl) ← load_batch (app.c:40)" in touching, touching
     assert "cuMemHostRegister (ioctl) ← stage (app.c:60)" in touching, touching
     assert "madvise ← prefault (app.c:70)" in touching, touching
     assert trace_sites.pinning_call(populating) is None
+    # Advice for each pinning site, with what `memcost pinned` measured on this host when it has run.
+    from memcost.analysis.trace.advice import pinning_advice
+    unpriced = pinning_advice(rows, None)
+    assert [item["call"] for item in sorted(unpriced, key=lambda i: i["call"])] == ["cuMemHostRegister", "cudaHostAlloc"]
+    assert all("run `memcost pinned` on this host" in item["text"] and "not applied by --verify" in item["verify"]
+               for item in unpriced)
+    pinned = {"size_bytes": 32 << 30, "memcost_against_host_alloc": {"times_faster": 9.7, "memcost_s": 1.45,
+                                                                      "cuda_host_alloc_s": 14.1}}
+    priced = next(item for item in pinning_advice(rows, pinned) if item["call"] == "cudaHostAlloc")
+    assert "8,192 pages" in priced["text"] and "9.7× faster than cudaHostAlloc" in priced["text"]
+    assert priced["times_faster"] == 9.7

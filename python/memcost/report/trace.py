@@ -232,8 +232,13 @@ def fault_time_lines(totals: dict) -> str:
             "Methods side by side: " + "; ".join(methods) + ".")
 
 
+def pinning_lines(summary: dict) -> list[str]:
+    """Memory a CUDA call pinned, the fast way, and why --verify leaves it (analysis/trace/advice.py)."""
+    return [f"{readable(item['site'])}: {item['text']}; {item['verify']}" for item in summary.get("pinning", [])]
+
+
 def notes(summary: dict) -> list[str]:
-    advice = advice_lines(summary)
+    advice = advice_lines(summary) + pinning_lines(summary)
     return ((["Advice (what-if figures from this machine's measured costs):"] + [f" • {line}" for line in advice])
             if advice else ["No advice: no site's allocations cost enough to be worth changing."]) \
         + verification_lines(summary) + totals_lines(summary)
@@ -242,7 +247,7 @@ def notes(summary: dict) -> list[str]:
 def interpret(summary: dict) -> list[str]:
     sentences = [f"{' '.join(summary['totals'].get('command', []))}: {summary['headline']}."
                  if summary["totals"].get("command") else summary["headline"] + "."]
-    sentences += [f"At {line}." for line in advice_lines(summary)]
+    sentences += [f"At {line}." for line in advice_lines(summary) + pinning_lines(summary)]
     return sentences + verification_lines(summary) + totals_lines(summary)
 
 

@@ -3,10 +3,12 @@ machine's measured costs (docs/trace.md, Advice)."""
 
 from __future__ import annotations
 
+from typing import Optional
 
 from ..cost_model import CostModel
 from ..derived import MB
 from .records import Site
+from .sites import PINNING_CALLS
 
 
 # Advice is given only where it saves at least this much, and this share of the run.
@@ -106,3 +108,32 @@ def _size(size: int) -> str:
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
     return f"{size} B"
 
+
+
+def pinning_advice(touching: list[dict], pinned: Optional[dict]) -> list[dict]:
+    """For each touching site where a CUDA call pinned host memory (sites.call_name: "cudaHostAlloc
+    (ioctl) ← …"): what it cost in the call, the fast way, and what that way measured on this host
+    (`pinned`: the newest `memcost pinned` summary of the traced machine, or None). `--verify`
+    cannot apply it (the reason is given)."""
+    advice = []
+    for row in touching:
+        call = row["site"].split(" (", 1)[0]
+        if call not in PINNING_CALLS or "call_ms" not in row:
+            continue
+        text = (f"{call} pinned memory with the driver faulting its {row['faults']:,} pages in one by one inside the call "
+                f"({row['call_ms']:,.1f} ms); the fast way maps it on huge pages, has every CPU fault its part in, then "
+                "registers it (memcost::make_big_array(..., {.pinned = true}), or memcost.pinned_memory.pinned_tensor "
+                "from Python)")
+        versus = (pinned or {}).get("memcost_against_host_alloc")
+        if versus:
+            text += (f": `memcost pinned` measured it {versus['times_faster']:.1f}× faster than cudaHostAlloc on this "
+                     f"host ({versus['memcost_s']:.2f} s against {versus['cuda_host_alloc_s']:.2f} s for "
+                     f"{pinned['size_bytes'] / (1 << 30):g} GiB)")
+        else:
+            text += ": run `memcost pinned` on this host for what it would save"
+        advice.append({"site": row["site"], "call": call, "faults": row["faults"], "call_ms": row["call_ms"],
+                       "text": text, "times_faster": versus["times_faster"] if versus else None,
+                       "verify": "not applied by --verify: the CUDA runtime reaches the driver through its own table "
+                                 "of entry points and nvcc links the runtime into the program by default, so no "
+                                 "preloaded library can stand in for the call; change the allocation in the program"})
+    return advice
