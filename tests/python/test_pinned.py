@@ -278,3 +278,23 @@ def test_on_a_gpu_a_pytorch_user_gets_a_pinned_tensor_in_one_call():
     tensor = pinned_tensor(64 << 20)
     assert tensor.is_pinned() and tensor.numel() == 64 << 20 and int(tensor[-1]) == 0
     assert torch.equal(tensor[:4096].to("cuda").cpu(), tensor[:4096])
+
+
+def test_pytorch_rows_run_one_process_a_round_apart_from_the_rounds(fake_driver, tmp_path):
+    """Through a stand-in torch (tests/python/data/fake_torch): PyTorch's two ways, once a round
+    each, in processes of their own, set against the fastest by their medians (not paired)."""
+    import os
+    fake_torch = Path(__file__).parent / "data" / "fake_torch"
+    result = run_memcost("--results-dir", str(tmp_path), "pinned", "--size", "16M", "--copy-size", "4M", "--rounds", "3",
+                         "--ways", "make_big_array",
+                         env={"MEMCOST_CUDA_LIBRARY": str(fake_driver),
+                              "PYTHONPATH": os.pathsep.join(filter(None, [str(fake_torch), os.environ.get("PYTHONPATH")]))})
+    assert result.returncode == 0, result.stderr
+    document = json.loads(next(tmp_path.glob("*/pinned.json")).read_text())
+    torch_samples = [s for s in document["samples"] if s["case"].get("way", "").startswith("torch.")]
+    assert len(torch_samples) == 6 and all(s["case"]["paired"] is False for s in torch_samples)
+    assert sorted({s["case"]["round"] for s in torch_samples}) == [0, 1, 2]
+    rows = {row["way"]: row for row in document["summary"]["rows"]}
+    register = next(way for way in rows if "cudaHostRegister on" in way)
+    assert rows["torch.empty(pin_memory=True)"]["rounds"] == 3 and rows[register]["rounds"] == 3
+    assert not [w for w in document["warnings"] if w["code"] in ("torch_absent", "torch_failed")]

@@ -35,6 +35,7 @@ OPTIONS = [
 
 # PyTorch's pinned allocator: its default (cudaHostAlloc), and its option to register memory it
 # allocated itself, on several threads (off by default); each round in a fresh process.
+TORCH_ROUND_TIMEOUT_S = 600  # one allocation of the run's size, its copies and its free, in a fresh process
 TORCH_WAYS = ["torch.empty(pin_memory=True)", "torch.empty(pin_memory=True), cudaHostRegister on {threads} threads"]
 
 
@@ -54,7 +55,7 @@ def _torch_samples(run, values: dict) -> tuple[list, list]:
         return [], [{"code": "torch_absent", "message": "PyTorch is not importable here, so its pinned allocator's rows "
                                                         "are left out"}]
     device = next(s["metrics"] for s in run.samples if s["case"].get("part") == "device")
-    rounds = run.settings.get("rounds", 3)
+    rounds = int(run.settings.get("rounds", 3))  # the probe's settings line holds strings
     threads = _register_threads()
     samples = []
     for round_ in range(rounds):
@@ -64,10 +65,14 @@ def _torch_samples(run, values: dict) -> tuple[list, list]:
             if "cudaHostRegister" in way:
                 env["PYTORCH_CUDA_ALLOC_CONF"] = f"pinned_use_cuda_host_register:True,pinned_num_register_threads:{threads}"
             console.print(f"pinned: {name} (round {round_ + 1} of {rounds})", markup=False)
-            done = subprocess.run([sys.executable, "-m", "memcost.pinning_torch", "--way", name,
-                                   "--size", str(device["size_bytes"]), "--copy-size", str(device["copy_bytes"]),
-                                   "--round", str(round_), "--threads", str(threads)],
-                                  capture_output=True, text=True, env=env)
+            try:
+                done = subprocess.run([sys.executable, "-m", "memcost.pinning_torch", "--way", name,
+                                       "--size", str(device["size_bytes"]), "--copy-size", str(device["copy_bytes"]),
+                                       "--round", str(round_), "--threads", str(threads)],
+                                      capture_output=True, text=True, env=env, timeout=TORCH_ROUND_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                return [], [{"code": "torch_failed", "message": f"PyTorch's rows are left out: a round of {name} took "
+                                                                f"over {TORCH_ROUND_TIMEOUT_S} s"}]
             lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
             error = next((line for line in lines if line.get("type") == "error"), None)
             if done.returncode != 0 or error:
