@@ -5,15 +5,22 @@ figures, copies at pinned speed) is in the last test, which skips without one.""
 
 import ctypes.util
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import run_memcost
+from conftest import finish, run_memcost, start_memcost
+from memcost import pinned_memory
 from memcost.analysis import pinned as analysis
+from memcost.experiments import REGISTRY
 from memcost.pinning_torch import main as torch_main
+from test_contract import Recording, contract
 
 FAKE_SOURCE = Path(__file__).resolve().parents[1] / "cpp" / "fake_cuda.c"
 SIZE = 64 << 20
@@ -191,7 +198,6 @@ def test_on_a_gpu_memcost_pins_at_pinned_speed(tmp_path):
 
 
 def test_the_declared_tables_are_as_wide_as_their_headings():
-    from memcost.experiments import REGISTRY
     experiment = REGISTRY["pinned"]
     summary = analysis.summarize(_samples([1.5] * 3, [1.4] * 3, [13.9] * 3))
     tables = experiment.tables(summary)
@@ -205,7 +211,6 @@ def test_the_declared_tables_are_as_wide_as_their_headings():
 def test_the_samples_and_the_analysis_keep_to_docs_probe_md(fake_run):
     """Both ways, as test_contract.py checks the other experiments: the probe (through the stand-in
     driver) emits the documented keys, and the analysis reads no other."""
-    from test_contract import Recording, contract
     documented = contract()["pinned"]
     samples = fake_run[1]["samples"]
     for sample in samples:
@@ -244,8 +249,6 @@ print(json.dumps({"zero": zero, "live_while_held": live, "live_after": fake.fake
 
 
 def _python_user(driver: str, *extra: str, env=None) -> dict:
-    import os
-    import sys
     done = subprocess.run([sys.executable, "-c", PYTHON_USER, *extra], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "MEMCOST_CUDA_LIBRARY": driver, **(env or {})})
     assert done.returncode == 0, done.stderr
@@ -264,7 +267,6 @@ def test_python_without_a_gpu_gets_one_sentence(fake_driver):
 
 
 def test_python_pinned_memory_takes_a_whole_number_of_bytes():
-    from memcost import pinned_memory
     for bad in (0, -1, 1.5, "8M"):
         with pytest.raises(ValueError, match="whole number of bytes"):
             pinned_memory.pinned_buffer(bad)
@@ -274,8 +276,7 @@ def test_on_a_gpu_a_pytorch_user_gets_a_pinned_tensor_in_one_call():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed here: pinned_tensor is checked on a GPU host")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch sees no GPU here")
-    from memcost.pinned_memory import pinned_tensor
-    tensor = pinned_tensor(64 << 20)
+    tensor = pinned_memory.pinned_tensor(64 << 20)
     assert tensor.is_pinned() and tensor.numel() == 64 << 20 and int(tensor[-1]) == 0
     assert torch.equal(tensor[:4096].to("cuda").cpu(), tensor[:4096])
 
@@ -283,7 +284,6 @@ def test_on_a_gpu_a_pytorch_user_gets_a_pinned_tensor_in_one_call():
 def test_pytorch_rows_run_one_process_a_round_apart_from_the_rounds(fake_driver, tmp_path):
     """Through a stand-in torch (tests/python/data/fake_torch): PyTorch's two ways, once a round
     each, in processes of their own, set against the fastest by their medians (not paired)."""
-    import os
     fake_torch = Path(__file__).parent / "data" / "fake_torch"
     result = run_memcost("--results-dir", str(tmp_path), "pinned", "--size", "16M", "--copy-size", "4M", "--rounds", "3",
                          "--ways", "make_big_array",
@@ -298,3 +298,16 @@ def test_pytorch_rows_run_one_process_a_round_apart_from_the_rounds(fake_driver,
     register = next(way for way in rows if "cudaHostRegister on" in way)
     assert rows["torch.empty(pin_memory=True)"]["rounds"] == 3 and rows[register]["rounds"] == 3
     assert not [w for w in document["warnings"] if w["code"] in ("torch_absent", "torch_failed")]
+
+
+@pytest.mark.parametrize("after_s", [0.3, 1.5])
+def test_ctrl_c_to_the_process_group_ends_with_130_and_no_results_file(fake_driver, tmp_path, after_s):
+    process = start_memcost("--results-dir", str(tmp_path), "pinned", "--size", "256M", "--rounds", "20", "--no-torch",
+                            folder=tmp_path, start_new_session=True,
+                            env={**os.environ, "MEMCOST_CUDA_LIBRARY": str(fake_driver)})
+    time.sleep(after_s)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the command and its probe alike
+    _, stderr = finish(process, timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert not list(tmp_path.glob("*/pinned.json"))
