@@ -2,6 +2,8 @@
 // CPU before the container writes them; small blocks through to the upstream resource.
 #include "memcost/allocator.hpp"
 
+#include <algorithm>
+
 namespace memcost {
 
 big_memory_resource::~big_memory_resource() {
@@ -23,10 +25,19 @@ void* big_memory_resource::do_allocate(std::size_t bytes, std::size_t alignment)
                                                           &held.registration);
   if (!report.from_pool) {
     held.memory = detail::mapping(bytes, array_options, report);
-    // Parallel first touch: the container then writes memory already faulted in.
+    // Parallel first touch: the container then writes memory already faulted in, by populate or
+    // touch as measured here (fault_in.cpp, as make_big_array's zero arrays are).
     auto* base = static_cast<unsigned char*>(held.memory.data());
-    detail::fill_job job(held.memory.bytes(), 1, held.memory.page_bytes(), detail::default_threads(options_.threads),
-                         [base](std::size_t first, std::size_t last) { detail::populate(base + first, last - first); });
+    const unsigned threads = detail::default_threads(options_.threads);
+    const detail::fault_choice choice =
+        detail::choose_fault_method(base, held.memory.bytes(), held.memory.page_bytes(), threads, true);
+    report.initialization = detail::fault_method_name(choice.method);
+    report.fault_method_reason = choice.reason;
+    detail::fill_job job(held.memory.bytes(), 1, held.memory.page_bytes(), threads,
+                         [base, method = choice.method, done = choice.faulted_bytes](std::size_t first, std::size_t last) {
+                           first = std::max(first, done);  // measuring faulted [0, done) in
+                           if (first < last) detail::fault_in(base + first, last - first, method);
+                         });
     job.wait();
     detail::read_back(report, held.memory.data(), held.memory.bytes());
   }

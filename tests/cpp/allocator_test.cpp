@@ -20,6 +20,8 @@ TEST(BigArrayAllocator, AVectorOfBigSizeGetsTheLadderAndParallelFirstTouch) {
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.data()) % os::base_page_size(), 0U);
     const auto report = resource.last_report();
     EXPECT_TRUE(report.read_back);
+    EXPECT_EQ(report.initialization, "populate") << "16 MiB: under the size worth measuring populate against touch";
+    EXPECT_EQ(report.fault_method_reason.rfind("the default rule", 0), 0U) << report.fault_method_reason;
     if (thp_usable()) {
       EXPECT_EQ(report.page_kind, "thp");
     }
