@@ -78,6 +78,7 @@ def test_every_way_is_measured_phase_by_phase(fake_run):
     assert summary["limits"]["fault_gb_per_s"] > 0 and summary["limits"]["register_gb_per_s"] > 0
     assert summary["memcost_against_host_alloc"]["times_faster"] > 0
     assert "ranked by the time until the memory is pinned" in result.stdout
+    assert summary["figures"] == ["pinned-ways.png", "pinned-ways.svg"]
 
 
 def test_the_hugetlb_way_says_why_it_is_left_out(fake_run):

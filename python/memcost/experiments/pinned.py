@@ -170,6 +170,11 @@ def interpret(summary: dict) -> list[str]:
     return lines
 
 
+def _figures(summary: dict, host: str, folder):
+    from ..plots import pinned as plots  # matplotlib loads only when drawing
+    return plots.ways_chart(summary, host, folder)
+
+
 def _compared(sample: dict) -> Optional[tuple[tuple, list[float]]]:
     if sample["case"].get("part") != "way":
         return None
@@ -183,6 +188,7 @@ EXPERIMENT = Experiment(
     options=OPTIONS,
     measure=measure,
     analyze=analyze,
+    figures=_figures,
     tables=tables,
     notes=notes,
     interpret=interpret,
