@@ -9,7 +9,6 @@
 // of a process, the two take turns on fresh slices of the array itself, and touch displaces
 // populate only when it won both rounds outright.
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -18,15 +17,11 @@
 #include <vector>
 
 #include "memcost/big_array.hpp"
+#include "memcost/measure.hpp"
 #include "os/os.hpp"
 
 namespace memcost::detail {
 namespace {
-
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
 
 // [data, data + bytes) faulted in by `method` on `threads` threads, each its share of whole
 // granules; the slowest thread's time (thread start-up is not the method's).
@@ -39,9 +34,9 @@ std::uint64_t timed_fault_ns(unsigned char* data, std::size_t bytes, std::size_t
   for (unsigned i = 0; i < threads; ++i) {
     workers.emplace_back([&, i] {
       const std::size_t first = granules * i / threads * granule, last = granules * (i + 1) / threads * granule;
-      const std::uint64_t start = steady_ns();
+      const std::uint64_t start = measure::now_ns();
       fault_in(data + first, last - first, method);
-      took[i] = steady_ns() - start;
+      took[i] = measure::now_ns() - start;
     });
   }
   for (auto& worker : workers) worker.join();

@@ -11,7 +11,6 @@
 // for a big enough array, the candidates fill slices of the array itself, taking turns, and the
 // fastest fills the rest and every later array of the same kind. Small arrays keep the rule.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "memcost/big_array.hpp"
+#include "memcost/measure.hpp"
 #include "os/os.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -50,11 +50,6 @@ std::size_t last_level_cache() {
   return bytes;
 }
 
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
 // Fill [data, data + warm + timed) on `threads` threads, each writing its share of the first
 // `warm` bytes untimed, then its share of the next `timed` bytes timed: the warm part brings the
 // caches to this method's steady state (stores leave dirty lines whose write-back would otherwise
@@ -74,9 +69,9 @@ std::uint64_t timed_fill_ns(unsigned char* data, std::size_t warm, std::size_t t
       const auto [warm_first, warm_last] = share(warm_granules, i);
       fill_pattern(data + warm_first, warm_last - warm_first, pattern, pattern_bytes, method);
       const auto [first, last] = share(granules, i);
-      const std::uint64_t start = steady_ns();
+      const std::uint64_t start = measure::now_ns();
       fill_pattern(data + warm + first, last - first, pattern, pattern_bytes, method);
-      took[i] = steady_ns() - start;
+      took[i] = measure::now_ns() - start;
     });
   }
   for (auto& worker : workers) worker.join();
@@ -149,7 +144,7 @@ fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes,
   std::vector<std::vector<std::uint64_t>> round_ns(candidates.size());
   auto* out = static_cast<unsigned char*>(data);
   std::size_t filled = 0;
-  const std::uint64_t started = steady_ns();
+  const std::uint64_t started = measure::now_ns();
   for (int round = 0; round < 2; ++round) {
     for (std::size_t k = 0; k < candidates.size(); ++k) {
       const std::size_t which = round == 0 ? k : candidates.size() - 1 - k;
@@ -158,7 +153,7 @@ fill_choice choose_fill_method(fill_method asked, void* data, std::size_t bytes,
       filled += warm + timed;
     }
   }
-  const std::uint64_t took = steady_ns() - started;
+  const std::uint64_t took = measure::now_ns() - started;
   const std::size_t winner = pick_measured_fill(candidates, round_ns, rule), first = quickest(round_ns);
   const double winner_ns_per_byte = static_cast<double>(fastest_round(round_ns[winner])) / static_cast<double>(timed);
   const double as_winner_ns = winner_ns_per_byte * static_cast<double>(filled);
