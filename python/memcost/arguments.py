@@ -149,3 +149,11 @@ def choice_list(choices: list[str]) -> Callable[[str], list[str]]:
             raise argparse.ArgumentTypeError(f"'{text}': choose from {', '.join(choices)}")
         return items
     return parse
+
+
+def name_parts(text: str) -> list[str]:
+    """Comma-separated parts of names to match, at least one."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"'{text}' names nothing: give one or more parts of names, comma-separated")
+    return items

@@ -125,4 +125,14 @@ void require_within_budget(std::uint64_t bytes, const BudgetChoice& budget, cons
                        " (" + source + "); ask for less, or pass --budget SIZE to change the budget");
 }
 
+std::size_t size_within_budget(std::size_t asked, bool given, const BudgetChoice& budget, Emitter& emitter,
+                               const std::string& doing) {
+  if (asked <= budget.budget_bytes) return asked;
+  if (given) require_within_budget(asked, budget, "--size " + flag_size(asked));
+  const std::size_t capped = budget.budget_bytes / (1 << 30) * (1 << 30);
+  emitter.warning("size_over_budget", human_size(asked) + " is over the memory budget of " + human_size(budget.budget_bytes) +
+                                          "; " + doing + " " + human_size(capped) + " instead");
+  return capped;
+}
+
 }  // namespace memcost::probe

@@ -75,5 +75,9 @@ struct BudgetChoice {
 [[nodiscard]] BudgetChoice choose_budget(const std::string& budget_flag_value);
 // Throws ProbeError (exit 3) when `bytes` at once would exceed the budget.
 void require_within_budget(std::uint64_t bytes, const BudgetChoice& budget, const std::string& what);
+// The --size to use: the one asked for; over the budget, exit 3 when it was `given`, else the budget
+// rounded down to whole GiB, said in a warning ("...; <doing> 18 GiB instead").
+[[nodiscard]] std::size_t size_within_budget(std::size_t asked, bool given, const BudgetChoice& budget, Emitter& emitter,
+                                             const std::string& doing);
 
 }  // namespace memcost::probe

@@ -101,10 +101,12 @@ def test_without_a_driver_or_a_gpu_it_is_one_sentence_and_exit_4(fake_driver, tm
     assert not list(tmp_path.glob("*/pinned.json"))
 
 
-def test_ways_matching_nothing_is_a_bad_argument(fake_driver, tmp_path):
-    result = run_memcost("--results-dir", str(tmp_path), "pinned", "--size", "8M", "--ways", "nothing-like-this",
+@pytest.mark.parametrize("ways, sentence", [("nothing-like-this", "--ways matches no way"), (",", "names nothing")])
+def test_ways_matching_nothing_is_a_bad_argument(fake_driver, tmp_path, ways, sentence):
+    result = run_memcost("--results-dir", str(tmp_path), "pinned", "--size", "8M", "--ways", ways,
                          env={"MEMCOST_CUDA_LIBRARY": str(fake_driver)})
-    assert result.returncode == 2 and "--ways matches no way" in result.stderr
+    assert result.returncode == 2 and sentence in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 # ---- the analysis, on samples made by hand ----

@@ -14,7 +14,7 @@ from typing import Optional
 from .. import arguments
 from ..console import console
 from ..units import format_bytes
-from .base import Comparison, Experiment, Option, Table, number
+from .base import Comparison, Experiment, Option, Table, comma_list, number
 from .shared import budget_option, finish, hugepage_options
 
 OPTIONS = [
@@ -24,7 +24,8 @@ OPTIONS = [
            parse=arguments.size, metavar="SIZE"),
     Option("host_alloc_chunk", "the chunk of the chunked cuMemHostAlloc way (default 1G)", parse=arguments.size,
            metavar="SIZE"),
-    Option("ways", "only the ways whose names contain one of these", metavar="LIST"),
+    Option("ways", "only the ways whose names contain one of these", parse=arguments.name_parts, metavar="LIST",
+           to_probe=comma_list),
     Option("rounds", "rounds: every way once a round, in an order shuffled each round (default 3)",
            parse=arguments.positive_int),
     Option("threads", "threads that fault memory in (default: every CPU)", parse=arguments.positive_int),

@@ -594,20 +594,6 @@ std::optional<double> measure_strategy(Emitter& emitter, const Settings& s, cons
 }
 
 // 2. Plan: the size the budget allows, the page kinds the machine offers, the strategies chosen; one step each.
-// The array's size: the one asked for, or, when none was and the default is over the memory
-// budget, the budget rounded down to whole GiB (said in a warning).
-std::size_t size_within_budget(const Settings& s, bool size_given, const BudgetChoice& budget, Emitter& emitter) {
-  std::size_t bytes = s.size;
-  if (bytes > budget.budget_bytes) {
-    if (size_given) require_within_budget(bytes, budget, "--size " + flag_size(bytes));
-    std::size_t capped = budget.budget_bytes / (1 << 30) * (1 << 30);
-    emitter.warning("size_over_budget", human_size(bytes) + " is over the memory budget of " + human_size(budget.budget_bytes) +
-                                            "; measuring " + human_size(capped) + " instead");
-    bytes = capped;
-  }
-  return bytes;
-}
-
 // The page kinds this machine can back `bytes` with; each one it cannot says why, and how to
 // get it where a pool could be grown.
 std::vector<os::PageKind> usable_page_kinds(std::size_t bytes, Emitter& emitter) {
@@ -1021,7 +1007,7 @@ void say_estimate(const Settings& s, Emitter& emitter, const std::vector<NamedSt
 
 std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
   const BudgetChoice budget = choose_budget(s.budget);
-  const std::size_t bytes = size_within_budget(s, size_given, budget, emitter);
+  const std::size_t bytes = size_within_budget(s.size, size_given, budget, emitter, "measuring");
   const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
   const std::size_t count = bytes / sizeof(WorkItem);
   if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");

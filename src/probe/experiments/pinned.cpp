@@ -350,13 +350,7 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
   detail::cuda_driver* driver = detail::cuda_driver::get(why_not);
   if (!driver) throw ProbeError(exit_unsupported, "no_gpu", why_not);
   const BudgetChoice budget = choose_budget(s.budget);
-  std::size_t bytes = s.size;
-  if (bytes > budget.budget_bytes) {
-    if (size_given) require_within_budget(bytes, budget, "--size " + flag_size(bytes));
-    bytes = budget.budget_bytes / (1 << 30) * (1 << 30);
-    emitter.warning("size_over_budget", human_size(s.size) + " is over the memory budget of " + human_size(budget.budget_bytes) +
-                                            "; pinning " + human_size(bytes) + " instead");
-  }
+  const std::size_t bytes = size_within_budget(s.size, size_given, budget, emitter, "pinning");
   if (bytes < (std::size_t{2} << 20)) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must be 2M or more");
   const std::size_t copy_bytes = std::min(s.copy_size, bytes);
   const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
