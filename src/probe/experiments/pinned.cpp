@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <optional>
 #include <thread>
 
 #include "big_array/cuda_driver.hpp"
@@ -61,21 +59,21 @@ struct Way {
 
 template <class F>
 double seconds_of(F&& f) {
-  const auto start = std::chrono::steady_clock::now();
+  const std::uint64_t start = measure::now_ns();
   f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return static_cast<double>(measure::now_ns() - start) / 1e9;
 }
 
 [[noreturn]] void refused(const std::string& what, const std::string& error) {
   throw ProbeError(exit_failure, "driver_refused", "the CUDA driver refused " + what + ": " + error);
 }
 
-// Page by page (base pages: one write faults each in; a huge page is faulted in by its first), by
+// Page by page, one write to each (the library's touch: a huge page is faulted in by its first), by
 // `threads` threads taking chunks front to back (detail::fill_job, as make_big_array faults).
 std::unique_ptr<detail::fill_job> start_touch(unsigned char* data, std::size_t bytes, std::size_t page_bytes, unsigned threads) {
   const std::size_t step = os::base_page_size();
   return std::make_unique<detail::fill_job>(bytes / step, step, page_bytes, threads, [data, step](std::size_t first, std::size_t last) {
-    for (std::size_t page = first; page < last; ++page) static_cast<volatile unsigned char*>(data)[page * step] = 0;
+    detail::fault_in(data + first * step, (last - first) * step, detail::fault_method::touch);
   });
 }
 
