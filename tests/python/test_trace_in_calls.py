@@ -3,9 +3,11 @@ pages in on purpose in MAP_POPULATE, MADV_POPULATE_WRITE and mlock (and a driver
 an ioctl), with no exception and no perf event. Each way is counted and named at its own function,
 as root (in the kernel) and as an ordinary user (the preload library), and the totals agree with
 the kernel's own count. And the preload pipe is hostile input: garbage written into it by the
-command is dropped and counted, and the records around it are read."""
+command is dropped and counted, and the records around it are read. A CUDA program's pinning
+(a stand-in, without a GPU) is named by the CUDA call that took the faults, with its advice."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -15,10 +17,12 @@ import pytest
 
 from conftest import needs_tracing
 from memcost.analysis.trace import summary as trace_summary
+from memcost.analysis.trace.advice import pinning_advice
 from memcost.analysis.cost_model import CostModel
 from memcost.probe import probe_path
 
 MMAP_POPULATE, MADVISE_POPULATE, MLOCKED, TOUCHED = 16384, 16384, 1024, 16384  # populate_ways.c, base pages
+HOST_ALLOCATED, HOST_REGISTERED = 8192, 4096  # cuda_pinning_standin.c, base pages
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="counting in the kernel needs root")
 drops_to_a_user = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                                      reason="needs root to drop to an ordinary user")
@@ -78,6 +82,36 @@ def test_each_way_of_faulting_inside_a_call_is_counted_by_the_preload_library_as
     run = check_every_way(trace(c_program("populate_ways"), as_user=True))
     assert "LD_PRELOAD" in run["call_source"] and not run["counted_in_kernel"]
     assert run["malformed_records"] == 0
+
+
+def check_pinning_named(c_program, as_user: bool) -> None:
+    """The faults a CUDA call's driver takes inside a system call are one site, named by the call and
+    the program's function that made it (the runtime's and driver's own frames skipped), every
+    fault counted; each such site gets the pinning advice, and --verify's reason for not applying it."""
+    summary = trace_summary.summarize(trace(c_program("cuda_pinning_standin"), as_user=as_user),
+                                      CostModel(400.0, 40.0, "test"))
+    touching = {re.sub(r" \([^)]*\)", "", row["site"]): row for row in summary["touching"]}
+    for site, faults in (("cudaHostAlloc ← load_batch", HOST_ALLOCATED),
+                         ("cudaHostRegister ← register_staging", HOST_REGISTERED)):
+        row = touching.get(site)
+        assert row, (site, sorted(touching))
+        assert abs(row["faults"] - faults) <= 0.005 * faults and row["call_ms"] > 0, (site, row)
+    advice = {item["call"]: item for item in pinning_advice(summary["touching"], None)}
+    assert sorted(advice) == ["cudaHostAlloc", "cudaHostRegister"]
+    assert f"{HOST_ALLOCATED:,} pages" in advice["cudaHostAlloc"]["text"]
+    assert "run `memcost pinned` on this host" in advice["cudaHostAlloc"]["text"]  # no pinned result to price it
+    assert all(item["verify"].startswith("not applied by --verify") for item in advice.values())
+
+
+@as_root
+@needs_tracing
+def test_a_cuda_programs_pinning_counted_in_the_kernel_is_named_by_its_call(c_program):
+    check_pinning_named(c_program, as_user=False)
+
+
+@drops_to_a_user
+def test_a_cuda_programs_pinning_counted_by_the_preload_library_is_named_by_its_call(c_program):
+    check_pinning_named(c_program, as_user=True)
 
 
 @drops_to_a_user
