@@ -4,6 +4,7 @@ structure, the phases, the faults a registration takes, the errors. What only a 
 figures, copies at pinned speed) is in the last test, which skips without one."""
 
 import ctypes.util
+import importlib.util
 import json
 import os
 import shutil
@@ -314,3 +315,58 @@ def test_ctrl_c_to_the_process_group_ends_with_130_and_no_results_file(fake_driv
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert not list(tmp_path.glob("*/pinned.json"))
+
+
+# ---- bench/gpu_host.py: the done-when, measured on a GPU host in one command ----
+
+def _gpu_host_bench():
+    spec = importlib.util.spec_from_file_location("gpu_host", Path(__file__).resolve().parents[2] / "bench" / "gpu_host.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_host_bench_judges_each_figure_of_the_done_when():
+    bench = _gpu_host_bench()
+    verdicts = lambda checks: {c["check"].split(":")[0]: c["passed"] for c in checks if c["passed"] is not None}
+    # memcost's way at 1.45-1.5 s, the fastest 1.40-1.47, cudaHostAlloc 14: 9.5x faster, tied, copies at 54 GB/s.
+    good = bench.pinned_checks(analysis.summarize(_samples([1.45, 1.50, 1.48, 1.47], [1.40, 1.47, 1.45, 1.44])))
+    assert list(verdicts(good).values()) == [True, True, True], good
+    assert "9.5× faster" in good[0]["measured"] and good[0]["check"].startswith("32 GiB pinned by memcost")
+    # 2.0-2.3 s: 6.6x faster than cudaHostAlloc (not 8) and 1.5x the fastest (not within 1.2).
+    slow = bench.pinned_checks(analysis.summarize(_samples([2.0, 2.3, 2.1, 2.2], [1.4, 1.45, 1.42, 1.41])))
+    assert list(verdicts(slow).values()) == [False, False, True], slow
+    auto = {"rank": 1, "tied": True, "of": 20, "fastest": "mmap + parallel memset [thp]", "vs_fastest_interval": [0.97, 1.08],
+            "slower_than_fastest_percent": 2.0}
+    bigarray = {"auto_choice": {"zero": auto, "value": {**auto, "rank": 4, "tied": False},
+                                "zero_fault": {"method": "touch", "reason": "touch won both rounds"}},
+                "estimate": {"estimated_s": 300.0, "actual_s": 330.0, "ratio": 1.1}}
+    checks = bench.bigarray_checks(bigarray, wall_s=361.0)
+    assert verdicts(checks) == {"zero initialization": True, "value initialization": False,
+                                "memcost bigarray at its defaults within 6 minutes": False}, checks
+    assert any(c["measured"].startswith("touch: ") for c in checks)
+    trace = {"pinning": [{"call": "cudaHostAlloc"}],
+             "touching": [{"site": "cudaHostAlloc (ioctl) ← allocate_staging (cuda_pinning.cu:24)"}]}
+    assert [c["passed"] for c in bench.trace_checks(trace)] == [True, False]
+    assert "| FAILED |" in bench.table(checks, "a host", quick=False)
+
+
+def test_the_gpu_host_bench_runs_each_step_and_keeps_its_verdicts(fake_driver, tmp_path):
+    """Rehearsed through the stand-in driver: memcost pinned runs, its checks are judged and kept;
+    the CUDA program cannot be built without nvcc, which is a failed check, said; no driver: exit 4."""
+    bench = Path(__file__).resolve().parents[2] / "bench" / "gpu_host.py"
+    env = {**os.environ, "MEMCOST_CUDA_LIBRARY": str(fake_driver)}
+    run = subprocess.run([sys.executable, str(bench), "--size", "64M", "--steps", "pinned", "--quick", "--out", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode in (0, 1), run.stderr
+    kept = json.loads((tmp_path / "gpu-host.json").read_text())
+    assert "memcost fake GPU" in kept["machine"] and kept["quick"]
+    assert [c["check"] for c in kept["checks"]][:3] == ["0.0625 GiB pinned by memcost in at most 1/8 of cudaHostAlloc's time",
+                                                        "memcost's way within 1.2× of the fastest way measured",
+                                                        "copies from memcost's pinned memory at pinned speed"]
+    assert (tmp_path / "pinned.json").exists() and "Issue 41's done-when" in (tmp_path / "gpu-host.md").read_text()
+    missing = subprocess.run([sys.executable, str(bench), "--size", "64M", "--steps", "pinned", "--out", str(tmp_path / "none")],
+                             capture_output=True, text=True, env={**env, "MEMCOST_CUDA_LIBRARY": "/nonexistent/libcuda.so.1"},
+                             timeout=120)
+    assert missing.returncode == 4 and "no GPU to measure on" in missing.stderr
+    assert not (tmp_path / "none" / "gpu-host.md").exists()

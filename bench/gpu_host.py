@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Issue 41's done-when, measured on a GPU host in one command and checked: a benchmark, not a test
+(CI has no GPU, and no session that built issue 41 was lent one). Run it where a GPU is:
+
+    python3 bench/gpu_host.py [--size 32G] [--bundle DIR] [--out DIR] [--steps pinned,bigarray,trace]
+        [--hugetlb] [--quick]
+
+The steps run one after the other, each in a process of its own, nothing built beside them:
+  pinned    `memcost pinned --size SIZE`: every way to pin SIZE, ranked (docs/pinned.md); with
+            --hugetlb (as root) the hugetlb way too, its pool grown for the run and restored;
+  bigarray  `memcost bigarray --size SIZE` at its defaults, timed by the wall clock (what a user
+            waits), its estimate and its populate-or-touch choice read back (docs/bigarray.md);
+  trace     `memcost trace` of bench/data/cuda_pinning.cu, built here by nvcc: 1 GiB pinned by
+            cudaHostAlloc, 1 GiB by malloc + cudaHostRegister; its sites must be named by the calls.
+Then one table: each check of the done-when, what was measured, what it needed, and whether it
+passed, under the machine's name; kept as OUT/gpu-host.md and OUT/gpu-host.json beside each step's
+results document (OUT/pinned.json, ...) and its output (OUT/pinned.log, ...).
+
+--bundle DIR runs memcost from this checkout with what tools/gpu-host-bundle built elsewhere: the
+probe and its libraries from DIR/bin, Python from python/ with the host's own packages. Without it,
+the installed `memcost` runs. --quick is a rehearsal (fewer rounds; `bigarray --quick`): its
+verdicts are not the done-when's.
+
+Exit codes: 0 every check passed; 1 one failed or a step failed; 2 bad arguments; 4 no CUDA driver
+or no GPU (the sentence of `memcost pinned`); 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ("pinned", "bigarray", "trace")
+MEMCOST_WAY = "make_big_array pinned (memcost)"
+AUTO = "make_big_array auto"
+# The done-when (issue 41): memcost's pinned memory in at most 1/8 of cudaHostAlloc's time and within
+# 1.2x of the fastest way; bigarray at its defaults within 6 minutes on a 16-core host.
+TIMES_FASTER_THAN_HOST_ALLOC = 8.0
+WITHIN_FASTEST = 1.2
+BIGARRAY_MINUTES = 6.0
+PINNING_CALLS = ("cudaHostAlloc", "cudaHostRegister")
+
+
+def check(name: str, measured: str, needed: str, passed: Optional[bool]) -> dict:
+    """One row of the table; `passed` None: a figure the done-when reports but does not judge."""
+    return {"check": name, "measured": measured, "needed": needed, "passed": passed}
+
+
+def pinned_checks(summary: dict) -> list[dict]:
+    rows = {row["way"]: row for row in summary.get("rows", [])}
+    memcost = rows.get(MEMCOST_WAY)
+    versus = summary.get("memcost_against_host_alloc")
+    if not memcost or not versus:
+        return [check("memcost pinned ran both memcost's way and cudaHostAlloc", "no", "both ways measured", False)]
+    size = f"{summary['size_bytes'] / (1 << 30):g} GiB"
+    result = [
+        check(f"{size} pinned by memcost in at most 1/8 of cudaHostAlloc's time",
+              f"{versus['memcost_s']:.2f} s against {versus['cuda_host_alloc_s']:.2f} s: {versus['times_faster']:.1f}× faster",
+              f"≥ {TIMES_FASTER_THAN_HOST_ALLOC:g}× faster", versus["times_faster"] >= TIMES_FASTER_THAN_HOST_ALLOC),
+        check("memcost's way within 1.2× of the fastest way measured",
+              f"{versus['vs_fastest']:.2f}× the fastest" + (" (tied)" if versus.get("tied") else "") +
+              f", rank {versus.get('rank')}", f"≤ {WITHIN_FASTEST:g}×", versus["vs_fastest"] <= WITHIN_FASTEST),
+    ]
+    ordinary = summary.get("ordinary_copy_gb_per_s")
+    copy = memcost.get("copy_gb_per_s")
+    result.append(check("copies from memcost's pinned memory at pinned speed",
+                        f"{copy:.1f} GB/s against ordinary memory's {ordinary:.1f}" if copy and ordinary else "not measured",
+                        "≥ 1.5× ordinary memory's copy", bool(memcost.get("copies_pinned"))))
+    ranked = [row for row in summary["rows"] if row.get("rank")]
+    if ranked:
+        fastest = ranked[0]
+        result.append(check("fastest way", f"{fastest['way']}: {fastest['ready_s']:.2f} s", "", None))
+    overlapped = next((r for r in ranked if "overlapped" in r["way"]), None)
+    one_after = next((r for r in ranked if r["way"].startswith("mmap + MADV_HUGEPAGE +")), None)
+    if overlapped and one_after:
+        result.append(check("does overlapping touch and registration pay",
+                            f"overlapped {overlapped['ready_s']:.2f} s, one after the other {one_after['ready_s']:.2f} s",
+                            "", None))
+    limits = summary.get("limits") or {}
+    if limits.get("fault_gb_per_s") and limits.get("register_gb_per_s"):
+        result.append(check("the limits", f"faulting {limits['fault_gb_per_s']:.1f} GB/s, registering "
+                            f"{limits['register_gb_per_s']:.1f} GB/s", "", None))
+    return result
+
+
+def bigarray_checks(summary: dict, wall_s: float) -> list[dict]:
+    result = []
+    auto = summary.get("auto_choice") or {}
+    for init in ("zero", "value"):
+        placed = auto.get(init)
+        if not placed:
+            result.append(check(f"{init} initialization: make_big_array first or tied", "not measured", "rank 1", False))
+            continue
+        interval = placed.get("vs_fastest_interval")
+        behind = "" if placed["rank"] == 1 and not placed.get("tied") else \
+            f" ({placed['slower_than_fastest_percent']:+.0f} % against {placed['fastest']}" + \
+            (f", interval {interval[0]:.2f}–{interval[1]:.2f}" if interval else "") + ")"
+        result.append(check(f"{init} initialization: make_big_array first or tied",
+                            f"rank {placed['rank']} of {placed['of']}" + (" (tied)" if placed.get("tied") else "") + behind,
+                            "rank 1", placed["rank"] == 1))
+    result.append(check(f"memcost bigarray at its defaults within {BIGARRAY_MINUTES:g} minutes",
+                        f"{wall_s / 60:.1f} min", f"≤ {BIGARRAY_MINUTES:g} min", wall_s <= BIGARRAY_MINUTES * 60))
+    estimate = summary.get("estimate")
+    if estimate:
+        result.append(check("its estimate, printed at the start", f"{estimate['estimated_s'] / 60:.1f} min; the run took "
+                            f"{estimate['ratio']:.2f}× that", "", None))
+    fault = auto.get("zero_fault")
+    if fault:
+        result.append(check("zero path: populate or touch, by measurement", f"{fault['method']}: {fault['reason']}", "", None))
+    return result
+
+
+def trace_checks(summary: dict) -> list[dict]:
+    named = {advice["call"] for advice in summary.get("pinning", [])}
+    sites = [row["site"] for row in summary.get("touching", []) if row["site"].startswith(PINNING_CALLS)]
+    return [check(f"trace names the faults {call} took, with advice", ", ".join(s for s in sites if s.startswith(call))
+                  or "no such site", f"a site named {call} (…) ← …", call in named) for call in PINNING_CALLS]
+
+
+def machine(documents: list[dict], pinned: Optional[dict]) -> str:
+    context = next((d["context"] for d in documents if d), None)
+    if not context:
+        return "unknown machine"
+    cpu, memory = context.get("cpu", {}), context.get("memory", {})
+    hypervisor = context.get("hypervisor") or {}
+    words = [f"{context.get('host', 'host')}: {cpu.get('logical_cpus')} CPUs ({cpu.get('model', '?')})",
+             f"{memory.get('total_bytes', 0) / (1 << 30):.0f} GiB",
+             f"Linux {context.get('os', {}).get('release', '?')}",
+             f"THP {context.get('pages', {}).get('thp', {}).get('enabled', '?')}"]
+    if hypervisor.get("present"):
+        words.append(f"{hypervisor.get('vendor') or 'a'} guest")
+    if pinned and pinned.get("device"):
+        words.append(f"GPU {pinned['device']}")
+    return ", ".join(words)
+
+
+def table(checks: list[dict], machine_name: str, quick: bool) -> str:
+    verdict = {True: "passed", False: "FAILED", None: "(figure)"}
+    lines = [f"Issue 41's done-when, measured on {machine_name}" +
+             (" (a --quick rehearsal: not the done-when's verdicts)" if quick else ""), "",
+             "| check | measured | needed | verdict |", "|---|---|---|---|"]
+    lines += [f"| {c['check']} | {c['measured']} | {c['needed']} | {verdict[c['passed']]} |" for c in checks]
+    return "\n".join(lines) + "\n"
+
+
+class Runner:
+    """The memcost command, installed or from this checkout with a bundle, each step logged to OUT."""
+
+    def __init__(self, bundle: Optional[Path], out: Path):
+        self.out = out
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if bundle:
+            self.env["MEMCOST_PROBE"] = str(bundle / "bin" / "memcost-probe")
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), self.env.get("PYTHONPATH")]))
+            self.command = [sys.executable, "-m", "memcost"]
+        else:
+            found = shutil.which("memcost")
+            self.command = [found] if found else [sys.executable, "-m", "memcost"]
+
+    def memcost(self, step: str, subcommand: str, *args: str) -> tuple[int, float, Optional[dict]]:
+        """Runs `memcost SUBCOMMAND --export-json OUT/STEP.json ARGS`; its output goes to the
+        terminal and to OUT/STEP.log. Returns the exit code, the wall seconds and the document
+        (None if none)."""
+        document = self.out / f"{step}.json"
+        document.unlink(missing_ok=True)
+        command = [*self.command, "--results-dir", str(self.out / "results"), subcommand, "--export-json", str(document),
+                   *args]
+        started = time.monotonic()
+        with open(self.out / f"{step}.log", "w") as log:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
+            for line in process.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+            code = process.wait()
+        wall_s = time.monotonic() - started
+        return code, wall_s, json.loads(document.read_text()) if code == 0 and document.exists() else None
+
+
+def build_cuda_program(out: Path) -> tuple[Optional[Path], str]:
+    nvcc = shutil.which("nvcc") or next((str(p) for p in Path("/usr/local").glob("cuda*/bin/nvcc")), None)
+    if not nvcc:
+        return None, "nvcc is not installed here: the CUDA program to trace cannot be built"
+    binary = out / "cuda_pinning"
+    built = subprocess.run([nvcc, "-O2", "-g", "-o", str(binary), str(ROOT / "bench" / "data" / "cuda_pinning.cu")],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        return None, f"nvcc could not build bench/data/cuda_pinning.cu: {built.stderr.strip()[-500:]}"
+    return binary, ""
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="32G", help="bytes to pin and to allocate (default 32G, the issue's size)")
+    parser.add_argument("--bundle", type=Path, help="run from this checkout with tools/gpu-host-bundle's folder")
+    parser.add_argument("--out", type=Path, default=Path("gpu-host"), help="where the results go (default ./gpu-host)")
+    parser.add_argument("--steps", default=",".join(STEPS), help="which steps, of " + ", ".join(STEPS))
+    parser.add_argument("--hugetlb", action="store_true", help="as root: the hugetlb way of `memcost pinned` too")
+    parser.add_argument("--quick", action="store_true", help="a rehearsal: fewer rounds, `bigarray --quick`")
+    parser.add_argument("--trace-bytes", default="1073741824", help="bytes the traced CUDA program pins each way")
+    args = parser.parse_args(argv)
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    if not steps or set(steps) - set(STEPS):
+        parser.error(f"--steps takes a list of {', '.join(STEPS)}")
+    if args.bundle and not (args.bundle / "bin" / "memcost-probe").is_file():
+        parser.error(f"{args.bundle} holds no bin/memcost-probe: make it with tools/gpu-host-bundle")
+    args.out.mkdir(parents=True, exist_ok=True)
+    runner = Runner(args.bundle, args.out)
+    checks: list[dict] = []
+    documents: list[dict] = []
+    pinned_summary = None
+    try:
+        if "pinned" in steps:
+            extra = ["--rounds", "2"] if args.quick else []
+            if args.hugetlb:
+                extra += ["--reserve-hugepages", hugetlb_pool_size(args.size)]
+            code, _, document = runner.memcost("pinned", "pinned", "--size", args.size, *extra)
+            if code == 4:
+                print("bench/gpu_host.py: no GPU to measure on (memcost pinned's sentence is above)", file=sys.stderr)
+                return 4
+            if document is None:
+                checks.append(check("memcost pinned ran", f"exit {code} (see {args.out / 'pinned.log'})", "exit 0", False))
+            else:
+                documents.append(document)
+                pinned_summary = document["summary"]
+                checks += pinned_checks(pinned_summary)
+        if "bigarray" in steps:
+            code, wall_s, document = runner.memcost("bigarray", "bigarray", "--size", args.size,
+                                                    *(["--quick"] if args.quick else []))
+            if document is None:
+                checks.append(check("memcost bigarray ran", f"exit {code} (see {args.out / 'bigarray.log'})", "exit 0", False))
+            else:
+                documents.append(document)
+                checks += bigarray_checks(document["summary"], wall_s)
+        if "trace" in steps:
+            binary, why_not = build_cuda_program(args.out)
+            if binary is None:
+                checks.append(check("trace of a CUDA program that pins memory", why_not, "nvcc", False))
+            else:
+                code, _, document = runner.memcost("trace", "trace", "--", str(binary), args.trace_bytes)
+                if document is None:
+                    checks.append(check("memcost trace ran", f"exit {code} (see {args.out / 'trace.log'})", "exit 0", False))
+                else:
+                    documents.append(document)
+                    checks += trace_checks(document["summary"])
+    except KeyboardInterrupt:
+        print("bench/gpu_host.py: interrupted; the steps that ended are in " + str(args.out), file=sys.stderr)
+        return 130
+    text = table(checks, machine(documents, pinned_summary), args.quick)
+    print("\n" + text)
+    (args.out / "gpu-host.md").write_text(text)
+    (args.out / "gpu-host.json").write_text(json.dumps({"machine": machine(documents, pinned_summary), "quick": args.quick,
+                                                         "size": args.size, "checks": checks}, indent=1) + "\n")
+    return 0 if checks and all(c["passed"] is not False for c in checks) else 1
+
+
+def hugetlb_pool_size(size: str) -> str:
+    """The hugetlb pool to grow for the pinned hugetlb way: the size and 1 GiB more, as issue 41 did
+    (32G: 33G), so that the pool is not short by the pages the mapping rounds up."""
+    sys.path.insert(0, str(ROOT / "python"))
+    from memcost.units import parse_size
+    return str(parse_size(size) + (1 << 30))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
