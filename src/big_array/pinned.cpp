@@ -2,9 +2,9 @@
 #include "memcost/pinned.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 #include "big_array/cuda_driver.hpp"
+#include "memcost/measure.hpp"
 
 namespace memcost {
 
@@ -26,7 +26,7 @@ pinned_registration::pinned_registration(void* data, std::size_t bytes) : data_(
   std::string why_not;
   detail::cuda_driver* driver = detail::cuda_driver::get(why_not);
   if (!driver) throw pinning_error(why_not);
-  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t started_ns = measure::now_ns();
   for (const registration_chunk& chunk : registration_chunks(bytes)) {
     if (std::string error = driver->host_register(data_ + chunk.offset, chunk.bytes); !error.empty()) {
       release();
@@ -35,7 +35,7 @@ pinned_registration::pinned_registration(void* data, std::size_t bytes) : data_(
     }
     chunks_.push_back(chunk);
   }
-  register_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  register_seconds_ = static_cast<double>(measure::now_ns() - started_ns) / 1e9;
 }
 
 void pinned_registration::release() noexcept {
