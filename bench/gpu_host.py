@@ -38,15 +38,17 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))  # this checkout's memcost: what --bundle runs, and what is installed from it
+from memcost.analysis.pinned import MEMCOST_WAY  # noqa: E402
+from memcost.units import parse_size  # noqa: E402
+
 STEPS = ("pinned", "bigarray", "trace")
-MEMCOST_WAY = "make_big_array pinned (memcost)"
-AUTO = "make_big_array auto"
 # The done-when (issue 41): memcost's pinned memory in at most 1/8 of cudaHostAlloc's time and within
 # 1.2x of the fastest way; bigarray at its defaults within 6 minutes on a 16-core host.
 TIMES_FASTER_THAN_HOST_ALLOC = 8.0
 WITHIN_FASTEST = 1.2
 BIGARRAY_MINUTES = 6.0
-PINNING_CALLS = ("cudaHostAlloc", "cudaHostRegister")
+TRACED_CALLS = ("cudaHostAlloc", "cudaHostRegister")  # what bench/data/cuda_pinning.cu calls
 
 
 def check(name: str, measured: str, needed: str, passed: Optional[bool]) -> dict:
@@ -120,9 +122,9 @@ def bigarray_checks(summary: dict, wall_s: float) -> list[dict]:
 
 def trace_checks(summary: dict) -> list[dict]:
     named = {advice["call"] for advice in summary.get("pinning", [])}
-    sites = [row["site"] for row in summary.get("touching", []) if row["site"].startswith(PINNING_CALLS)]
+    sites = [row["site"] for row in summary.get("touching", []) if row["site"].startswith(TRACED_CALLS)]
     return [check(f"trace names the faults {call} took, with advice", ", ".join(s for s in sites if s.startswith(call))
-                  or "no such site", f"a site named {call} (…) ← …", call in named) for call in PINNING_CALLS]
+                  or "no such site", f"a site named {call} (…) ← …", call in named) for call in TRACED_CALLS]
 
 
 def machine(documents: list[dict], pinned: Optional[dict]) -> str:
@@ -210,6 +212,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     if not steps or set(steps) - set(STEPS):
         parser.error(f"--steps takes a list of {', '.join(STEPS)}")
+    try:
+        parse_size(args.size)
+    except ValueError as error:
+        parser.error(f"--size {args.size}: {error}")
     if args.bundle and not (args.bundle / "bin" / "memcost-probe").is_file():
         parser.error(f"{args.bundle} holds no bin/memcost-probe: make it with tools/gpu-host-bundle")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -254,19 +260,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         print("bench/gpu_host.py: interrupted; the steps that ended are in " + str(args.out), file=sys.stderr)
         return 130
-    text = table(checks, machine(documents, pinned_summary), args.quick)
+    machine_name = machine(documents, pinned_summary)
+    text = table(checks, machine_name, args.quick)
     print("\n" + text)
     (args.out / "gpu-host.md").write_text(text)
-    (args.out / "gpu-host.json").write_text(json.dumps({"machine": machine(documents, pinned_summary), "quick": args.quick,
-                                                         "size": args.size, "checks": checks}, indent=1) + "\n")
+    (args.out / "gpu-host.json").write_text(json.dumps({"machine": machine_name, "quick": args.quick, "size": args.size,
+                                                         "checks": checks}, indent=1) + "\n")
     return 0 if checks and all(c["passed"] is not False for c in checks) else 1
 
 
 def hugetlb_pool_size(size: str) -> str:
     """The hugetlb pool to grow for the pinned hugetlb way: the size and 1 GiB more, as issue 41 did
     (32G: 33G), so that the pool is not short by the pages the mapping rounds up."""
-    sys.path.insert(0, str(ROOT / "python"))
-    from memcost.units import parse_size
     return str(parse_size(size) + (1 << 30))
 
 
