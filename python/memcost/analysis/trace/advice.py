@@ -133,7 +133,9 @@ def pinning_advice(touching: list[dict], pinned: Optional[dict]) -> list[dict]:
             text += ": run `memcost pinned` on this host for what it would save"
         advice.append({"site": row["site"], "call": call, "faults": row["faults"], "call_ms": row["call_ms"],
                        "text": text, "times_faster": versus["times_faster"] if versus else None,
-                       "verify": "not applied by --verify: the CUDA runtime reaches the driver through its own table "
-                                 "of entry points and nvcc links the runtime into the program by default, so no "
-                                 "preloaded library can stand in for the call; change the allocation in the program"})
+                       "verify": "not applied by --verify: nvcc links the CUDA runtime into the program by default, "
+                                 "where no preloaded library can stand in for the call (and the runtime reaches the "
+                                 "driver through its own table of entry points); for a program that loads the runtime "
+                                 "as a library (PyTorch), a preloaded stand-in could, but none is built, as none could "
+                                 "be checked on a GPU; change the allocation in the program"})
     return advice
