@@ -343,10 +343,8 @@ TEST(BigArrayPool, ValueInitializationFromThePoolWritesTheValue) {
   EXPECT_TRUE(std::all_of(second.begin(), second.end(), [](std::uint32_t v) { return v == 9; }));
 }
 
-TEST(BigArrayPool, ThePoolKeepsItsCapTrimsTheLeastRecentlyUsedAndReleasesEverything) {
-  // Warm glibc's per-thread arenas and stacks first, so that counting mappings counts the pool's.
-  { auto warm = make_big_array<char>(8 * MiB, fill('w'), {.pages = pages::base}); }
-  const auto mappings_before = os::mapping_count();
+// The pool's whole life: its cap, trimming the least recently used, releasing everything.
+static void pool_life() {
   {
     array_pool pool(24 * MiB);
     {
@@ -373,8 +371,21 @@ TEST(BigArrayPool, ThePoolKeepsItsCapTrimsTheLeastRecentlyUsedAndReleasesEveryth
       EXPECT_LE(os::process_times().rss_bytes + 15 * MiB, resident_while_held) << "released memory leaves the resident set";
     }
   }
+}
+
+TEST(BigArrayPool, ThePoolKeepsItsCapTrimsTheLeastRecentlyUsedAndReleasesEverything) {
+  // Every piece goes back to the OS: the process's mappings are as many after as before. The fill
+  // threads' first free() can give each a glibc arena of its own (two mappings), as many as ever
+  // ran at once, which timing decides (1 run in 60 here had two more): so the pool's life is lived
+  // again until the count settles; a piece kept would add mappings every time.
+  std::optional<std::uint64_t> before, after;
+  for (int attempt = 0; attempt < 4 && (attempt == 0 || after != before); ++attempt) {
+    before = os::mapping_count();
+    pool_life();
+    after = os::mapping_count();
+  }
   if (mappings_are_countable) {
-    EXPECT_EQ(os::mapping_count(), mappings_before);  // every piece went back to the OS
+    EXPECT_EQ(after, before);
   }
 }
 
