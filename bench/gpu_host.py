@@ -39,7 +39,9 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))  # this checkout's memcost: what --bundle runs, and what is installed from it
-from memcost.analysis.pinned import MEMCOST_WAY  # noqa: E402
+from memcost.analysis.pinned import MEMCOST_WAY, PINNED_COPY_MARGIN  # noqa: E402
+from memcost.experiments.info import headline  # noqa: E402
+from memcost.results import machine_label  # noqa: E402
 from memcost.units import parse_size  # noqa: E402
 
 STEPS = ("pinned", "bigarray", "trace")
@@ -67,7 +69,7 @@ def pinned_checks(summary: dict) -> list[dict]:
         check(f"{size} pinned by memcost in at most 1/8 of cudaHostAlloc's time",
               f"{versus['memcost_s']:.2f} s against {versus['cuda_host_alloc_s']:.2f} s: {versus['times_faster']:.1f}× faster",
               f"≥ {TIMES_FASTER_THAN_HOST_ALLOC:g}× faster", versus["times_faster"] >= TIMES_FASTER_THAN_HOST_ALLOC),
-        check("memcost's way within 1.2× of the fastest way measured",
+        check(f"memcost's way within {WITHIN_FASTEST:g}× of the fastest way measured",
               f"{versus['vs_fastest']:.2f}× the fastest" + (" (tied)" if versus.get("tied") else "") +
               f", rank {versus.get('rank')}", f"≤ {WITHIN_FASTEST:g}×", versus["vs_fastest"] <= WITHIN_FASTEST),
     ]
@@ -75,7 +77,7 @@ def pinned_checks(summary: dict) -> list[dict]:
     copy = memcost.get("copy_gb_per_s")
     result.append(check("copies from memcost's pinned memory at pinned speed",
                         f"{copy:.1f} GB/s against ordinary memory's {ordinary:.1f}" if copy and ordinary else "not measured",
-                        "≥ 1.5× ordinary memory's copy", bool(memcost.get("copies_pinned"))))
+                        f"≥ {PINNED_COPY_MARGIN:g}× ordinary memory's copy", bool(memcost.get("copies_pinned"))))
     ranked = [row for row in summary["rows"] if row.get("rank")]
     if ranked:
         fastest = ranked[0]
@@ -128,17 +130,14 @@ def trace_checks(summary: dict) -> list[dict]:
 
 
 def machine(documents: list[dict], pinned: Optional[dict]) -> str:
+    """The machine as the results name it, with what the done-when depends on: CPUs, kernel, GPU."""
     context = next((d["context"] for d in documents if d), None)
     if not context:
         return "unknown machine"
-    cpu, memory = context.get("cpu", {}), context.get("memory", {})
-    hypervisor = context.get("hypervisor") or {}
-    words = [f"{context.get('host', 'host')}: {cpu.get('logical_cpus')} CPUs ({cpu.get('model', '?')})",
-             f"{memory.get('total_bytes', 0) / (1 << 30):.0f} GiB",
-             f"Linux {context.get('os', {}).get('release', '?')}",
-             f"THP {context.get('pages', {}).get('thp', {}).get('enabled', '?')}"]
-    if hypervisor.get("present"):
-        words.append(f"{hypervisor.get('vendor') or 'a'} guest")
+    words = [f"{machine_label(context)}: {context['cpu']['model']}", headline(context),
+             f"{context['memory']['total_bytes'] / (1 << 30):.0f} GiB of memory", f"Linux {context['os']['release']}"]
+    if context["hypervisor"]["present"]:
+        words.append(f"{context['hypervisor']['vendor'] or 'a'} guest")
     if pinned and pinned.get("device"):
         words.append(f"GPU {pinned['device']}")
     return ", ".join(words)
