@@ -78,6 +78,9 @@ struct Failure {
   [[nodiscard]] std::string message() const;
 };
 
+// A system call that failed just now: errno, and the call in words.
+inline Failure errno_failure(const std::string& call) { return Failure{errno, call}; }
+
 struct Options {
   std::vector<std::string> command;
   int attach_pid = 0;                    // instead of a command: a running process (needs tracepoints)
@@ -134,7 +137,7 @@ struct Frame {
   std::uint64_t module_offset = 0;  // address minus where the module was loaded (stable across runs)
 };
 
-// The numbers are the preload library's record kinds (preload_linux.c).
+// The numbers are the preload library's record kinds (interposer.c).
 // `existing`: a mapping a process already had when tracing attached to it (from /proc/PID/maps).
 enum class CallKind { mmap = 0, munmap = 1, mremap = 2, brk = 3, madvise = 4, malloc = 5, free = 6, realloc = 7, existing = 8 };
 [[nodiscard]] inline const char* call_name(CallKind kind) {

@@ -1,7 +1,7 @@
 // Tracing with perf events (see tracer.hpp for the contract): run() in named steps over the
 // tracer's units, as perf builds its own: the workload (workload.hpp), the fault sources
 // (fault_source.hpp), the other kernel events (kernel_events.hpp) in one event list
-// (event_list.hpp), and the loop (trace_loop.hpp) over the readers (record_reader, preload_reader).
+// (event_list.hpp), and the loop (loop.hpp) over the readers (record_reader, preload_reader).
 #include "trace/tracer.hpp"
 
 #include <fcntl.h>
@@ -12,13 +12,14 @@
 #include <optional>
 #include <utility>
 
-#include "trace/event_list.hpp"
-#include "trace/fault_source.hpp"
-#include "trace/kernel_events.hpp"
-#include "trace/preload_reader.hpp"
-#include "trace/record_reader.hpp"
-#include "trace/trace_loop.hpp"
-#include "trace/workload.hpp"
+#include "trace/perf/event_list.hpp"
+#include "trace/sources/fault_source.hpp"
+#include "trace/sources/kernel_events.hpp"
+#include "trace/preload/reader.hpp"
+#include "trace/perf/record_reader.hpp"
+#include "trace/run/loop.hpp"
+#include "trace/run/workload.hpp"
+#include "memcost/measure.hpp"
 
 namespace memcost::trace {
 namespace {
@@ -109,7 +110,7 @@ class Tracing {
                                      : "perf tracepoints raw_syscalls:sys_enter and sys_exit, filtered in the kernel to "
                                        "mmap, munmap, mremap, brk and madvise";
     if (!preloading) return true;
-    if (pipe2(preload_pipe_, O_CLOEXEC) != 0) return fail(failed("pipe2"));
+    if (pipe2(preload_pipe_, O_CLOEXEC) != 0) return fail(errno_failure("pipe2"));
     fcntl(preload_pipe_[0], F_SETFL, O_NONBLOCK);
     preload_.emplace(preload_pipe_[0], reader_.unwinder(), sink_);
     return true;
@@ -160,7 +161,7 @@ class Tracing {
     // where allowed (root). Only this process's own priority, never the command's.
     (void)setpriority(PRIO_PROCESS, 0, -10);
     if (options_.window_opened) options_.window_opened();
-    started_ns_ = monotonic_ns();
+    started_ns_ = measure::now_ns();
     started_wall_s_ = time(nullptr) - 1;  // file times are whole seconds, and may lag the clock a tick
     reader_.started(workload_.pid(), started_ns_, workload_.name());
     if (!workload_.let_go(status_)) return false;
@@ -179,7 +180,7 @@ class Tracing {
     result_.paused_ns = counts.paused_ns;
     result_.kernel_stops = counts.kernel_stops;
     result_.interrupted = g_interrupted || g_stop_requested;
-    result_.wall_ns = monotonic_ns() - started_ns_;
+    result_.wall_ns = measure::now_ns() - started_ns_;
     if (options_.window_closed) options_.window_closed();
     loop.finish();
     result_.unnamed_code_stacks = reader_.unwinder().unnamed_jit_stacks();

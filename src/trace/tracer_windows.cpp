@@ -1,5 +1,5 @@
 // Tracing a command's memory work is Linux-only for now (perf events and libdwfl); see trace.hpp.
-#include "trace/raw.hpp"
+#include "trace/attribution/raw.hpp"
 #include "trace/tracer.hpp"
 
 namespace memcost::trace {

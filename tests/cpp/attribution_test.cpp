@@ -1,9 +1,9 @@
 // Streaming attribution on hand-made records: every number here is known.
-#include "trace/attribution.hpp"
+#include "trace/attribution/attribution.hpp"
 
 #include <cstring>
 
-#include "trace/python_frames.hpp"
+#include "trace/unwind/python_frames.hpp"
 
 #include <gtest/gtest.h>
 
@@ -502,7 +502,7 @@ TEST(Attribution, CpuSamplesInTheFaultHandlerGoToTheFaultTheirThreadTookLast) {
   EXPECT_EQ(attribution.cpu_samples_tracing(), 1U);
 }
 
-// A Python block as preload_linux.c writes it: header, then line, file bytes (or 0xFFFF: the
+// A Python block as interposer.c writes it: header, then line, file bytes (or 0xFFFF: the
 // previous file), function bytes, names.
 std::string python_block(const std::vector<std::tuple<std::uint32_t, std::string, std::string>>& frames) {
   std::string body;

@@ -1,7 +1,7 @@
-// The run's event list (trace/event_list.hpp): its sizing rules, one ring buffer per CPU owned by
+// The run's event list (trace/perf/event_list.hpp): its sizing rules, one ring buffer per CPU owned by
 // the first sampling event, later ones pointed at it, each registered by its id; kernel samples
 // given up once refused.
-#include "trace/event_list.hpp"
+#include "trace/perf/event_list.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

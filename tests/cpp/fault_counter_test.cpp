@@ -1,7 +1,8 @@
 // The in-kernel fault counter: what a read adds (pure), and, as root where BPF loads, the counts of
 // a child process that touches a known number of pages.
+#include "memcost/measure.hpp"
 #include "skip_or_fail.hpp"
-#include "trace/fault_counter.hpp"
+#include "trace/sources/fault_counter.hpp"
 
 #include <linux/perf_event.h>
 #include <sys/mman.h>
@@ -16,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "os/perf_linux.hpp"
-#include "trace/bpf/fault_counts.h"
+#include "trace/sources/bpf/fault_counts.h"
 
 namespace memcost::trace {
 namespace {
@@ -61,12 +62,6 @@ __attribute__((no_sanitize("address"), noinline)) void touch_every_page(char* me
   for (std::size_t i = 0; i < pages; ++i) memory[i * 4096] = 1;
 }
 
-std::uint64_t monotonic_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<std::uint64_t>(now.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(now.tv_nsec);
-}
-
 // A child that waits for a byte, then maps, touches and unmaps `pages` pages twice over, then exits.
 pid_t touching_child(int door, std::size_t pages) {
   const pid_t child = fork();
@@ -94,13 +89,13 @@ TEST(FaultCounter, CountsEveryFaultOfATracedProcessAndNoOther) {
   const pid_t traced = touching_child(door[0], kPages);
   const pid_t untraced = touching_child(door[0], kPages);
   // From here on its faults count (it may still be on its way to the read that holds it).
-  const std::uint64_t counted_from_ns = monotonic_ns();
+  const std::uint64_t counted_from_ns = measure::now_ns();
   ASSERT_TRUE(counter->trace(traced, false));
   ASSERT_EQ(write(door[1], "xx", 2), 2);
   int status = 0;
   waitpid(traced, &status, 0);
   waitpid(untraced, &status, 0);
-  const std::uint64_t ended_ns = monotonic_ns();
+  const std::uint64_t ended_ns = measure::now_ns();
   std::vector<RegionFaults> regions;
   counter->sweep(Sweep::last, regions);
   std::uint64_t faults = 0, pages = 0, timed = 0, ended = 0, fault_ns = 0;

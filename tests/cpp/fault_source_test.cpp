@@ -1,7 +1,8 @@
-// The fault sources (trace/fault_source.hpp) and the loop (trace/trace_loop.hpp): their sizing and
+// The fault sources (trace/sources/fault_source.hpp) and the loop (trace/run/loop.hpp): their sizing and
 // pacing rules, the choice of sources, and each source tracing a real child that touches 1,024
 // pages and has a system call fault 1,024 more in, through the loop as the tracer runs it.
-#include "trace/fault_source.hpp"
+#include "memcost/measure.hpp"
+#include "trace/sources/fault_source.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -11,8 +12,8 @@
 
 #include "collecting_sink.hpp"
 #include "skip_or_fail.hpp"
-#include "trace/trace_loop.hpp"
-#include "trace/workload.hpp"
+#include "trace/run/loop.hpp"
+#include "trace/run/workload.hpp"
 
 namespace memcost::trace::detail {
 namespace {
@@ -63,11 +64,11 @@ void trace_child(const Options& options, std::size_t buffer_pages, Traced& trace
     }
     for (const auto& source : sources) ASSERT_NE(source->open_cpu(cpu, events), Opened::failed) << source->failure().message();
   }
-  reader.started(workload.pid(), monotonic_ns(), "child");
+  reader.started(workload.pid(), measure::now_ns(), "child");
   ASSERT_TRUE(workload.let_go(why)) << why.message();
   traced.started = true;
   TraceLoop loop(options, reader, nullptr, sources, traced.sink);
-  const LoopCounts counts = loop.run(workload.pid(), monotonic_ns(), small_buffers(sources, events.buffer_bytes()),
+  const LoopCounts counts = loop.run(workload.pid(), measure::now_ns(), small_buffers(sources, events.buffer_bytes()),
                                      [&] { return workload.ended(false, false, 0, {}); });
   loop.finish();
   traced.result.kernel_stops = counts.kernel_stops;

@@ -1,6 +1,7 @@
-// The preload library's records read from a pipe, written here as preload_linux.c lays them out
-// (preload_abi.h): a call, its return addresses and its Python block.
-#include "trace/preload_reader.hpp"
+// The preload library's records read from a pipe, written here as interposer.c lays them out
+// (preload/abi.h): a call, its return addresses and its Python block.
+#include "memcost/measure.hpp"
+#include "trace/preload/reader.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +11,7 @@
 #include <map>
 #include <random>
 
-#include "trace/python_frames.hpp"
+#include "trace/unwind/python_frames.hpp"
 
 #include <gtest/gtest.h>
 
@@ -98,9 +99,9 @@ TEST_F(PreloadReaderTest, ARecordBecomesACallWithItsPythonFrames) {
 TEST_F(PreloadReaderTest, DrainSaysUpToWhenEveryRecordWasDelivered) {
   const std::vector<char> record = malloc_record();
   ASSERT_EQ(write(fds[1], record.data(), record.size()), static_cast<ssize_t>(record.size()));
-  const std::uint64_t written_ns = detail::monotonic_ns();
+  const std::uint64_t written_ns = measure::now_ns();
   const std::uint64_t began_ns = reader.drain();
-  const std::uint64_t returned_ns = detail::monotonic_ns();
+  const std::uint64_t returned_ns = measure::now_ns();
   EXPECT_EQ(sink.calls.size(), 1U);
   EXPECT_GE(began_ns, written_ns);
   EXPECT_LE(began_ns, returned_ns);

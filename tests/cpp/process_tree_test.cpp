@@ -1,5 +1,5 @@
 // The traced tree: found through /proc, held still and let go, its counters and its mappings.
-#include "trace/process_tree.hpp"
+#include "trace/run/process_tree.hpp"
 
 #include <sys/mman.h>
 #include <sys/wait.h>

@@ -1,5 +1,5 @@
 // `--raw`: records written, then replayed, come back field for field; a file that is not one is refused.
-#include "trace/raw.hpp"
+#include "trace/attribution/raw.hpp"
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // The perf ring-buffer reader on hand-made records in a buffer laid out as the kernel's: every
 // field known, and records that wrap around the buffer's end.
-#include "trace/record_reader.hpp"
+#include "trace/perf/record_reader.hpp"
 
 #include <cstring>
 #include <vector>

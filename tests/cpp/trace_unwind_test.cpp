@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "trace/perf_map.hpp"
-#include "trace/symbol_names.hpp"
-#include "trace/unwind.hpp"
+#include "trace/unwind/perf_map.hpp"
+#include "trace/unwind/symbol_names.hpp"
+#include "trace/unwind/unwinder.hpp"
 
 namespace memcost::trace {
 namespace {

@@ -1,6 +1,6 @@
-// The traced workload (trace/workload.hpp): a command held at the door until let go, its exit and
+// The traced workload (trace/run/workload.hpp): a command held at the door until let go, its exit and
 // usage, its environment, the interrupt escalation, and a process attached to.
-#include "trace/workload.hpp"
+#include "trace/run/workload.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -15,7 +15,7 @@ from .trace.records import read
 from .trace.sites import allocation_names, allocation_site
 
 # The runtime's own code, left out of call paths on both sides: the same list as
-# src/trace/preload_apply.c's runtime_module().
+# src/trace/preload/apply_advice.c's runtime_module().
 RUNTIME_MODULES = ("libc.so", "libc-", "ld-linux", "ld64.so", "libmemcost-preload", "libstdc++", "libgcc_s",
                    "libpthread")
 KEY_FRAMES = 4            # MEMCOST_APPLY_MAX_FRAMES
@@ -24,7 +24,7 @@ SPREAD_LIMIT = 0.20       # the baseline's interquartile range over its median, 
 MIN_BYTES = 64 << 10      # calls smaller than this are never advised (the preload library's reporting floor)
 HUGE_MIN_BYTES = 4 << 20  # huge pages are advised for mappings of two huge pages or more
 POPULATE_MIN_BYTES = 64 << 20
-# What the preload library does for each kind of advice (preload_apply.h).
+# What the preload library does for each kind of advice (apply_advice.h).
 ACTIONS = {"huge_pages": "huge", "reuse": "reuse", "parallel": "populate"}
 WHAT_IS_APPLIED = {
     "huge": "MADV_HUGEPAGE on the site's blocks, started on a 2 MiB boundary as make_big_array starts them "
@@ -56,7 +56,7 @@ class Variant:
     undone_by: Optional[str] = None  # the program's own call that works against it (madvise MADV_NOHUGEPAGE at ...)
 
     def spec_lines(self, action: Optional[str] = None) -> list[str]:
-        """For the preload library (preload_apply.h); a tunable needs none. `action` "none": found
+        """For the preload library (apply_advice.h); a tunable needs none. `action` "none": found
         and left alone, as the runs without advice do."""
         return [f"{self.id} {action or self.action} {self.min_bytes} {self.threads} {' '.join(key)}"
                 for key in self.keys]

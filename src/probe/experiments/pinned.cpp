@@ -35,7 +35,7 @@ struct Settings {
 
 // What one way made: the memory, the largest piece one copy may take from it (a copy must stay
 // within one registration or one allocation to run at pinned speed), and how it goes away.
-struct Made {
+struct PinnedMemory {
   unsigned char* data = nullptr;
   std::size_t copy_piece = 0;
   std::size_t registrations = 0;
@@ -54,7 +54,7 @@ struct WayInputs {
 struct Way {
   std::string name;
   bool pinned = true;  // false: the control, ordinary memory copied from as it is
-  std::function<Made(const WayInputs&, json& phases)> make;
+  std::function<PinnedMemory(const WayInputs&, json& phases)> make;
 };
 
 template <class F>
@@ -87,9 +87,9 @@ std::size_t overlap_chunk_bytes(std::size_t bytes) {
 // Mapped by the OS as `kind`, faulted in by every thread, then registered in chunks of at most
 // 64 GiB; with `overlapped`, each chunk of overlap_chunk_bytes is registered as soon as its pages
 // are in, while the threads fault the next ones in.
-Made mapped_and_registered(const WayInputs& in, json& phases, os::PageKind kind, bool overlapped) {
+PinnedMemory mapped_and_registered(const WayInputs& inputs, json& phases, os::PageKind kind, bool overlapped) {
   const std::size_t page = os::page_kind_bytes(kind);
-  const std::size_t mapped = (in.bytes + page - 1) / page * page;
+  const std::size_t mapped = (inputs.bytes + page - 1) / page * page;
   os::MapRequest request{mapped, kind};
   if (kind == os::PageKind::thp) request.alignment_bytes = std::size_t{2} << 20;
   os::Mapping mapping;
@@ -99,7 +99,7 @@ Made mapped_and_registered(const WayInputs& in, json& phases, os::PageKind kind,
   auto registration = std::make_shared<std::vector<pinned_registration>>();
   try {
     if (!overlapped) {
-      phases["fault_s"] = seconds_of([&] { start_touch(data, mapped, page, in.threads)->wait(); });
+      phases["fault_s"] = seconds_of([&] { start_touch(data, mapped, page, inputs.threads)->wait(); });
       phases["register_s"] = seconds_of([&] { registration->emplace_back(data, mapped); });
     } else {
       // One span from the first touch to the last registration: the phases overlap, so they
@@ -107,7 +107,7 @@ Made mapped_and_registered(const WayInputs& in, json& phases, os::PageKind kind,
       const auto chunks = registration_chunks(mapped, overlap_chunk_bytes(mapped), page);
       const std::size_t step = os::base_page_size();
       phases["register_s"] = seconds_of([&] {
-        auto job = start_touch(data, mapped, page, in.threads);
+        auto job = start_touch(data, mapped, page, inputs.threads);
         std::size_t next_page = 0;
         for (const registration_chunk& chunk : chunks) {
           for (const std::size_t end = (chunk.offset + chunk.bytes) / step; next_page < end;) {
@@ -129,119 +129,137 @@ Made mapped_and_registered(const WayInputs& in, json& phases, os::PageKind kind,
     pieces += r.chunks();
     smallest = std::min(smallest, r.bytes() / std::max<std::size_t>(r.chunks(), 1));
   }
-  return {data, smallest, pieces, os::page_kind_name(kind), [registration, mapping](json& p) {
-            p["unregister_s"] = seconds_of([&] { registration->clear(); });
-            p["free_s"] = seconds_of([&] { (void)os::release(mapping.address, mapping.size_bytes); });
+  return {data, smallest, pieces, os::page_kind_name(kind), [registration, mapping](json& release_phases) {
+            release_phases["unregister_s"] = seconds_of([&] { registration->clear(); });
+            release_phases["free_s"] = seconds_of([&] { (void)os::release(mapping.address, mapping.size_bytes); });
+          }};
+}
+
+// cudaHostAlloc's way: the driver maps, faults in and pins in one call.
+PinnedMemory driver_host_alloc(const WayInputs& inputs, json& phases) {
+  void* data = nullptr;
+  std::string error;
+  phases["allocate_s"] = seconds_of([&] { error = inputs.driver.host_alloc(inputs.bytes, &data); });
+  if (!error.empty()) refused("cuMemHostAlloc of " + human_size(inputs.bytes), error);
+  detail::cuda_driver* driver = &inputs.driver;
+  return PinnedMemory{static_cast<unsigned char*>(data), inputs.bytes, 1, "driver's", [driver, data](json& release_phases) {
+                        release_phases["free_s"] = seconds_of([&] { driver->free_host(data); });
+                      }};
+}
+
+// The driver's allocation in chunks, asked for from every thread at once (vLLM's and LMCache's way).
+PinnedMemory driver_host_alloc_in_chunks(const WayInputs& inputs, json& phases) {
+  const std::size_t count = (inputs.bytes + inputs.host_alloc_chunk - 1) / inputs.host_alloc_chunk;
+  auto chunks = std::make_shared<std::vector<void*>>(count, nullptr);
+  std::vector<std::string> errors(count);
+  detail::cuda_driver* driver = &inputs.driver;
+  const auto release = [driver, chunks](json& release_phases) {
+    release_phases["free_s"] = seconds_of([&] {
+      for (void* chunk : *chunks) {
+        if (chunk) driver->free_host(chunk);
+      }
+    });
+  };
+  phases["allocate_s"] = seconds_of([&] {
+    detail::fill_job job(count, 1, 1, inputs.threads, [&](std::size_t first, std::size_t last) {
+      for (std::size_t i = first; i < last; ++i) {
+        const std::size_t bytes = std::min(inputs.host_alloc_chunk, inputs.bytes - i * inputs.host_alloc_chunk);
+        errors[i] = driver->host_alloc(bytes, &(*chunks)[i]);
+      }
+    });
+    job.wait();
+  });
+  for (const std::string& error : errors) {
+    if (error.empty()) continue;
+    json ignored;
+    release(ignored);
+    refused("cuMemHostAlloc of " + human_size(inputs.host_alloc_chunk), error);
+  }
+  const std::size_t first_chunk = std::min(inputs.bytes, inputs.host_alloc_chunk);  // copies stay inside it
+  PinnedMemory made{static_cast<unsigned char*>((*chunks)[0]), first_chunk, count, "driver's", release};
+  made.contiguous_bytes = first_chunk;
+  return made;
+}
+
+// malloc, then one registration: the driver faults every page in itself, on one thread.
+PinnedMemory malloc_then_register(const WayInputs& inputs, json& phases) {
+  void* data = nullptr;
+  phases["allocate_s"] = seconds_of([&] { data = std::malloc(inputs.bytes); });
+  if (!data) throw ProbeError(exit_not_enough_memory, "no_memory", "malloc of " + human_size(inputs.bytes) + " failed");
+  auto registration = std::make_shared<pinned_registration>();
+  try {
+    phases["register_s"] = seconds_of([&] { *registration = pinned_registration(data, inputs.bytes); });
+  } catch (const pinning_error& error) {
+    std::free(data);
+    refused("to pin " + human_size(inputs.bytes), error.what());
+  }
+  return PinnedMemory{static_cast<unsigned char*>(data), std::min(inputs.bytes, max_registration_bytes),
+                      registration->chunks(), "malloc's", [registration, data](json& release_phases) {
+                        release_phases["unregister_s"] = seconds_of([&] { registration->release(); });
+                        release_phases["free_s"] = seconds_of([&] { std::free(data); });
+                      }};
+}
+
+// The library's own way, as a program calls it.
+PinnedMemory make_big_array_pinned(const WayInputs& inputs, json& phases) {
+  auto array = std::make_shared<big_array<unsigned char>>();
+  double made_s = 0;
+  try {
+    made_s = seconds_of([&] {
+      *array = make_big_array<unsigned char>(inputs.bytes, uninitialized, {.threads = inputs.threads, .pinned = true});
+    });
+  } catch (const pinning_error& error) {
+    refused("to pin " + human_size(inputs.bytes), error.what());
+  }
+  // The library times the registration; the rest of the call mapped and faulted the pages in.
+  phases["register_s"] = array->report().pin_seconds;
+  phases["fault_s"] = made_s - array->report().pin_seconds;
+  return PinnedMemory{array->data(), std::min(inputs.bytes, max_registration_bytes), 1, array->report().page_kind,
+                      [array](json& release_phases) {
+                        release_phases["free_s"] = seconds_of([&] { *array = big_array<unsigned char>(); });
+                      }};
+}
+
+// The copy's control: ordinary memory, faulted in by every thread and never pinned.
+PinnedMemory unpinned_control(const WayInputs& inputs, json& phases) {
+  void* data = nullptr;
+  phases["allocate_s"] = seconds_of([&] { data = std::malloc(inputs.bytes); });
+  if (!data) throw ProbeError(exit_not_enough_memory, "no_memory", "malloc of " + human_size(inputs.bytes) + " failed");
+  phases["fault_s"] = seconds_of([&] {
+    start_touch(static_cast<unsigned char*>(data), inputs.bytes / os::base_page_size() * os::base_page_size(),
+                os::base_page_size(), inputs.threads)->wait();
+  });
+  return PinnedMemory{static_cast<unsigned char*>(data), inputs.bytes, 0, "malloc's", [data](json& release_phases) {
+                        release_phases["free_s"] = seconds_of([&] { std::free(data); });
+                      }};
+}
+
+// A way of mapped_and_registered's, for one page kind, one after the other or overlapped.
+Way mapped_way(std::string name, os::PageKind kind, bool overlapped) {
+  return {std::move(name), true, [kind, overlapped](const WayInputs& inputs, json& phases) {
+            return mapped_and_registered(inputs, phases, kind, overlapped);
           }};
 }
 
 std::vector<Way> all_ways(unsigned threads, std::size_t host_alloc_chunk) {
   const std::string cpus = std::to_string(threads) + "-thread";
   return {
-      {"cuMemHostAlloc (cudaHostAlloc)", true,
-       [](const WayInputs& in, json& phases) {
-         void* data = nullptr;
-         std::string error;
-         phases["allocate_s"] = seconds_of([&] { error = in.driver.host_alloc(in.bytes, &data); });
-         if (!error.empty()) refused("cuMemHostAlloc of " + human_size(in.bytes), error);
-         detail::cuda_driver* driver = &in.driver;
-         return Made{static_cast<unsigned char*>(data), in.bytes, 1, "driver's",
-                     [driver, data](json& p) { p["free_s"] = seconds_of([&] { driver->free_host(data); }); }};
-       }},
+      {"cuMemHostAlloc (cudaHostAlloc)", true, driver_host_alloc},
       {"cuMemHostAlloc, " + human_size(host_alloc_chunk) + " chunks from " + std::to_string(threads) + " threads", true,
-       [](const WayInputs& in, json& phases) {
-         const std::size_t count = (in.bytes + in.host_alloc_chunk - 1) / in.host_alloc_chunk;
-         auto chunks = std::make_shared<std::vector<void*>>(count, nullptr);
-         std::vector<std::string> errors(count);
-         detail::cuda_driver* driver = &in.driver;
-         const auto release = [driver, chunks](json& p) {
-           p["free_s"] = seconds_of([&] {
-             for (void* chunk : *chunks) {
-               if (chunk) driver->free_host(chunk);
-             }
-           });
-         };
-         phases["allocate_s"] = seconds_of([&] {
-           detail::fill_job job(count, 1, 1, in.threads, [&](std::size_t first, std::size_t last) {
-             for (std::size_t i = first; i < last; ++i) {
-               const std::size_t bytes = std::min(in.host_alloc_chunk, in.bytes - i * in.host_alloc_chunk);
-               errors[i] = driver->host_alloc(bytes, &(*chunks)[i]);
-             }
-           });
-           job.wait();
-         });
-         for (const std::string& error : errors) {
-           if (error.empty()) continue;
-           json ignored;
-           release(ignored);
-           refused("cuMemHostAlloc of " + human_size(in.host_alloc_chunk), error);
-         }
-         const std::size_t first_chunk = std::min(in.bytes, in.host_alloc_chunk);  // copies stay inside it
-         Made made{static_cast<unsigned char*>((*chunks)[0]), first_chunk, count, "driver's", release};
-         made.contiguous_bytes = first_chunk;
-         return made;
-       }},
-      {"malloc + cuMemHostRegister (the driver faults the pages in)", true,
-       [](const WayInputs& in, json& phases) {
-         void* data = nullptr;
-         phases["allocate_s"] = seconds_of([&] { data = std::malloc(in.bytes); });
-         if (!data) throw ProbeError(exit_not_enough_memory, "no_memory", "malloc of " + human_size(in.bytes) + " failed");
-         auto registration = std::make_shared<pinned_registration>();
-         try {
-           phases["register_s"] = seconds_of([&] { *registration = pinned_registration(data, in.bytes); });
-         } catch (const pinning_error& error) {
-           std::free(data);
-           refused("to pin " + human_size(in.bytes), error.what());
-         }
-         return Made{static_cast<unsigned char*>(data), std::min(in.bytes, max_registration_bytes), registration->chunks(), "malloc's",
-                     [registration, data](json& p) {
-                       p["unregister_s"] = seconds_of([&] { registration->release(); });
-                       p["free_s"] = seconds_of([&] { std::free(data); });
-                     }};
-       }},
-      {"mmap base pages + " + cpus + " touch + register", true,
-       [](const WayInputs& in, json& p) { return mapped_and_registered(in, p, os::PageKind::base, false); }},
-      {"mmap + MADV_HUGEPAGE + " + cpus + " touch + register", true,
-       [](const WayInputs& in, json& p) { return mapped_and_registered(in, p, os::PageKind::thp, false); }},
-      {"hugetlb 2 MB + " + cpus + " touch + register", true,
-       [](const WayInputs& in, json& p) { return mapped_and_registered(in, p, os::PageKind::huge_2mb, false); }},
-      {"mmap + MADV_HUGEPAGE, touch and register overlapped", true,
-       [](const WayInputs& in, json& p) { return mapped_and_registered(in, p, os::PageKind::thp, true); }},
-      {"make_big_array pinned (memcost)", true,
-       [](const WayInputs& in, json& phases) {
-         auto array = std::make_shared<big_array<unsigned char>>();
-         double made_s = 0;
-         try {
-           made_s = seconds_of([&] {
-             *array = make_big_array<unsigned char>(in.bytes, uninitialized, {.threads = in.threads, .pinned = true});
-           });
-         } catch (const pinning_error& error) {
-           refused("to pin " + human_size(in.bytes), error.what());
-         }
-         // The library times the registration; the rest of the call mapped and faulted the pages in.
-         phases["register_s"] = array->report().pin_seconds;
-         phases["fault_s"] = made_s - array->report().pin_seconds;
-         return Made{array->data(), std::min(in.bytes, max_registration_bytes), 1, array->report().page_kind,
-                     [array](json& p) { p["free_s"] = seconds_of([&] { *array = big_array<unsigned char>(); }); }};
-       }},
-      {"malloc + " + cpus + " touch, not pinned (the copy's control)", false,
-       [](const WayInputs& in, json& phases) {
-         void* data = nullptr;
-         phases["allocate_s"] = seconds_of([&] { data = std::malloc(in.bytes); });
-         if (!data) throw ProbeError(exit_not_enough_memory, "no_memory", "malloc of " + human_size(in.bytes) + " failed");
-         phases["fault_s"] = seconds_of([&] {
-           start_touch(static_cast<unsigned char*>(data), in.bytes / os::base_page_size() * os::base_page_size(),
-                       os::base_page_size(), in.threads)->wait();
-         });
-         return Made{static_cast<unsigned char*>(data), in.bytes, 0, "malloc's",
-                     [data](json& p) { p["free_s"] = seconds_of([&] { std::free(data); }); }};
-       }},
+       driver_host_alloc_in_chunks},
+      {"malloc + cuMemHostRegister (the driver faults the pages in)", true, malloc_then_register},
+      mapped_way("mmap base pages + " + cpus + " touch + register", os::PageKind::base, false),
+      mapped_way("mmap + MADV_HUGEPAGE + " + cpus + " touch + register", os::PageKind::thp, false),
+      mapped_way("hugetlb 2 MB + " + cpus + " touch + register", os::PageKind::huge_2mb, false),
+      mapped_way("mmap + MADV_HUGEPAGE, touch and register overlapped", os::PageKind::thp, true),
+      {"make_big_array pinned (memcost)", true, make_big_array_pinned},
+      {"malloc + " + cpus + " touch, not pinned (the copy's control)", false, unpinned_control},
   };
 }
 
 // Copies of the first `copy_bytes` to the GPU (at most one block of the way's memory), in pieces no
 // larger than one registration, three times: their median GB/s.
-double copy_gb_per_s(detail::cuda_driver& driver, unsigned long long device, const Made& made, std::size_t copy_bytes) {
+double copy_gb_per_s(detail::cuda_driver& driver, unsigned long long device, const PinnedMemory& made, std::size_t copy_bytes) {
   if (made.contiguous_bytes) copy_bytes = std::min(copy_bytes, made.contiguous_bytes);
   std::vector<double> gb_per_s;
   for (int copy = 0; copy < 3; ++copy) {
@@ -273,22 +291,22 @@ std::string hugetlb_missing(std::size_t bytes) {
   return "this kernel has no 2 MB hugetlb pool";
 }
 
-void declare(CLI::App& command, Settings& s) {
-  add_size_option(command, "--size", s.size, "1G", "bytes to pin (capped by the budget unless given)");
-  add_size_option(command, "--copy-size", s.copy_size, "1G", "bytes copied to the GPU from each way's memory (at most --size)");
-  add_size_option(command, "--host-alloc-chunk", s.host_alloc_chunk, "1G", "the chunk of the chunked cuMemHostAlloc way");
-  command.add_option("--ways", s.ways_filter, "only the ways whose names contain one of these")->delimiter(',');
-  command.add_option("--rounds", s.rounds, "rounds: every way once a round, in an order shuffled each round")
+void declare(CLI::App& command, Settings& settings) {
+  add_size_option(command, "--size", settings.size, "1G", "bytes to pin (capped by the budget unless given)");
+  add_size_option(command, "--copy-size", settings.copy_size, "1G", "bytes copied to the GPU from each way's memory (at most --size)");
+  add_size_option(command, "--host-alloc-chunk", settings.host_alloc_chunk, "1G", "the chunk of the chunked cuMemHostAlloc way");
+  command.add_option("--ways", settings.ways_filter, "only the ways whose names contain one of these")->delimiter(',');
+  command.add_option("--rounds", settings.rounds, "rounds: every way once a round, in an order shuffled each round")
       ->check(CLI::Range(1, 50));
-  command.add_option("--threads", s.threads, "threads that fault memory in (default 0: all CPUs)");
-  command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
-  command.add_option("--order-seed", s.order_seed, "seed of the order the ways run in, shuffled each round");
+  command.add_option("--threads", settings.threads, "threads that fault memory in (default 0: all CPUs)");
+  command.add_option("--budget", settings.budget, "memory budget (default 80% of available memory)");
+  command.add_option("--order-seed", settings.order_seed, "seed of the order the ways run in, shuffled each round");
 }
 
-std::vector<Way> chosen_ways(const Settings& s, unsigned threads, std::size_t bytes, Emitter& emitter) {
+std::vector<Way> chosen_ways(const Settings& settings, unsigned threads, std::size_t bytes, Emitter& emitter) {
   std::vector<Way> chosen;
-  for (Way& way : all_ways(threads, s.host_alloc_chunk)) {
-    const bool wanted = s.ways_filter.empty() || std::any_of(s.ways_filter.begin(), s.ways_filter.end(), [&](const std::string& part) {
+  for (Way& way : all_ways(threads, settings.host_alloc_chunk)) {
+    const bool wanted = settings.ways_filter.empty() || std::any_of(settings.ways_filter.begin(), settings.ways_filter.end(), [&](const std::string& part) {
                           return way.name.find(part) != std::string::npos;
                         });
     if (!wanted) continue;
@@ -310,14 +328,14 @@ struct Run {
   std::vector<bool> failed;
 };
 
-void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, const WayInputs& in, std::size_t copy_bytes,
+void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, const WayInputs& inputs, std::size_t copy_bytes,
                  int round) {
   if (run.failed[index]) return;
   json phases = {{"allocate_s", nullptr}, {"fault_s", nullptr}, {"register_s", nullptr}, {"unregister_s", nullptr}, {"free_s", nullptr}};
   const auto before = measure::take_snapshot({.machine = false});
-  Made made;
+  PinnedMemory made;
   try {
-    made = way.make(in, phases);
+    made = way.make(inputs, phases);
   } catch (const ProbeError& error) {
     if (error.code() != "driver_refused" && error.code() != "map_failed") throw;
     run.failed[index] = true;
@@ -338,21 +356,21 @@ void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, 
   metrics["registrations"] = made.registrations;
   metrics["page_kind"] = made.page_kind;
   metrics["minor_faults"] = interval.faults_counted ? json(interval.minor_faults) : json(nullptr);
-  emitter.sample({{"part", "way"}, {"way", way.name}, {"pinned", way.pinned}, {"size_bytes", in.bytes}, {"round", round},
-                  {"threads", in.threads}},
+  emitter.sample({{"part", "way"}, {"way", way.name}, {"pinned", way.pinned}, {"size_bytes", inputs.bytes}, {"round", round},
+                  {"threads", inputs.threads}},
                  std::move(metrics));
 }
 
-std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
+std::vector<Step> plan(const Settings& settings, bool size_given, Emitter& emitter) {
   std::string why_not;
   detail::cuda_driver* driver = detail::cuda_driver::get(why_not);
   if (!driver) throw ProbeError(exit_unsupported, "no_gpu", why_not);
-  const BudgetChoice budget = choose_budget(s.budget);
-  const std::size_t bytes = size_within_budget(s.size, size_given, budget, emitter, "pinning");
+  const BudgetChoice budget = choose_budget(settings.budget);
+  const std::size_t bytes = size_within_budget(settings.size, size_given, budget, emitter, "pinning");
   if (bytes < (std::size_t{2} << 20)) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must be 2M or more");
-  const std::size_t copy_bytes = std::min(s.copy_size, bytes);
-  const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
-  auto ways = std::make_shared<std::vector<Way>>(chosen_ways(s, threads, bytes, emitter));
+  const std::size_t copy_bytes = std::min(settings.copy_size, bytes);
+  const unsigned threads = settings.threads ? settings.threads : os::logical_cpu_count();
+  auto ways = std::make_shared<std::vector<Way>>(chosen_ways(settings, threads, bytes, emitter));
   auto run = std::make_shared<Run>();
   run->driver = driver;
   run->failed.assign(ways->size(), false);
@@ -364,17 +382,17 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
     }
     const char* library = std::getenv("MEMCOST_CUDA_LIBRARY");
     emitter.sample({{"part", "device"}},
-                   {{"name", run->driver->device_name()}, {"driver_library", library && *library ? library : "libcuda.so.1"},
+                   {{"name", run->driver->device_name()}, {"driver_library", library && *library ? library : os::cuda_driver_library()},
                     {"copy_bytes", copy_bytes}, {"size_bytes", bytes}});
   }});
-  const auto order = interleaved_order(ways->size(), s.rounds, s.order_seed);
-  for (int round = 0; round < s.rounds; ++round) {
+  const auto order = interleaved_order(ways->size(), settings.rounds, settings.order_seed);
+  for (int round = 0; round < settings.rounds; ++round) {
     for (std::size_t position = 0; position < ways->size(); ++position) {
       const std::size_t index = order[static_cast<std::size_t>(round)][position];
       steps.push_back({(*ways)[index].name + " (round " + std::to_string(round + 1) + ")",
-                       [&emitter, run, ways, index, bytes, threads, copy_bytes, round, chunk = s.host_alloc_chunk] {
-                         const WayInputs in{*run->driver, bytes, threads, chunk};
-                         measure_way(emitter, *run, (*ways)[index], index, in, copy_bytes, round);
+                       [&emitter, run, ways, index, bytes, threads, copy_bytes, round, chunk = settings.host_alloc_chunk] {
+                         const WayInputs inputs{*run->driver, bytes, threads, chunk};
+                         measure_way(emitter, *run, (*ways)[index], index, inputs, copy_bytes, round);
                        }});
     }
   }

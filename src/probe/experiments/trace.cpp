@@ -1,5 +1,5 @@
 // `memcost-probe trace -- COMMAND ...`: runs a command under perf events and reports what its
-// memory cost the OS, attributed as the records stream (src/trace/attribution.hpp): the probe's
+// memory cost the OS, attributed as the records stream (src/trace/attribution/attribution.hpp): the probe's
 // memory and its output grow with distinct stacks, sites and processes, not with faults.
 // Statistics and advice are the Python side's.
 //
@@ -25,8 +25,8 @@
 #include "memcost/measure.hpp"
 #include "trace/tracer.hpp"
 #include "probe/experiment.hpp"
-#include "trace/attribution.hpp"
-#include "trace/raw.hpp"
+#include "trace/attribution/attribution.hpp"
+#include "trace/attribution/raw.hpp"
 
 namespace memcost::probe {
 namespace {

@@ -1,7 +1,7 @@
 """`trace` summary: what a command's big allocations cost the OS, per allocation site (the stack
 that created the memory) and per touching site (the stack that faulted it in), with advice.
 
-The probe attributes as the records stream (src/trace/attribution.hpp) and reports fault counts
+The probe attributes as the records stream (src/trace/attribution/attribution.hpp) and reports fault counts
 per (allocation origin, touching stack, process, page kind) and each origin's lifetime summary;
 this module groups them by site (sites.SiteNames), prices them with this machine's measured costs
 and gives advice (advice.py). Fault time is estimated from the measured cost per MB (a `memcost

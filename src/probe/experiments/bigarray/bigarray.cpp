@@ -1,0 +1,150 @@
+// `memcost-probe bigarray`: allocate and initialize one big array of 16-byte
+// work items by every common strategy, against the machine's limit (a
+// parallel memset over memory that is already faulted in).
+//
+// Each strategy is timed from the allocation to the last element written,
+// then checked (sampled elements), then freed (timed on its own). The parts, one file each beside
+// this one: the strategies (strategies.cpp), the machine's limit and the fill methods
+// (machine_limit.cpp), the repeat scenario (repeat.cpp) and the ranked rows' rounds
+// (strategy_rounds.cpp). Here: the flags, the run's estimate and the plan.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "memcost/big_array.hpp"
+#include "memcost/measure.hpp"
+#include "os/os.hpp"
+#include "probe/arguments.hpp"
+#include "probe/experiment.hpp"
+#include "probe/experiments/bigarray/machine_limit.hpp"
+#include "probe/experiments/bigarray/repeat.hpp"
+#include "probe/experiments/bigarray/settings.hpp"
+#include "probe/experiments/bigarray/strategies.hpp"
+#include "probe/experiments/bigarray/strategy_rounds.hpp"
+#include "probe/experiments/bigarray/work_item.hpp"
+#include "probe/run_estimate.hpp"
+
+namespace memcost::probe {
+namespace bigarray {
+namespace {
+
+// 1. Parse: every flag typed and checked by CLI11.
+void declare(CLI::App& command, Settings& s) {
+  add_size_option(command, "--size", s.size, "1G", "array size (capped by the budget unless given)");
+  command.add_option("--strategies", s.strategies_filter, "only the strategies whose names contain one of these")
+      ->delimiter(',');
+  add_names_option(command, "--inits", s.inits, {"zero", "value"}, "zero, value");
+  command.add_option("--reps", s.reps, "repetitions per strategy (0, the default: adaptive, at most 5 rounds, a row stopping "
+                     "once its time is known within ±10 % (3 rounds at least) or its fastest round is 3x the fastest "
+                     "row's median (5x after 2 rounds, 15x after 1); N: N rounds for every row)")
+      ->check(CLI::Range(0, 100));
+  command.add_option("--fastest-s", s.fastest_s, "the fastest row's median seconds in the main run, against which an "
+                     "allocator's run judges a row far behind (adaptive repetitions)")->check(CLI::NonNegativeNumber);
+  command.add_option("--limit-reps", s.limit_reps, "repetitions of the limit measurement")->check(CLI::Range(1, 100));
+  command.add_option("--threads", s.threads, "threads for parallel strategies (default 0: all CPUs)");
+  command.add_option("--label", s.label, "the allocator the libc strategies run on (for the rows)");
+  command.add_flag("--libc-only", s.libc_only, "only the strategies that go through malloc/new (for other allocators)");
+  command.add_option("--allocator-runs", s.allocator_runs, "runs under other allocators that will follow this one "
+                     "(for the run's estimate, printed at the start)")->check(CLI::Range(0, 100));
+  command.add_option("--repeat", s.repeat, "iterations of the repeat scenario: allocate, initialize, free (0: none)")
+      ->check(CLI::Range(0, 1000));
+  command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
+  command.add_option("--order-seed", s.order_seed, "seed of the order the strategies and the fill methods run in, shuffled each round "
+                     "(default: a new one, recorded in the settings line)")->capture_default_str();
+}
+
+// The rates the run's estimate is made from (probe/run_estimate.hpp), measured in a fraction of a
+// second: one thread writing fresh base pages and fresh THP (128 MiB each), every thread faulting
+// 512 MiB in as make_big_array does, then writing it again.
+MeasuredRates calibrate_once(unsigned threads) {
+  constexpr std::size_t serial_bytes = std::size_t{128} << 20, parallel_bytes = std::size_t{512} << 20;
+  MeasuredRates rates;
+  for (os::PageKind kind : {os::PageKind::base, os::PageKind::thp}) {
+    os::MapRequest request{serial_bytes, kind};
+    request.alignment_bytes = std::size_t{2} << 20;
+    os::Mapping mapping = os::map(request);
+    if (!mapping.status.ok()) return {};
+    const std::uint64_t start = measure::now_ns();
+    std::memset(mapping.address, 0x11, serial_bytes);
+    measure::keep_writes(mapping.address);
+    const double gb_per_s = static_cast<double>(serial_bytes) / static_cast<double>(measure::now_ns() - start);
+    (kind == os::PageKind::base ? rates.serial_gb_per_s : rates.serial_huge_gb_per_s) = gb_per_s;
+    const std::uint64_t freeing = measure::now_ns();
+    (void)os::release(mapping.address, mapping.size_bytes);
+    (kind == os::PageKind::base ? rates.free_gb_per_s : rates.free_huge_gb_per_s) =
+        static_cast<double>(serial_bytes) / static_cast<double>(measure::now_ns() - freeing);
+  }
+  std::uint64_t start = measure::now_ns();
+  auto array = make_big_array<unsigned char>(parallel_bytes, zero, {.threads = threads});
+  rates.parallel_gb_per_s = static_cast<double>(parallel_bytes) / static_cast<double>(measure::now_ns() - start);
+  start = measure::now_ns();
+  parallel_memset(array.data(), parallel_bytes, threads, 0x11);
+  rates.faulted_gb_per_s = static_cast<double>(parallel_bytes) / static_cast<double>(measure::now_ns() - start);
+  return rates;
+}
+
+// Twice, each rate the faster: at a probe's start the guest's memory may not be backed by the host
+// yet (its first touch here ran 18x slower than the run's own rows, and the estimate was 2.8x the
+// run); the second time takes memory the first just freed.
+MeasuredRates calibrate(unsigned threads) {
+  const MeasuredRates first = calibrate_once(threads), second = calibrate_once(threads);
+  return {std::max(first.serial_gb_per_s, second.serial_gb_per_s), std::max(first.serial_huge_gb_per_s, second.serial_huge_gb_per_s),
+          std::max(first.parallel_gb_per_s, second.parallel_gb_per_s), std::max(first.faulted_gb_per_s, second.faulted_gb_per_s),
+          std::max(first.free_gb_per_s, second.free_gb_per_s), std::max(first.free_huge_gb_per_s, second.free_huge_gb_per_s)};
+}
+
+// The run's estimate, said before it starts (a warning, printed at once) and kept (a sample).
+void say_estimate(const Settings& s, Emitter& emitter, const std::vector<NamedStrategy>& chosen, std::size_t bytes,
+                  unsigned threads) {
+  if (s.libc_only) return;  // an allocator's run: the main run's estimate counted it
+  RunShape shape{.bytes = bytes, .rows = {}, .inits = static_cast<int>(s.inits.size()), .limit_reps = s.limit_reps,
+                 .repeat = s.repeat, .allocator_runs = s.allocator_runs, .fixed_reps = s.reps > 0, .reps = s.reps};
+  for (const NamedStrategy& strategy : chosen) {
+    const bool parallel = strategy.name.find("parallel") != std::string::npos || strategy.name.starts_with("make_big_array");
+    shape.rows.push_back({.serial = !parallel, .huge_pages = strategy.huge_pages});
+  }
+  const MeasuredRates rates = calibrate(threads);
+  const RunEstimate estimate = estimate_run(shape, rates);
+  if (estimate.seconds <= 0) return;
+  emitter.warning("estimate", describe(estimate, rates));
+  emitter.sample({{"part", "estimate"}, {"size_bytes", bytes}, {"threads", threads}},
+                 {{"seconds", estimate.seconds}, {"rows_seconds", estimate.rows_seconds},
+                  {"fixed_seconds", estimate.fixed_seconds}, {"allocator_seconds", estimate.allocator_seconds},
+                  {"serial_gb_per_s", rates.serial_gb_per_s}, {"serial_huge_gb_per_s", rates.serial_huge_gb_per_s},
+                  {"parallel_gb_per_s", rates.parallel_gb_per_s}, {"faulted_gb_per_s", rates.faulted_gb_per_s},
+                  {"free_gb_per_s", rates.free_gb_per_s}, {"free_huge_gb_per_s", rates.free_huge_gb_per_s}});
+}
+
+std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
+  const BudgetChoice budget = choose_budget(s.budget);
+  const std::size_t bytes = size_within_budget(s.size, size_given, budget, emitter, "measuring");
+  const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
+  const std::size_t count = bytes / sizeof(WorkItem);
+  if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
+  const auto chosen = chosen_strategies(s, usable_page_kinds(bytes, emitter));
+  say_estimate(s, emitter, *chosen, bytes, threads);
+  std::vector<Step> steps;
+  add_limit_and_fill_steps(steps, s, emitter, bytes, threads);
+  add_repeat_steps(steps, s, emitter, bytes, budget, threads);
+  add_strategy_steps(steps, s, emitter, chosen, count, threads);
+  return steps;
+}
+
+// 3. Run: the plan, step by step, progress counted from its length.
+Runner attach(CLI::App& command, std::shared_ptr<Settings> settings) {
+  declare(command, *settings);
+  return [settings, &command](Emitter& emitter) {
+    run_plan(emitter, plan(*settings, command.count("--size") > 0, emitter));
+  };
+}
+
+}  // namespace
+}  // namespace bigarray
+
+Experiment bigarray_experiment() {
+  return {"bigarray", "Allocate and initialize one big array by every common strategy, against the machine's limit",
+          [](CLI::App& command) { return bigarray::attach(command, std::make_shared<bigarray::Settings>()); }};
+}
+
+}  // namespace memcost::probe
+

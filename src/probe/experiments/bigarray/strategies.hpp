@@ -1,0 +1,62 @@
+// The strategies the bigarray experiment ranks: every common way to allocate and initialize one
+// big array (new[], std::vector, malloc, calloc, mmap on each page kind with its ways of faulting
+// in, make_big_array), and which of them a run measures.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "os/os.hpp"
+#include "probe/emitter.hpp"
+#include "probe/experiments/bigarray/settings.hpp"
+#include "probe/experiments/bigarray/work_item.hpp"
+
+namespace memcost::probe::bigarray {
+
+// An array made by one strategy: where it is, and how to free it.
+struct BuiltArray {
+  BuiltArray() = default;
+  BuiltArray(WorkItem* made_items, std::function<void()> release_items, std::string kind)
+      : items(made_items), release(std::move(release_items)), page_kind(std::move(kind)) {}
+  WorkItem* items = nullptr;
+  std::function<void()> release;
+  std::string page_kind;  // what the strategy asked for (make_big_array: what its report read back)
+  std::string failure;    // non-empty: the strategy could not do its work, nothing to measure
+  double first_percent_s = -1;
+  std::string auto_choice;
+  std::vector<std::string> fallbacks;
+  std::string initialization, initialization_reason;  // make_big_array auto: how it initialized, and why
+};
+
+struct StrategyInputs {
+  std::size_t count = 0;
+  unsigned threads = 1;
+  bool zero = true;
+};
+
+using Strategy = std::function<BuiltArray(const StrategyInputs&)>;
+
+struct NamedStrategy {
+  std::string name;
+  std::string family;  // "libc" strategies also run under other allocators
+  Strategy make;
+  bool huge_pages = false;  // asks for huge pages (THP or hugetlb): it runs in the rounds' huge-page group
+};
+
+// Every strategy, with its mmap rows for each of `kinds`.
+std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds);
+
+// The malloc this process runs on, told by the entry points only it exports, so that a row
+// measured under a preloaded allocator is known to have been.
+std::string malloc_implementation();
+
+// The page kinds this machine can back `bytes` with; each one it cannot says why, and how to
+// get it where a pool could be grown.
+std::vector<os::PageKind> usable_page_kinds(std::size_t bytes, Emitter& emitter);
+
+// The strategies --strategies and --libc-only leave, of those the page kinds allow.
+std::shared_ptr<std::vector<NamedStrategy>> chosen_strategies(const Settings& s, const std::vector<os::PageKind>& kinds);
+
+}  // namespace memcost::probe::bigarray

@@ -1,0 +1,226 @@
+// The ranked rows, round by round (strategy_rounds.hpp).
+#include "probe/experiments/bigarray/strategy_rounds.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "memcost/big_array.hpp"
+#include "memcost/measure.hpp"
+#include "probe/experiments/bigarray/machine_limit.hpp"
+#include "probe/experiments/bigarray/work_item.hpp"
+#include "probe/rounds.hpp"
+
+namespace memcost::probe::bigarray {
+namespace {
+
+// One strategy's repetition, measured once: allocate and initialize, check, free. Null when the
+// strategy failed (said once in a warning).
+json measure_strategy_once(Emitter& emitter, const NamedStrategy& strategy, std::size_t count, unsigned threads,
+                           bool zero_init, std::set<std::string>& failed) {
+  StrategyInputs inputs{count, threads, zero_init};
+  const MachineEvents events_before = machine_events();
+  auto before = measure::take_snapshot({.machine = false});
+  BuiltArray made = strategy.make(inputs);
+  auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
+  const json events = events_between(events_before, machine_events());
+  if (!made.failure.empty()) {
+    if (failed.insert(strategy.name).second) {
+      emitter.warning("strategy_failed", strategy.name + " failed and is left out of the ranking: " + made.failure);
+    }
+    return nullptr;
+  }
+  bool ok = verified(made.items, count, zero_init);
+  auto backing = measure::backing_of(made.items, count * sizeof(WorkItem));
+  auto free_start = measure::now_ns();
+  made.release();
+  double free_s = static_cast<double>(measure::now_ns() - free_start) / 1e9;
+  json metrics = {{"elapsed_s", static_cast<double>(interval.wall_ns) / 1e9},
+                  {"free_s", free_s},
+                  {"minor_faults", fault_count(interval.faults_counted, interval.minor_faults)},
+                  {"system_s", static_cast<double>(interval.process_system_ns) / 1e9},
+                  {"user_s", static_cast<double>(interval.process_user_ns) / 1e9},
+                  {"huge_fraction", backing ? json(backing->huge_fraction()) : json(nullptr)},
+                  {"verified", ok},
+                  {"page_kind", made.page_kind},
+                  {"malloc", malloc_implementation()},
+                  {"events", events}};
+  if (made.first_percent_s >= 0) metrics["first_percent_s"] = made.first_percent_s;
+  if (!made.auto_choice.empty()) {
+    metrics["auto_choice"] = made.auto_choice;
+    metrics["auto_fallbacks"] = made.fallbacks;
+    metrics["auto_initialization"] = made.initialization;
+    metrics["auto_initialization_reason"] = made.initialization_reason;
+  }
+  return metrics;
+}
+
+// One strategy's repetition, reported; its seconds (none when the strategy failed). Taken again
+// (twice at most) when the VM handed 64 MiB or more to its host while it ran, as the fill table's
+// fills are: the host's work lands on whichever rows run then, and the ranks would follow the host.
+// What was thrown away is kept in the sample. Only a repetition shorter than half the reporting
+// period is taken again: the kernel reports freed memory in bursts every 2 s
+// (PAGE_REPORTING_DELAY) while any waits, so a longer one overlaps a burst whenever memory was
+// freed before it, and so would each retake (at 4 GiB, 43 of 240 repetitions raced three times
+// running and the retakes took half the run); it is kept, marked, and counted in the notes.
+constexpr double kRetakeBelowS = 1.0;
+std::optional<double> measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& strategy, std::size_t count,
+                                       unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
+  json metrics, raced = json::array();
+  bool overlap_kept = false;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    metrics = measure_strategy_once(emitter, strategy, count, threads, zero_init, failed);
+    if (metrics.is_null()) return std::nullopt;
+    const json& reported = metrics["events"]["host_reported_bytes"];
+    if (!reported.is_number() || reported.get<std::uint64_t>() < host_reporting_race_bytes) break;
+    if (metrics["elapsed_s"].get<double>() >= kRetakeBelowS) {
+      overlap_kept = true;
+      break;
+    }
+    raced.push_back({{"elapsed_s", metrics["elapsed_s"]}, {"host_reported_bytes", reported}});
+  }
+  metrics["raced_with_host_reporting"] = std::move(raced);
+  metrics["host_reporting_overlap_kept"] = overlap_kept;
+  const double seconds = metrics["elapsed_s"].get<double>();
+  emitter.sample({{"part", "strategy"}, {"strategy", strategy.name}, {"family", strategy.family},
+                  {"allocator", strategy.family == "libc" ? s.label : ""}, {"init", zero_init ? "zero" : "value"},
+                  {"size_bytes", count * sizeof(WorkItem)}, {"rep", rep}, {"threads", threads}},
+                 metrics);
+  return seconds;
+}
+
+// The rows of one initialization as their rounds go: each row's seconds so far, and whether it has
+// settled (probe/rounds.hpp: adaptive repetitions; with --reps N every row runs N rounds).
+struct RowsInRounds {
+  std::vector<std::vector<double>> seconds;  // by strategy index
+  std::vector<Settled> settled;
+  std::vector<bool> failed;
+};
+
+// The fastest row's median so far: --fastest-s when given (an allocator's run is set against the
+// main run's fastest), else the lowest median of this run's rows.
+double fastest_median_s(const RowsInRounds& rows, double given) {
+  if (given > 0) return given;
+  double fastest = 0;
+  for (const auto& seconds : rows.seconds) {
+    if (seconds.empty()) continue;
+    const double median = median_of(seconds);
+    if (fastest == 0 || median < fastest) fastest = median;
+  }
+  return fastest;
+}
+
+// Settles the rows whose rounds so far say enough, each said in a sample of its own once; true while
+// any row still goes on.
+bool settle_rows(Emitter& emitter, RowsInRounds& rows, const std::vector<NamedStrategy>& chosen, const std::string& init,
+                 const std::string& label, const StoppingRule& rule, double given_fastest_s) {
+  const double fastest = fastest_median_s(rows, given_fastest_s);
+  bool going = false;
+  for (std::size_t index = 0; index < chosen.size(); ++index) {
+    if (rows.failed[index] || rows.settled[index] != Settled::no) continue;
+    const Settled now = settled(rows.seconds[index], fastest, rule);
+    if (now == Settled::no) {
+      going = true;
+      continue;
+    }
+    rows.settled[index] = now;
+    emitter.sample({{"part", "settled"}, {"strategy", chosen[index].name},
+                    {"allocator", chosen[index].family == "libc" ? label : ""}, {"init", init},
+                    {"rounds", rows.seconds[index].size()}},
+                   {{"reason", settled_name(now)}, {"fastest_median_s", fastest}});
+  }
+  return going;
+}
+
+// A round's order with the rows that ask for huge pages together, after the base-page rows in even
+// rounds and before them in odd ones, each group in the round's shuffled order. Here a huge-page
+// allocation right after a base-page row freed its array gets memory the host must fault in again:
+// 4 GiB on THP took 0.42-0.80 s after 4 GiB of base pages were freed, 0.19-0.20 s after another THP
+// allocation (one process, alternating, nothing between). Mixed at random, a THP row followed a
+// base-page row in about two rounds of three, and adaptive repetitions stopped `make_big_array auto`
+// as far behind after three such rounds. Grouped, the group is preceded by an unmeasured huge-page
+// allocation of the array's size (warm_up_huge_pages) in every round, so every huge-page row follows
+// one: with it only at the crossing of even rounds, the group's first row still read 0.26-0.30 s
+// against 0.20-0.21 for the rest (4 GiB), and a row first in four rounds of five ranked behind.
+std::vector<std::size_t> grouped_by_page_size(const std::vector<NamedStrategy>& chosen, const std::vector<std::size_t>& order,
+                                              bool base_first) {
+  std::vector<std::size_t> grouped;
+  for (bool huge : {!base_first, base_first}) {
+    for (std::size_t index : order) {
+      if (chosen[index].huge_pages == huge) grouped.push_back(index);
+    }
+  }
+  return grouped;
+}
+
+// The first huge-page row of a round (chosen.size() when there is none).
+std::size_t first_huge_row(const std::vector<NamedStrategy>& chosen, const std::vector<std::size_t>& order) {
+  for (std::size_t index : order) {
+    if (chosen[index].huge_pages) return index;
+  }
+  return chosen.size();
+}
+
+bool any_going(const RowsInRounds& rows, const std::vector<NamedStrategy>& chosen, bool huge) {
+  for (std::size_t index = 0; index < chosen.size(); ++index) {
+    if (chosen[index].huge_pages == huge && !rows.failed[index] && rows.settled[index] == Settled::no) return true;
+  }
+  return false;
+}
+
+// An array of `bytes` on huge pages (the library's ladder), faulted in on every thread and freed,
+// unmeasured: what a huge-page row right after another finds.
+void warm_up_huge_pages(std::size_t bytes, unsigned threads) {
+  auto warm = make_big_array<unsigned char>(bytes, zero, {.threads = threads});
+  measure::keep_writes(warm.data());
+}
+
+}  // namespace
+
+// Every chosen strategy, for each initialization asked for, round by round, each round's order
+// shuffled from --order-seed (probe/rounds.hpp), so that the host's slow minutes fall on every
+// strategy alike. Rounds go on while any row has not settled (adaptive), or --reps times.
+void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter,
+                        const std::shared_ptr<std::vector<NamedStrategy>>& chosen, std::size_t count, unsigned threads) {
+  auto failed = std::make_shared<std::set<std::string>>();  // strategies already reported as failed
+  const StoppingRule rule = s.reps > 0 ? StoppingRule::fixed(s.reps) : StoppingRule{};
+  const auto order = probe::interleaved_order(chosen->size(), rule.max_rounds, s.order_seed);
+  for (const std::string& init : s.inits) {
+    const bool zero_init = init == "zero";
+    auto rows = std::make_shared<RowsInRounds>(RowsInRounds{std::vector<std::vector<double>>(chosen->size()),
+                                                            std::vector<Settled>(chosen->size(), Settled::no),
+                                                            std::vector<bool>(chosen->size(), false)});
+    for (int rep = 0; rep < rule.max_rounds; ++rep) {
+      // The limit again, in every round beside its rows (an allocator's run too): a row's share
+      // of the limit is taken against the bandwidth the host gave in the same minute. First, what
+      // the rounds before settled: a round only runs the rows still going.
+      steps.push_back({"limit (round " + std::to_string(rep + 1) + ")",
+                       [&emitter, &s, &init, rep, threads, count, rows, chosen, rule] {
+        if (!settle_rows(emitter, *rows, *chosen, init, s.label, rule, s.fastest_s)) return;
+        emitter.sample({{"part", "round_limit"}, {"label", s.label}, {"init", init}, {"rep", rep}, {"threads", threads}},
+                       round_limit(std::min(count * sizeof(WorkItem), kRoundLimitBytes), threads, init == "zero"));
+      }});
+      for (std::size_t index : grouped_by_page_size(*chosen, order[static_cast<std::size_t>(rep)], rep % 2 == 0)) {
+        if ((*chosen)[index].huge_pages && index == first_huge_row(*chosen, order[static_cast<std::size_t>(rep)])) {
+          steps.push_back({"huge-page warm-up (round " + std::to_string(rep + 1) + ")", [rows, chosen, count, threads] {
+            if (!any_going(*rows, *chosen, true) || !any_going(*rows, *chosen, false)) return;
+            warm_up_huge_pages(count * sizeof(WorkItem), threads);
+          }});
+        }
+        steps.push_back({(*chosen)[index].name + (zero_init ? " (zero)" : " (value)"),
+                         [&emitter, &s, chosen, failed, index, count, threads, zero_init, rep, rows] {
+                           if (rows->failed[index] || rows->settled[index] != Settled::no) return;
+                           auto seconds = measure_strategy(emitter, s, (*chosen)[index], count, threads, zero_init, rep, *failed);
+                           if (seconds) rows->seconds[index].push_back(*seconds);
+                           else rows->failed[index] = true;
+                         }});
+      }
+    }
+    steps.push_back({"settled (" + init + ")", [&emitter, &s, &init, rows, chosen, rule] {
+      (void)settle_rows(emitter, *rows, *chosen, init, s.label, rule, s.fastest_s);
+    }});
+  }
+}
+
+}  // namespace memcost::probe::bigarray

@@ -1,0 +1,483 @@
+/* libmemcost-preload.so, loaded into a dynamically linked command with LD_PRELOAD. Three jobs:
+
+   1. Reporting (MEMCOST_PRELOAD_FD set): what `memcost trace` uses instead of the kernel's syscall
+      tracepoints when it may not read them (not root). It reports every mmap, munmap, mremap and
+      madvise, the faults that mmap, madvise, mlock, mlock2, mlockall and ioctl took inside the
+      kernel without an exception (MAP_POPULATE, MADV_POPULATE_*, a driver pinning: no perf
+      event sees those), and every malloc, calloc, realloc, aligned allocation and free of at least
+      MEMCOST_PRELOAD_MIN_BYTES (glibc's malloc makes its own mmap and brk calls internally, where
+      no interposer can see them), each with its measured duration, its return addresses and the
+      Python stack, as one binary record per write() to the descriptor in MEMCOST_PRELOAD_FD (a
+      pipe to the probe; a write of at most PIPE_BUF bytes is atomic).
+   2. Python stacks (both modes, unless MEMCOST_PRELOAD_PYTHON=0): in a CPython process, a big
+      malloc-family call made by a thread holding the GIL writes the Python stack (file, line,
+      function per frame, by CPython's public frame API) into a block on this C stack frame for
+      the length of the call, behind a magic word. As root the kernel's tracepoints copy the
+      stack into each mmap's sample, and the tracer finds the block there: no pipe, no join.
+   3. Applying advice (MEMCOST_APPLY_FILE set): `memcost trace --verify` runs the command again
+      with advice applied to the call paths the trace named (apply_advice.c).
+
+   It calls the kernel and glibc's own allocator entry points directly (syscall(), __libc_*), so
+   the interposers cannot recurse into themselves. Layouts: see preload/abi.h. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+extern void *__libc_malloc(size_t size);
+extern void *__libc_calloc(size_t count, size_t size);
+extern void *__libc_realloc(void *pointer, size_t size);
+extern void *__libc_memalign(size_t alignment, size_t size);
+extern void __libc_free(void *pointer);
+
+#include "trace/preload/abi.h"
+#include "trace/preload/apply_advice.h"
+#include "trace/preload/safe_primitives.h"
+
+enum { MAX_FRAMES = MEMCOST_PRELOAD_MAX_FRAMES, SKIPPED_FRAMES = 2, TABLE_SIZE = 1 << 16 };
+enum { PYTHON_FILE_BYTES = 120, PYTHON_FUNCTION_BYTES = 80 };
+/* The Python stack (preload/abi.h), with room for its frames. */
+struct python_block {
+  struct memcost_python_header header;
+  char data[MEMCOST_PYTHON_BLOCK_BYTES];
+};
+
+_Static_assert(offsetof(struct python_block, data) == sizeof(struct memcost_python_header), "frames follow the header");
+
+struct record {
+  struct memcost_preload_header header;
+  uint64_t pcs[MAX_FRAMES];
+  char python[sizeof(struct python_block)];
+};
+_Static_assert(offsetof(struct record, pcs) == sizeof(struct memcost_preload_header), "return addresses follow the header");
+
+static int out_fd = -1;
+static size_t min_bytes = 64 * 1024;
+static MEMCOST_THREAD_LOCAL int inside; /* the unwinder may allocate the first time it runs */
+
+/* The big blocks handed out, so that free() knows which to report: open addressing. */
+static uintptr_t table[TABLE_SIZE];
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t slot_of(uintptr_t key) { return (key >> 4) * 0x9E3779B97F4A7C15ULL >> 48; }
+
+static void remember(void *pointer) {
+  pthread_mutex_lock(&table_lock);
+  for (size_t i = slot_of((uintptr_t)pointer), n = 0; n < TABLE_SIZE; i = (i + 1) % TABLE_SIZE, ++n) {
+    if (table[i] == 0 || table[i] == 1) { table[i] = (uintptr_t)pointer; break; }
+  }
+  pthread_mutex_unlock(&table_lock);
+}
+
+static int forget(void *pointer) {
+  int found = 0;
+  pthread_mutex_lock(&table_lock);
+  for (size_t i = slot_of((uintptr_t)pointer), n = 0; n < TABLE_SIZE && table[i] != 0; i = (i + 1) % TABLE_SIZE, ++n) {
+    if (table[i] == (uintptr_t)pointer) { table[i] = 1; found = 1; break; } /* 1: a tombstone */
+  }
+  pthread_mutex_unlock(&table_lock);
+  return found;
+}
+
+/* CPython's public API, found in the process when it is a Python interpreter (3.9 to 3.13). */
+typedef struct object object;
+static struct {
+  int (*is_initialized)(void);
+  int (*gil_held)(void);
+  void *(*this_thread)(void);
+  object *(*thread_frame)(void *);
+  object *(*frame_back)(object *);
+  object *(*frame_code)(object *);
+  int (*frame_line)(object *);
+  object *(*attribute)(object *, const char *);
+  const char *(*utf8)(object *, ssize_t *);
+  void (*decref)(object *);
+  void (*error_fetch)(object **, object **, object **);
+  void (*error_restore)(object *, object *, object *);
+  int (*gc_disable)(void); /* 3.10+; before that, frames are objects already and walking them allocates nothing */
+  int (*gc_enable)(void);
+} py;
+static int python_ready;
+
+static void find_python(void) {
+  void **slots[] = {(void **)&py.is_initialized, (void **)&py.gil_held, (void **)&py.this_thread,
+                    (void **)&py.thread_frame, (void **)&py.frame_back, (void **)&py.frame_code,
+                    (void **)&py.frame_line, (void **)&py.attribute, (void **)&py.utf8, (void **)&py.decref,
+                    (void **)&py.error_fetch, (void **)&py.error_restore};
+  const char *names[] = {"Py_IsInitialized", "PyGILState_Check", "PyGILState_GetThisThreadState",
+                         "PyThreadState_GetFrame", "PyFrame_GetBack", "PyFrame_GetCode", "PyFrame_GetLineNumber",
+                         "PyObject_GetAttrString", "PyUnicode_AsUTF8AndSize", "Py_DecRef", "PyErr_Fetch",
+                         "PyErr_Restore"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+    if (!(*slots[i] = dlsym(RTLD_DEFAULT, names[i]))) return;
+  }
+  *(void **)&py.gc_disable = dlsym(RTLD_DEFAULT, "PyGC_Disable");
+  *(void **)&py.gc_enable = dlsym(RTLD_DEFAULT, "PyGC_Enable");
+  python_ready = 1;
+}
+
+__attribute__((constructor)) static void start(void) {
+  const char *fd = getenv("MEMCOST_PRELOAD_FD");
+  const char *bytes = getenv("MEMCOST_PRELOAD_MIN_BYTES");
+  const char *python = getenv("MEMCOST_PRELOAD_PYTHON");
+  if (fd) out_fd = atoi(fd);
+  if (bytes) min_bytes = strtoull(bytes, NULL, 10);
+  if (!python || strcmp(python, "0") != 0) find_python();
+  memcost_apply_start();
+}
+
+/* A long name keeps its end, where a path has the file's name. */
+static const char *tail(const char *name, ssize_t length, size_t most, uint16_t *bytes) {
+  size_t kept = length < 0 ? 0 : (size_t)length;
+  if (kept > most) name += kept - most, kept = most;
+  *bytes = (uint16_t)kept;
+  return name;
+}
+
+/* The calling thread's Python stack into `block`, if this is a Python interpreter and the thread
+   holds the GIL (only then may it read its frames); else block->header.magic stays 0. Run before the
+   allocator is entered: CPython's own calls below may allocate (3.11+ makes frame objects on
+   demand), with the garbage collector held off so that none runs inside someone's malloc. */
+static void python_stack(struct python_block *block) {
+  block->header.magic = 0;
+  block->header.bytes = block->header.frames = 0;
+  if (!python_ready || inside || !py.is_initialized() || !py.gil_held()) return;
+  void *thread = py.this_thread();
+  if (!thread) return;
+  inside = 1;
+  object *type, *value, *traceback;
+  py.error_fetch(&type, &value, &traceback);
+  int collecting = py.gc_disable ? py.gc_disable() : 0;
+  object *frame = py.thread_frame(thread);
+  const char *previous_file = NULL; /* in the block */
+  uint16_t previous_file_bytes = 0;
+  while (frame) {
+    object *code = py.frame_code(frame);
+    object *file = code ? py.attribute(code, "co_filename") : NULL;
+    object *function = code ? py.attribute(code, "co_name") : NULL;
+    ssize_t file_length = 0, function_length = 0;
+    const char *file_name = file ? py.utf8(file, &file_length) : NULL;
+    const char *function_name = function ? py.utf8(function, &function_length) : NULL;
+    size_t need = sizeof(struct memcost_python_entry) + PYTHON_FILE_BYTES + PYTHON_FUNCTION_BYTES;
+    int full = block->header.bytes + need > MEMCOST_PYTHON_BLOCK_BYTES;
+    if (!full && file_name && function_name) {
+      char *at = block->data + block->header.bytes;
+      uint16_t file_bytes = 0, function_bytes = 0;
+      const char *file_kept = tail(file_name, file_length, PYTHON_FILE_BYTES, &file_bytes);
+      const char *function_kept = tail(function_name, function_length, PYTHON_FUNCTION_BYTES, &function_bytes);
+      int same = previous_file && previous_file_bytes == file_bytes && memcmp(previous_file, file_kept, file_bytes) == 0;
+      struct memcost_python_entry entry = {(uint32_t)py.frame_line(frame), same ? (uint16_t)MEMCOST_PYTHON_SAME_FILE : file_bytes,
+                                           function_bytes};
+      if (same) file_bytes = 0;
+      char *names = at + sizeof(entry);
+      memcpy(at, &entry, sizeof(entry));
+      memcpy(names, file_kept, file_bytes);
+      memcpy(names + file_bytes, function_kept, function_bytes);
+      if (!same) previous_file = names, previous_file_bytes = file_bytes;
+      block->header.bytes += (uint32_t)(sizeof(entry) + file_bytes + function_bytes);
+      ++block->header.frames;
+    }
+    if (function) py.decref(function);
+    if (file) py.decref(file);
+    if (code) py.decref(code);
+    object *back = full ? NULL : py.frame_back(frame);
+    py.decref(frame);
+    frame = back;
+  }
+  if (collecting && py.gc_enable) py.gc_enable();
+  py.error_restore(type, value, traceback);
+  inside = 0;
+  /* Published last, and kept in memory for the kernel to copy: the allocator is an opaque call. */
+  if (block->header.frames) block->header.magic = MEMCOST_PYTHON_MAGIC;
+  __asm__ volatile("" : : "r"(block) : "memory");
+}
+
+/* The block is dead once the call returns: a stale one must not be found in a later stack. */
+static void python_stack_done(struct python_block *block) {
+  block->header.magic = 0;
+  __asm__ volatile("" : : "r"(block) : "memory");
+}
+
+static uint64_t now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
+
+static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0, uint64_t a1, uint64_t a2,
+                 uint64_t a3, int64_t result, const struct python_block *python) {
+  if (out_fd < 0 || inside) return;
+  inside = 1;
+  int saved_errno = errno;
+  struct record r;
+  struct memcost_preload_header *h = &r.header;
+  h->frames = memcost_return_addresses(r.pcs, MAX_FRAMES, SKIPPED_FRAMES + 1);
+  h->kind = kind;
+  h->pid = (uint32_t)getpid();
+  h->tid = (uint32_t)syscall(SYS_gettid);
+  h->enter_ns = enter_ns;
+  h->exit_ns = exit_ns;
+  h->args[0] = a0, h->args[1] = a1, h->args[2] = a2, h->args[3] = a3, h->args[4] = 0, h->args[5] = 0;
+  h->result = result;
+  h->python_bytes = python && python->header.magic == MEMCOST_PYTHON_MAGIC
+                        ? (uint32_t)sizeof(struct memcost_python_header) + python->header.bytes : 0;
+  size_t pcs_end = offsetof(struct record, pcs) + h->frames * sizeof(uint64_t);
+  if (h->python_bytes) memcpy((char *)&r + pcs_end, python, h->python_bytes);
+  h->size = (uint32_t)(pcs_end + h->python_bytes);
+  ssize_t ignored = write(out_fd, &r, h->size);
+  (void)ignored;
+  errno = saved_errno;
+  inside = 0;
+}
+
+static long checked(long result) {
+  if (result < 0 && result > -4096) {
+    errno = (int)-result;
+    return -1;
+  }
+  return result;
+}
+
+/* The calling thread's faults so far, as the kernel accounts them (what rusage reads): they rise
+   inside a system call that faults pages in without an exception. Reporting only (0 otherwise). */
+static uint64_t thread_faults(void) {
+  struct rusage usage;
+  if (out_fd < 0 || syscall(SYS_getrusage, RUSAGE_THREAD, &usage) != 0) return 0;
+  return (uint64_t)usage.ru_minflt + (uint64_t)usage.ru_majflt;
+}
+
+/* The faults a call took, if any (the thread's count read right after it returned: the reporting
+   itself faults), reported with its stack: the call is their touching site. */
+static void faults_taken(long number, uint64_t before, uint64_t after, uint64_t enter, uint64_t exit, uint64_t start,
+                         uint64_t length, long result) {
+  if (after > before) emit(MEMCOST_CALL_FAULTS_IN_CALL, enter, exit, (uint64_t)number, start, length, after - before, result, NULL);
+}
+
+void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offset) {
+  if (!address && fd == -1 && (flags & (MAP_ANONYMOUS | MAP_PRIVATE | MAP_SHARED | MAP_FIXED)) == (MAP_ANONYMOUS | MAP_PRIVATE)
+      && length >= memcost_apply_min_bytes()) {
+    void *advised = memcost_apply_mmap(length, prot, flags);
+    if (advised) return advised;
+  }
+  const int faults_in = (flags & (MAP_POPULATE | MAP_LOCKED)) != 0;
+  uint64_t before = faults_in ? thread_faults() : 0;
+  uint64_t enter = now_ns();
+  long result = syscall(SYS_mmap, address, length, prot, flags, fd, offset);
+  uint64_t exit = now_ns(), after = faults_in ? thread_faults() : 0;
+  if (length >= min_bytes) emit(MEMCOST_CALL_MMAP, enter, exit, (uint64_t)(uintptr_t)address, length, (uint64_t)prot,
+                                (uint64_t)flags, result, NULL);
+  if (checked(result) != -1) faults_taken(SYS_mmap, before, after, enter, exit, (uint64_t)result, length, result);
+  return (void *)checked(result);
+}
+
+void *mmap64(void *address, size_t length, int prot, int flags, int fd, off_t offset)
+    __attribute__((alias("mmap")));
+
+int munmap(void *address, size_t length) {
+  if (memcost_apply_munmap(address, length)) return 0; /* kept for the advice's next call */
+  uint64_t enter = now_ns();
+  long result = syscall(SYS_munmap, address, length);
+  if (length >= min_bytes) emit(MEMCOST_CALL_MUNMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, length, 0, 0, result, NULL);
+  return (int)checked(result);
+}
+
+void *mremap(void *address, size_t old_length, size_t new_length, int flags, ...) {
+  void *new_address = NULL;
+  if (flags & MREMAP_FIXED) {
+    __builtin_va_list extra;
+    __builtin_va_start(extra, flags);
+    new_address = __builtin_va_arg(extra, void *);
+    __builtin_va_end(extra);
+  }
+  memcost_apply_forget(address);
+  uint64_t enter = now_ns();
+  long result = syscall(SYS_mremap, address, old_length, new_length, flags, new_address);
+  emit(MEMCOST_CALL_MREMAP, enter, now_ns(), (uint64_t)(uintptr_t)address, old_length, new_length, (uint64_t)flags, result, NULL);
+  return (void *)checked(result);
+}
+
+int madvise(void *address, size_t length, int advice) {
+  if (memcost_apply_madvise(address, length, advice)) return 0;  /* --verify: huge-page advice wins */
+  uint64_t before = thread_faults();
+  uint64_t enter = now_ns();
+  long result = syscall(SYS_madvise, address, length, advice);
+  uint64_t exit = now_ns(), after = thread_faults();
+  if (length >= min_bytes) emit(MEMCOST_CALL_MADVISE, enter, exit, (uint64_t)(uintptr_t)address, length, (uint64_t)advice, 0, result, NULL);
+  faults_taken(SYS_madvise, before, after, enter, exit, (uint64_t)(uintptr_t)address, length, result);
+  return (int)checked(result);
+}
+
+int mlock(const void *address, size_t length) {
+  uint64_t before = thread_faults(), enter = now_ns();
+  long result = syscall(SYS_mlock, address, length);
+  faults_taken(SYS_mlock, before, thread_faults(), enter, now_ns(), (uint64_t)(uintptr_t)address, length, result);
+  return (int)checked(result);
+}
+
+int mlock2(const void *address, size_t length, unsigned int flags) {
+  uint64_t before = thread_faults(), enter = now_ns();
+  long result = syscall(SYS_mlock2, address, length, flags);
+  faults_taken(SYS_mlock2, before, thread_faults(), enter, now_ns(), (uint64_t)(uintptr_t)address, length, result);
+  return (int)checked(result);
+}
+
+int mlockall(int flags) {
+  uint64_t before = thread_faults(), enter = now_ns();
+  long result = syscall(SYS_mlockall, flags);
+  faults_taken(SYS_mlockall, before, thread_faults(), enter, now_ns(), 0, 0, result);
+  return (int)checked(result);
+}
+
+/* A driver pins memory in an ioctl (CUDA's cudaHostAlloc and cudaHostRegister): the range is the
+   driver's to know, so the faults are reported without one. The argument is passed as the one
+   pointer-sized word every ioctl takes. */
+int ioctl(int fd, unsigned long request, ...) {
+  va_list rest;
+  va_start(rest, request);
+  void *argument = va_arg(rest, void *);
+  va_end(rest);
+  if (out_fd < 0) return (int)checked(syscall(SYS_ioctl, fd, request, argument));  /* the kernel counts (root) */
+  uint64_t before = thread_faults(), enter = now_ns();
+  long result = syscall(SYS_ioctl, fd, request, argument);
+  faults_taken(SYS_ioctl, before, thread_faults(), enter, now_ns(), 0, 0, result);
+  return (int)checked(result);
+}
+
+/* Heap growth by many small allocations (sqlite's page cache, a dict resized again and again):
+   no single call is big, but the calls that moved the break grew the heap. In a Python process
+   each small malloc-family call compares the break (sbrk(0): glibc keeps it, no system call)
+   before and after; a call that moved it is followed at once by a marker that carries the Python
+   stack, before the caller can touch the new memory: as root a brk(0) system call, whose
+   tracepoint sample copies this frame's block; when reporting, a brk record with the block. The
+   tracer charges the heap grown since the process's last marker to the marker's stack
+   (src/trace/attribution/attribution.cpp). A thread that grows the heap while it has released the GIL
+   (sqlite runs its queries without it) cannot read its frames; it uses its Python stack as last
+   read with the GIL held, refreshed at most every PYTHON_REFRESH_NS while it allocates. */
+enum { PYTHON_REFRESH_NS = 1000000, CHECK_CLOCK_EVERY = 64 };
+static MEMCOST_THREAD_LOCAL struct python_block last_python; /* magic 0: none yet */
+static MEMCOST_THREAD_LOCAL uint64_t last_python_ns;
+static MEMCOST_THREAD_LOCAL uint32_t small_calls;
+
+static void refresh_python(void) {
+  if (++small_calls % CHECK_CLOCK_EVERY != 0 || inside || !py.is_initialized() || !py.gil_held()) return;
+  uint64_t now = now_ns();
+  if (last_python.header.magic == MEMCOST_PYTHON_MAGIC && now - last_python_ns < PYTHON_REFRESH_NS) return;
+  python_stack(&last_python);
+  last_python_ns = now;
+}
+
+static void heap_grew(void *before, void *after) {
+  struct python_block python;
+  python_stack(&python); /* exact where the GIL is held */
+  if (python.header.magic != MEMCOST_PYTHON_MAGIC && last_python.header.magic == MEMCOST_PYTHON_MAGIC) {
+    memcpy(&python, &last_python, sizeof(struct memcost_python_header) + last_python.header.bytes);
+  }
+  if (out_fd >= 0) {
+    uint64_t now = now_ns();
+    /* The growth itself (no interposer sees glibc's own brk): arg 1 is the break before it. */
+    emit(MEMCOST_CALL_BRK, now, now, (uint64_t)(uintptr_t)after, (uint64_t)(uintptr_t)before, 0, 0,
+         (int64_t)(uintptr_t)after, NULL);
+    if (python.header.magic == MEMCOST_PYTHON_MAGIC) emit(MEMCOST_CALL_BRK, now, now, 0, 0, 0, 0, (int64_t)(uintptr_t)after, &python);
+  } else if (python.header.magic == MEMCOST_PYTHON_MAGIC) {
+    (void)syscall(SYS_brk, 0);
+  }
+  python_stack_done(&python);
+}
+
+/* A small call: straight through, but a Python process watches the break (above). */
+#define SMALL_CALL(call)                                    \
+  do {                                                      \
+    if (!python_ready || inside) return (call);             \
+    refresh_python();                                       \
+    void *before = sbrk(0);                                 \
+    void *result = (call);                                  \
+    void *after = sbrk(0);                                  \
+    if (after != before) heap_grew(before, after);          \
+    return result;                                          \
+  } while (0)
+
+/* The malloc family: big calls carry the Python stack (in this frame, for as long as the call
+   runs) and, when reporting, are reported; small ones go straight through. */
+#define BIG_CALL(call, report)    \
+  do {                            \
+    struct python_block python;   \
+    python_stack(&python);        \
+    uint64_t enter = now_ns();    \
+    void *result = (call);        \
+    if (out_fd >= 0) report;      \
+    python_stack_done(&python);   \
+    return result;                \
+  } while (0)
+
+static void allocated(void *pointer, size_t size, uint64_t enter, const struct python_block *python) {
+  if (pointer && !inside) {
+    remember(pointer);
+    emit(MEMCOST_CALL_MALLOC, enter, now_ns(), 0, size, 0, 0, (int64_t)(uintptr_t)pointer, python);
+  }
+}
+
+void *malloc(size_t size) {
+  void *advised = size >= memcost_apply_min_bytes() ? memcost_apply_malloc(size, 0) : NULL;
+  if (advised) return advised;
+  if (size < min_bytes) SMALL_CALL(__libc_malloc(size));
+  BIG_CALL(__libc_malloc(size), allocated(result, size, enter, &python));
+}
+
+void *calloc(size_t count, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes) || bytes < min_bytes) SMALL_CALL(__libc_calloc(count, size));
+  void *advised = bytes >= memcost_apply_min_bytes() ? memcost_apply_malloc(bytes, 1) : NULL;
+  if (advised) return advised;
+  BIG_CALL(__libc_calloc(count, size), allocated(result, bytes, enter, &python));
+}
+
+void *memalign(size_t alignment, size_t size) {
+  if (size < min_bytes) SMALL_CALL(__libc_memalign(alignment, size));
+  BIG_CALL(__libc_memalign(alignment, size), allocated(result, size, enter, &python));
+}
+
+void *aligned_alloc(size_t alignment, size_t size) { return memalign(alignment, size); }
+
+int posix_memalign(void **out, size_t alignment, size_t size) {
+  void *pointer = memalign(alignment, size);
+  if (!pointer) return ENOMEM;
+  *out = pointer;
+  return 0;
+}
+
+void free(void *pointer) {
+  if (memcost_apply_free(pointer)) return; /* kept for the advice's next call */
+  if (out_fd >= 0 && pointer && forget(pointer)) {
+    uint64_t enter = now_ns();
+    __libc_free(pointer);
+    emit(MEMCOST_CALL_FREE, enter, now_ns(), (uint64_t)(uintptr_t)pointer, 0, 0, 0, 0, NULL);
+    return;
+  }
+  __libc_free(pointer);
+}
+
+static void reallocated(void *old, size_t size, int tracked, void *result, uint64_t enter,
+                        const struct python_block *python) {
+  if (result && size >= min_bytes) remember(result);
+  else if (!result && tracked) remember(old); /* failed: the old block stays */
+  emit(MEMCOST_CALL_REALLOC, enter, now_ns(), (uint64_t)(uintptr_t)old, 0, size, (uint64_t)tracked,
+       (int64_t)(uintptr_t)result, python);
+}
+
+void *realloc(void *pointer, size_t size) {
+  memcost_apply_forget(pointer);
+  int tracked = out_fd >= 0 && pointer && forget(pointer);
+  if (!tracked && size < min_bytes) SMALL_CALL(__libc_realloc(pointer, size));
+  BIG_CALL(__libc_realloc(pointer, size), reallocated(pointer, size, tracked, result, enter, &python));
+}

@@ -1,0 +1,255 @@
+// The in-kernel fault counter's reader (see fault_counter.hpp for the contract).
+#include "trace/sources/fault_counter.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "trace/sources/bpf/fault_counts.h"
+
+#if MEMCOST_HAVE_BPF
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "fault_counts.skel.h"
+#endif
+
+namespace memcost::trace {
+
+static_assert(sizeof(RegionFaults::pages) == sizeof(memcost_region_counts::pages), "one bit per page of a region");
+static_assert(kRegionBytes == 1ULL << MEMCOST_REGION_SHIFT && kRegionPageBytes == 1ULL << MEMCOST_PAGE_SHIFT);
+
+bool region_news(const RegionFaults& read, RegionFaults& delivered, RegionFaults& out) {
+  // A fault's time arrives after its count (at its page-count update): a read can bring time alone.
+  if (read.faults <= delivered.faults && read.timings_ended <= delivered.timings_ended) return false;
+  // Each counter only grows: what is new is the difference, and `delivered` moves up to `read`.
+  auto news = [](std::uint64_t now, std::uint64_t& before) {
+    const std::uint64_t added = now > before ? now - before : 0;
+    before = std::max(before, now);
+    return added;
+  };
+  out.faults = news(read.faults, delivered.faults);
+  out.timed_faults = news(read.timed_faults, delivered.timed_faults);
+  out.timings_ended = news(read.timings_ended, delivered.timings_ended);
+  out.fault_ns = news(read.fault_ns, delivered.fault_ns);
+  out.fault_ns_squares = news(read.fault_ns_squares, delivered.fault_ns_squares);
+  for (unsigned i = 0; i < MEMCOST_REGION_WORDS; ++i) {
+    out.pages[i] = read.pages[i] & ~delivered.pages[i];
+    delivered.pages[i] |= read.pages[i];
+  }
+  return true;
+}
+
+#if MEMCOST_HAVE_BPF
+
+struct FaultCounter::Kernel {
+  fault_counts* skeleton = nullptr;
+  ~Kernel() { fault_counts__destroy(skeleton); }
+};
+
+namespace {
+
+// libbpf prints its own diagnostics to stderr by default; the reason is given in one sentence instead.
+int quiet(enum libbpf_print_level, const char*, va_list) { return 0; }
+
+}  // namespace
+
+std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t time_one_in, std::uint32_t touch_samples_per_second,
+                                                 std::string& why_not) {
+  if (geteuid() != 0) {
+    why_not = "counting in the kernel needs root (BPF programs)";
+    return nullptr;
+  }
+  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
+    why_not = "counting in the kernel needs the kernel's BTF (/sys/kernel/btf/vmlinux is missing)";
+    return nullptr;
+  }
+  if (sysconf(_SC_PAGESIZE) != static_cast<long>(kRegionPageBytes)) {
+    why_not = "counting in the kernel is built for 4 KiB pages";
+    return nullptr;
+  }
+  libbpf_set_print(quiet);
+  auto kernel = std::make_unique<Kernel>();
+  kernel->skeleton = fault_counts__open_and_load();
+  if (kernel->skeleton == nullptr) {
+    why_not = std::string("the kernel refused memcost's BPF programs: ") + std::strerror(errno);
+    return nullptr;
+  }
+  // The pending regions' mover is run by the reader on each CPU, never attached.
+  bpf_program__set_autoattach(kernel->skeleton->progs.move_pending_out, false);
+  // Not timing, the page-count program would only cost every fault on the machine a call (the
+  // fault storm's system time was 6 % more with it attached and nothing timed than without it).
+  kernel->skeleton->data->timing_one_in = time_one_in;
+  kernel->skeleton->bss->touch_ns_apart = touch_samples_per_second ? 1'000'000'000ULL / touch_samples_per_second : 0;
+  if (time_one_in == 0) bpf_program__set_autoattach(kernel->skeleton->progs.on_page_count, false);
+  if (fault_counts__attach(kernel->skeleton) != 0) {
+    why_not = std::string("the kernel would not attach memcost's BPF programs to the page-fault tracepoints: ") +
+              std::strerror(errno);
+    return nullptr;
+  }
+  return std::unique_ptr<FaultCounter>(new FaultCounter(std::move(kernel)));
+}
+
+FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(kernel)) {}
+FaultCounter::~FaultCounter() = default;
+
+bool FaultCounter::trace(int pid, bool from_exec) {
+  const auto key = static_cast<std::uint32_t>(pid);
+  const std::uint32_t generation = from_exec ? MEMCOST_AWAITING_EXEC : 0;
+  return bpf_map__update_elem(kernel_->skeleton->maps.generations, &key, sizeof(key), &generation, sizeof(generation),
+                              BPF_ANY) == 0;
+}
+
+bool FaultCounter::count_in_calls(std::string& why_not) {
+  if (kernel_->skeleton->bss == nullptr) {  // a kernel without mmap-able BPF arrays
+    why_not = "the BPF counter's settings cannot be written on this kernel";
+    return false;
+  }
+  __atomic_store_n(&kernel_->skeleton->bss->counting_calls, 1U, __ATOMIC_SEQ_CST);
+  return true;
+}
+
+bool FaultCounter::touch_output(int cpu, int event_fd) {
+  const auto key = static_cast<std::uint32_t>(cpu);
+  const auto fd = static_cast<std::uint32_t>(event_fd);
+  return bpf_map__update_elem(kernel_->skeleton->maps.touch_samples, &key, sizeof(key), &fd, sizeof(fd), BPF_ANY) == 0;
+}
+
+void FaultCounter::stop_counting() {
+  bpf_map* generations = kernel_->skeleton->maps.generations;
+  std::uint32_t key = 0;
+  while (bpf_map__get_next_key(generations, nullptr, &key, sizeof(key)) == 0) {
+    if (bpf_map__delete_elem(generations, &key, sizeof(key), 0) != 0) break;
+  }
+  // A CPU's pending region is counted on without a look at `generations` until the epoch moves.
+  __atomic_fetch_add(&kernel_->skeleton->bss->epoch, 1, __ATOMIC_SEQ_CST);
+}
+
+void FaultCounter::move_pending_out() {
+  const int program = bpf_program__fd(kernel_->skeleton->progs.move_pending_out);
+  const int cpus = libbpf_num_possible_cpus();
+  for (int cpu = 0; cpu < cpus; ++cpu) {
+    // A fault program of that CPU found midway (return value 1) is done within microseconds.
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      LIBBPF_OPTS(bpf_test_run_opts, run, .flags = BPF_F_TEST_RUN_ON_CPU, .cpu = static_cast<std::uint32_t>(cpu));
+      if (bpf_prog_test_run_opts(program, &run) != 0) break;  // ENXIO: that CPU is offline (and idle)
+      if (run.retval == 0) break;
+      ++pending_retries_;
+    }
+  }
+}
+
+void FaultCounter::sweep(Sweep what, std::vector<RegionFaults>& out) {
+  // No generation ended since the last look: nothing to take out, and walking every region (a
+  // program that touched 64 GiB has 32,768) would be work for nothing.
+  if (what == Sweep::ended) {
+    const std::uint64_t ended = generations();
+    if (ended == generations_seen_) return;
+    generations_seen_ = ended;
+  }
+  move_pending_out();
+  bpf_map* regions = kernel_->skeleton->maps.regions;
+  bpf_map* generations = kernel_->skeleton->maps.generations;
+  // Every key first, then each looked up: deleting while walking would skip keys.
+  std::vector<memcost_region_key> keys;
+  memcost_region_key key{}, next{};
+  const void* previous = nullptr;
+  while (bpf_map__get_next_key(regions, previous, &next, sizeof(next)) == 0) {
+    keys.push_back(next);
+    key = next;
+    previous = &key;
+  }
+  most_regions_ = std::max(most_regions_, keys.size());
+  std::map<std::uint32_t, std::uint32_t> current;  // tgid -> its generation now (absent: not traced)
+  for (const memcost_region_key& region : keys) {
+    if (current.count(region.tgid)) continue;
+    std::uint32_t generation = 0;
+    if (bpf_map__lookup_elem(generations, &region.tgid, sizeof(region.tgid), &generation, sizeof(generation), 0) == 0) {
+      current[region.tgid] = generation;
+    } else {
+      current[region.tgid] = UINT32_MAX;
+    }
+  }
+  for (const memcost_region_key& region : keys) {
+    // Ended: its process has moved on to a later generation (so no fault can come into it any
+    // more), or the trace is over.
+    const bool ended = what == Sweep::last || region.generation < current[region.tgid];
+    if (!ended && what == Sweep::ended) continue;
+    memcost_region_counts counts{};
+    const int read = ended ? bpf_map__lookup_and_delete_elem(regions, &region, sizeof(region), &counts, sizeof(counts), 0)
+                           : bpf_map__lookup_elem(regions, &region, sizeof(region), &counts, sizeof(counts), 0);
+    if (read != 0) continue;
+    const auto id = std::make_tuple(region.tgid, region.generation, static_cast<std::uint64_t>(region.region));
+    auto found = delivered_.find(id);
+    RegionFaults none;
+    RegionFaults& delivered = found == delivered_.end() ? none : found->second;
+    RegionFaults counted;
+    counted.faults = counts.faults;
+    counted.timed_faults = counts.timed_faults;
+    counted.timings_ended = counts.timings_ended;
+    counted.fault_ns = counts.fault_ns;
+    counted.fault_ns_squares = counts.fault_ns_squares;
+    std::memcpy(counted.pages, counts.pages, sizeof(counted.pages));
+    RegionFaults news;
+    if (region_news(counted, delivered, news)) {
+      news.pid = static_cast<int>(region.tgid);
+      news.last_ns = counts.last_ns;
+      news.start = region.region << MEMCOST_REGION_SHIFT;
+      news.first_tid = static_cast<int>(counts.first_tid);
+      news.one_thread = counts.threads_differ == 0;
+      faults_read_ += news.faults;
+      out.push_back(news);
+    }
+    if (ended) {
+      if (found != delivered_.end()) delivered_.erase(found);
+    } else if (found == delivered_.end()) {
+      delivered_.emplace(id, delivered);
+    }
+  }
+}
+
+std::uint64_t FaultCounter::total(unsigned which) const {
+  const int cpus = libbpf_num_possible_cpus();
+  if (cpus <= 0) return 0;
+  std::vector<std::uint64_t> per_cpu(static_cast<std::size_t>(cpus));
+  const std::uint32_t key = which;
+  if (bpf_map__lookup_elem(kernel_->skeleton->maps.totals, &key, sizeof(key), per_cpu.data(),
+                           per_cpu.size() * sizeof(std::uint64_t), 0) != 0) {
+    return 0;
+  }
+  std::uint64_t sum = 0;
+  for (std::uint64_t value : per_cpu) sum += value;
+  return sum;
+}
+
+#else  // built without libbpf, clang and bpftool (a cross-build, or a machine without them)
+
+struct FaultCounter::Kernel {};
+
+std::unique_ptr<FaultCounter> FaultCounter::open(std::uint32_t, std::uint32_t, std::string& why_not) {
+  why_not = "this memcost was built without BPF (libbpf-dev, clang and bpftool were not found)";
+  return nullptr;
+}
+FaultCounter::FaultCounter(std::unique_ptr<Kernel> kernel) : kernel_(std::move(kernel)) {}
+FaultCounter::~FaultCounter() = default;
+bool FaultCounter::trace(int, bool) { return false; }
+bool FaultCounter::count_in_calls(std::string& why_not) {
+  why_not = "this memcost was built without BPF";
+  return false;
+}
+bool FaultCounter::touch_output(int, int) { return false; }
+void FaultCounter::stop_counting() {}
+void FaultCounter::move_pending_out() {}
+void FaultCounter::sweep(Sweep, std::vector<RegionFaults>&) {}
+std::uint64_t FaultCounter::total(unsigned) const { return 0; }
+
+#endif
+
+std::uint64_t FaultCounter::faults() const { return faults_read_ + uncounted(); }
+std::uint64_t FaultCounter::uncounted() const { return total(MEMCOST_TOTAL_NO_ROOM) + total(MEMCOST_TOTAL_BUSY); }
+std::uint64_t FaultCounter::generations() const { return total(MEMCOST_TOTAL_GENERATIONS); }
+std::uint64_t FaultCounter::in_calls() const { return total(MEMCOST_TOTAL_IN_CALLS); }
+
+}  // namespace memcost::trace

@@ -1,0 +1,85 @@
+// The Python stacks the preload library captures (interposer.c, python_stack()): finding its
+// block in a copied user stack, decoding it, and merging its frames into the native stack.
+#pragma once
+
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trace/preload/abi.h"
+#include "trace/tracer.hpp"
+
+namespace memcost::trace::detail {
+
+inline constexpr std::uint64_t kPythonMagic = MEMCOST_PYTHON_MAGIC;
+inline constexpr std::size_t kPythonHeaderBytes = sizeof(memcost_python_header);  // magic, bytes, frames
+inline constexpr std::size_t kPythonMostBytes = MEMCOST_PYTHON_BLOCK_BYTES;
+inline constexpr std::uint16_t kPythonSameFile = MEMCOST_PYTHON_SAME_FILE;  // the file of the frame before
+static_assert(kPythonHeaderBytes == 16, "magic, bytes and frames, without padding");
+static_assert(sizeof(memcost_python_entry) == 8, "line, file bytes and function bytes, without padding");
+
+// The block as it starts at `at` (header and frames), or empty when there is none or it does not fit in `available`.
+inline std::string_view python_block_at(const std::uint8_t* at, std::size_t available) {
+  if (available < kPythonHeaderBytes) return {};
+  memcost_python_header header{};
+  std::memcpy(&header, at, sizeof(header));
+  if (header.magic != kPythonMagic || header.bytes > kPythonMostBytes || kPythonHeaderBytes + header.bytes > available) return {};
+  const std::uint32_t bytes = header.bytes;
+  return {reinterpret_cast<const char*>(at), kPythonHeaderBytes + bytes};
+}
+
+// The frames of a block, innermost first; none when it does not decode exactly.
+inline std::vector<Frame> python_frames(std::string_view block) {
+  std::vector<Frame> frames;
+  if (block.size() < kPythonHeaderBytes) return frames;
+  memcost_python_header header{};
+  std::memcpy(&header, block.data(), sizeof(header));
+  std::size_t at = kPythonHeaderBytes;
+  for (std::uint32_t i = 0; i < header.frames; ++i) {
+    memcost_python_entry entry{};
+    if (at + sizeof(entry) > block.size()) return {};
+    std::memcpy(&entry, block.data() + at, sizeof(entry));
+    at += sizeof(entry);
+    std::uint16_t file_bytes = entry.file_bytes;
+    const std::uint16_t function_bytes = entry.function_bytes;
+    const std::uint32_t line = entry.line;
+    const bool same = file_bytes == kPythonSameFile;
+    if (same) file_bytes = 0;
+    if (at + file_bytes + function_bytes > block.size() || (same && frames.empty())) return {};
+    Frame frame;
+    frame.kind = FrameKind::python;
+    frame.file = same ? frames.back().file : std::string(block.substr(at, file_bytes));
+    frame.function = std::string(block.substr(at + file_bytes, function_bytes));
+    frame.line = static_cast<int>(line);
+    frame.module = frame.file;  // a Python frame's "module" is its source file
+    frames.push_back(std::move(frame));
+    at += file_bytes + function_bytes;
+  }
+  return at == block.size() ? frames : std::vector<Frame>{};
+}
+
+// The Python frames stand where the interpreter runs them: in place of the eval loop's native
+// frames. The frames inside the innermost eval loop (the C code the Python line called) stay,
+// then the Python frames, then the native frames outside the outermost eval loop. The native
+// frames between two eval loops (a C function that called back into Python) are left out: the
+// public frame API does not say which eval loop runs which Python frame. A stack cut short before
+// any eval loop gets the Python frames at its end.
+inline std::vector<Frame> merge_python(const std::vector<Frame>& native, const std::vector<Frame>& python) {
+  if (python.empty()) return native;
+  auto is_eval_loop = [](const Frame& frame) {
+    return frame.function.rfind("_PyEval_EvalFrame", 0) == 0 || frame.function == "PyEval_EvalFrameEx";
+  };
+  std::size_t innermost = native.size(), outermost = native.size();
+  for (std::size_t i = 0; i < native.size(); ++i) {
+    if (!is_eval_loop(native[i])) continue;
+    if (innermost == native.size()) innermost = i;
+    outermost = i;
+  }
+  std::vector<Frame> merged(native.begin(), native.begin() + static_cast<std::ptrdiff_t>(innermost));
+  merged.insert(merged.end(), python.begin(), python.end());
+  if (outermost < native.size()) merged.insert(merged.end(), native.begin() + static_cast<std::ptrdiff_t>(outermost) + 1, native.end());
+  return merged;
+}
+
+}  // namespace memcost::trace::detail

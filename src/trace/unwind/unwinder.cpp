@@ -1,0 +1,359 @@
+// Unwinding and symbolizing user stacks (see unwinder.hpp).
+#include "trace/unwind/unwinder.hpp"
+
+#include <sys/stat.h>
+
+#include <sstream>
+
+namespace memcost::trace::detail {
+namespace {
+
+pid_t next_thread(Dwfl*, void* arg, void** thread_argp) {
+  if (*thread_argp != nullptr) return 0;
+  *thread_argp = arg;
+  return static_cast<UnwindInput*>(arg)->tid;
+}
+
+bool get_thread(Dwfl*, pid_t, void* arg, void** thread_argp) {
+  *thread_argp = arg;
+  return true;
+}
+
+bool memory_read(Dwfl*, Dwarf_Addr address, Dwarf_Word* result, void* arg) {
+  // Only the copied stack is read. The bounds are checked without adding to `address`: call-frame
+  // expressions on a corrupt or foreign stack compute addresses near 2^64, and `address + 8` wrapped
+  // past zero once let such a read through (a Rust binary crashed the probe).
+  auto* input = static_cast<UnwindInput*>(arg);
+  if (input->stack == nullptr || input->stack_bytes < sizeof(Dwarf_Word) || address < input->sp) return false;
+  const std::uint64_t offset = address - input->sp;
+  if (offset > input->stack_bytes - sizeof(Dwarf_Word)) return false;
+  std::memcpy(result, input->stack + offset, sizeof(Dwarf_Word));
+  return true;
+}
+
+bool set_initial_registers(Dwfl_Thread* thread, void* arg) {
+  auto* input = static_cast<UnwindInput*>(arg);
+  Dwarf_Word frame = input->bp, stack = input->sp;  // the pc is set on its own
+  if (!dwfl_thread_state_registers(thread, kDwarfFramePointer, 1, &frame) ||
+      !dwfl_thread_state_registers(thread, kDwarfStackPointer, 1, &stack)) {
+    return false;
+  }
+  dwfl_thread_state_register_pc(thread, input->ip);
+  return true;
+}
+
+const Dwfl_Thread_Callbacks kThreadCallbacks = {next_thread, get_thread, memory_read, set_initial_registers, nullptr, nullptr};
+const Dwfl_Callbacks kDwflCallbacks = {nullptr, dwfl_standard_find_debuginfo, dwfl_offline_section_address, nullptr};
+
+int on_frame(Dwfl_Frame* frame, void* arg) {
+  auto* input = static_cast<UnwindInput*>(arg);
+  Dwarf_Addr pc = 0;
+  bool activation = false;
+  if (!dwfl_frame_pc(frame, &pc, &activation)) return DWARF_CB_ABORT;
+  // A return address points after the call: the call itself is one byte before.
+  input->pcs->push_back(activation ? pc : pc - 1);
+  return input->pcs->size() >= input->max_frames ? DWARF_CB_ABORT : DWARF_CB_OK;
+}
+
+}  // namespace
+
+std::vector<FileMapping> executable_file_mappings(int pid) {
+  std::vector<FileMapping> found;
+  for (const os::MapEntry& entry : os::process_maps(pid)) {
+    if (entry.executable && entry.path.starts_with('/')) found.push_back({entry.start, entry.end, entry.offset, entry.path});
+  }
+  return found;
+}
+
+void Unwinder::add_mapping(int pid, FileMapping mapping) {
+  Process& process = get(pid);
+  process.mappings.push_back(mapping);
+  process.pending.push_back(std::move(mapping));
+}
+
+void Unwinder::fork(int parent, int child) {
+  if (parent == child) return;
+  auto found = processes_.find(parent);
+  if (found != processes_.end()) processes_[child] = found->second;
+}
+
+std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack, std::uint64_t stack_bytes) {
+  Process& process = get(pid);
+  // Memo key: the instruction pointer and every word on the stack that points into code. The
+  // return addresses that decide the unwound stack are among them; locals and saved data,
+  // which change from sample to sample, are not, so a loop's samples unwind once. A Python
+  // stack the preload library put there is part of the key too.
+  std::string_view python;
+  std::string key;
+  key.reserve(256);
+  for (std::uint64_t value : {std::uint64_t(process.generation), ip}) {
+    key.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  }
+  code_ranges(process);
+  for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, stack + offset, sizeof(word));
+    if (word == kPythonMagic && python.empty()) {
+      python = python_block_at(stack + offset, stack_bytes - offset);
+      key.append(python);
+    }
+    auto above = std::upper_bound(process.code.begin(), process.code.end(), std::make_pair(word, UINT64_MAX));
+    if (above != process.code.begin() && word < std::prev(above)->second) {
+      key.append(reinterpret_cast<const char*>(&offset), 2);
+      key.append(reinterpret_cast<const char*>(&word), sizeof(word));
+    }
+  }
+  if (auto found = by_sample_.find(key); found != by_sample_.end()) return found->second;
+
+  if (before_slow_work) before_slow_work();  // the first unwind through a module loads its CFI
+  std::vector<std::uint64_t> pcs;
+  if (prepare(process)) {
+    process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames};
+    dwfl_getthread_frames(process.dwfl, tid, on_frame, &process.input);
+  }
+  if (pcs.empty()) {
+    ++unwind_failures_;
+    pcs.push_back(ip);
+  }
+  std::uint32_t id = stack_id(process, pcs, python);
+  by_sample_.emplace(std::move(key), id);
+  return id;
+}
+
+std::size_t Unwinder::refused_perf_maps() const {
+  return static_cast<std::size_t>(std::count_if(perf_maps_.begin(), perf_maps_.end(),
+                                                [](const auto& entry) { return entry.second.refused(); }));
+}
+
+std::size_t Unwinder::name_jit_frames() {
+  std::size_t named = 0;
+  for (auto it = unresolved_.begin(); it != unresolved_.end();) {
+    Unresolved& stack = it->second;
+    PerfMap& map = perf_maps_[stack.pid];
+    const std::string path = perf_map_path(stack.pid);
+    bool changed = false, left = false;
+    if (map.load(path, stack.owner)) {
+      for (Frame& frame : stack.frames) {
+        if (!frame.module.empty() || frame.kind != FrameKind::native) continue;
+        if (const std::string_view name = map.find(frame.address); !name.empty()) {
+          frame = jit_frame(frame.address, name, path);
+          changed = true;
+        } else {
+          left = true;
+        }
+      }
+    } else {
+      left = true;
+    }
+    if (changed) {
+      sink_.stack(it->first, stack.frames);
+      ++named;
+    }
+    it = left ? std::next(it) : unresolved_.erase(it);
+  }
+  return named;
+}
+
+std::uint32_t Unwinder::stack_of_returns(int pid, const std::vector<std::uint64_t>& returns, std::string_view python) {
+  Process& process = get(pid);
+  if (returns.empty()) return 0;
+  prepare(process);
+  std::vector<std::uint64_t> pcs;
+  pcs.reserve(returns.size());
+  for (std::uint64_t address : returns) pcs.push_back(address - 1);  // the call, not the return
+  return stack_id(process, pcs, python);
+}
+
+Process& Unwinder::get(int pid) {
+  auto& slot = processes_[pid];
+  if (!slot) {
+    slot = std::make_shared<Process>();
+    slot->pid = pid;
+    slot->generation = ++generations_;
+    slot->dwfl = dwfl_begin(&kDwflCallbacks);
+  }
+  return *slot;
+}
+
+void Unwinder::code_ranges(Process& process) {
+  if (process.code_known == process.mappings.size()) return;
+  process.code.clear();
+  for (const FileMapping& mapping : process.mappings) process.code.emplace_back(mapping.start, mapping.end);
+  std::sort(process.code.begin(), process.code.end());
+  process.code_known = process.mappings.size();
+}
+
+std::optional<std::uint64_t> Unwinder::load_bias(const FileMapping& mapping) {
+  auto [slot, fresh] = segments_.try_emplace(mapping.path);
+  if (fresh) slot->second = loadable_segments(mapping.path);
+  // The segment the mapping begins with; two segments can share a page of the file (lld's read-only
+  // data ends in the page where its code begins), so one that starts in the mapping's first page wins.
+  const Segment* found = nullptr;
+  for (const Segment& segment : slot->second) {
+    const std::uint64_t page_offset = segment.offset & ~(kPageAlignment - 1);
+    if (page_offset == mapping.offset) {
+      found = &segment;
+      break;
+    }
+    if (!found && mapping.offset > page_offset && mapping.offset < segment.offset + segment.file_bytes) found = &segment;
+  }
+  if (found == nullptr) return std::nullopt;
+  // File offset x lies at bias + address + (x - offset); the mapping's first byte is file offset O.
+  return mapping.start + found->offset - mapping.offset - found->address;
+}
+
+std::vector<Unwinder::Segment> Unwinder::loadable_segments(const std::string& path) {
+  std::vector<Segment> segments;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return segments;
+  elf_version(EV_CURRENT);
+  if (Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
+    std::size_t count = 0;
+    if (elf_getphdrnum(elf, &count) == 0) {
+      for (std::size_t i = 0; i < count; ++i) {
+        GElf_Phdr header;
+        if (gelf_getphdr(elf, static_cast<int>(i), &header) != nullptr && header.p_type == PT_LOAD) {
+          segments.push_back({header.p_offset, header.p_vaddr, header.p_filesz});
+        }
+      }
+    }
+    elf_end(elf);
+  }
+  close(fd);
+  return segments;
+}
+
+void Unwinder::report_pending(Process& process) {
+  if (process.pending.empty() || process.dwfl == nullptr) return;
+  if (before_slow_work) before_slow_work();
+  dwfl_report_begin_add(process.dwfl);
+  for (const FileMapping& mapping : process.pending) {
+    // Not an ELF file (a JIT's code, a deleted file): no module; --perf-map names such code.
+    const std::optional<std::uint64_t> bias = load_bias(mapping);
+    // A file mapped a second time at another bias is not a second load of it but a runtime copying
+    // part of it (V8 remaps its embedded builtins next to its JIT code): libdwfl refuses the
+    // overlapping module, and a refused report left the file's first module unusable. The perf
+    // map names such code.
+    if (!bias || !process.reported.insert(mapping.path).second) continue;
+    // add_p_vaddr: the segments lie at bias + their addresses (libdwfl ignores the bias for ET_EXEC).
+    dwfl_report_elf(process.dwfl, mapping.path.c_str(), mapping.path.c_str(), -1, *bias, true);
+  }
+  process.pending.clear();
+  dwfl_report_end(process.dwfl, nullptr, nullptr);
+  if (!process.attached && dwfl_attach_state(process.dwfl, nullptr, process.pid, &kThreadCallbacks, &process.input)) {
+    process.attached = true;
+  }
+}
+
+bool Unwinder::prepare(Process& process) {
+  report_pending(process);
+  if (!process.read_proc_maps) {
+    process.read_proc_maps = true;
+    for (const FileMapping& mapping : executable_file_mappings(process.pid)) {
+      process.pending.push_back(mapping);
+      process.mappings.push_back(mapping);
+    }
+    report_pending(process);
+  }
+  return process.attached;
+}
+
+std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python) {
+  std::string key(reinterpret_cast<const char*>(&process.generation), sizeof(process.generation));
+  key.append(reinterpret_cast<const char*>(pcs.data()), pcs.size() * sizeof(std::uint64_t));
+  key.append(python);
+  auto [slot, added] = stacks_.emplace(std::move(key), static_cast<std::uint32_t>(stacks_.size() + 1));
+  if (added) {
+    if (before_slow_work) before_slow_work();
+    std::vector<Frame> frames;
+    frames.reserve(pcs.size());
+    for (std::uint64_t pc : pcs) {
+      // Stacks share most of their frames, and line lookups in large debug information are slow.
+      auto [chain, fresh] = frames_.try_emplace({process.generation, pc});
+      if (fresh) chain->second = symbolize(process, pc);
+      frames.insert(frames.end(), chain->second.begin(), chain->second.end());
+    }
+    frames = merge_python(frames, python_frames(python));
+    // Code in no module is JIT-compiled (or a stack gone wrong): kept to be named by a perf map.
+    if (std::any_of(frames.begin(), frames.end(), [](const Frame& f) { return f.module.empty() && f.address != 0; })) {
+      struct stat status {};
+      const unsigned owner = stat(("/proc/" + std::to_string(process.pid)).c_str(), &status) == 0 ? status.st_uid : 0;
+      unresolved_[slot->second] = {process.pid, frames, owner};
+    }
+    sink_.stack(slot->second, frames);
+  }
+  return slot->second;
+}
+
+std::string Unwinder::function_name(Dwarf_Die* die) {
+  Dwarf_Attribute attribute;
+  for (int name : {DW_AT_linkage_name, DW_AT_MIPS_linkage_name}) {
+    if (const char* linkage = dwarf_formstring(dwarf_attr_integrate(die, name, &attribute))) return demangle(linkage);
+  }
+  const char* plain = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_name, &attribute));
+  return plain ? plain : "";
+}
+
+std::vector<Frame> Unwinder::symbolize(Process& process, std::uint64_t pc) {
+  Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
+  Frame frame = symbolize_function(module, pc);
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* unit = module ? dwfl_module_addrdie(module, pc, &bias) : nullptr;
+  Dwarf_Die* scopes = nullptr;
+  int count = unit ? dwarf_getscopes(unit, pc - bias, &scopes) : 0;
+  if (count > 0) {
+    // The scopes as nested where the code is (after an inlined instance, getscopes gives its
+    // abstract definition's): the innermost one's chain of parents, as eu-addr2line -i does.
+    Dwarf_Die innermost = scopes[0];
+    std::free(scopes);
+    scopes = nullptr;
+    count = dwarf_getscopes_die(&innermost, &scopes);
+  }
+  std::vector<Frame> chain;
+  Dwarf_Files* files = nullptr;
+  std::size_t file_count = 0;
+  if (count > 0 && dwarf_getsrcfiles(unit, &files, &file_count) != 0) files = nullptr;
+  for (int i = 0; i < count; ++i) {
+    const int tag = dwarf_tag(&scopes[i]);
+    if (tag == DW_TAG_subprogram) break;
+    if (tag != DW_TAG_inlined_subroutine) continue;
+    Frame inlined = frame;
+    inlined.kind = FrameKind::inlined;
+    inlined.function = function_name(&scopes[i]);
+    chain.push_back(std::move(inlined));
+    // Where it was inlined: the next frame's file and line.
+    Dwarf_Attribute attribute;
+    Dwarf_Word file = 0, line = 0;
+    frame.file.clear();
+    frame.line = 0;
+    if (files && dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attribute), &file) == 0) {
+      if (const char* name = dwarf_filesrc(files, file, nullptr, nullptr)) frame.file = name;
+    }
+    if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attribute), &line) == 0) frame.line = static_cast<int>(line);
+  }
+  std::free(scopes);
+  chain.push_back(std::move(frame));
+  return chain;
+}
+
+Frame Unwinder::symbolize_function(Dwfl_Module* module, std::uint64_t pc) {
+  Frame frame;
+  frame.address = pc;
+  if (module == nullptr) return frame;
+  const char* main_file = nullptr;
+  Dwarf_Addr low = 0;
+  const char* name = dwfl_module_info(module, nullptr, &low, nullptr, nullptr, nullptr, &main_file, nullptr);
+  frame.module = main_file ? main_file : (name ? name : "");
+  frame.module_offset = pc - low;
+  frame.function = demangle(dwfl_module_addrname(module, pc));
+  if (Dwfl_Line* line = dwfl_module_getsrc(module, pc)) {
+    int number = 0;
+    if (const char* file = dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {
+      frame.file = file;
+      frame.line = number;
+    }
+  }
+  return frame;
+}
+
+}  // namespace memcost::trace::detail

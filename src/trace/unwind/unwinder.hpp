@@ -1,0 +1,159 @@
+// Unwinding user stacks copied into samples (DWARF call-frame information, by elfutils' libdwfl,
+// as `perf --call-graph dwarf` does) and symbolizing each frame once, with the functions inlined
+// at it (libdw's scopes, as `eu-addr2line -i` does) and the Python frames the stack carries.
+#pragma once
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "trace/perf/arch.hpp"
+#include "trace/unwind/perf_map.hpp"
+#include "trace/unwind/python_frames.hpp"
+#include "trace/unwind/symbol_names.hpp"
+
+namespace memcost::trace::detail {
+
+struct UnwindInput {
+  pid_t tid = 0;
+  std::uint64_t bp = 0, sp = 0, ip = 0;
+  const std::uint8_t* stack = nullptr;
+  std::uint64_t stack_bytes = 0;
+  std::vector<std::uint64_t>* pcs = nullptr;
+  std::uint32_t max_frames = 0;
+};
+
+struct FileMapping {
+  std::uint64_t start = 0, end = 0, offset = 0;
+  std::string path;
+};
+
+// A process's executable mappings of files, from /proc/PID/maps (empty once it has gone).
+std::vector<FileMapping> executable_file_mappings(int pid);
+
+// One traced process image (a pid between two execs): its modules and unwinder.
+struct Process {
+  int pid = 0;
+  std::uint32_t generation = 0;
+  Dwfl* dwfl = nullptr;
+  bool attached = false;
+  std::vector<FileMapping> pending;
+  std::set<std::string> reported;  // files given to libdwfl, each once, at its first load bias
+  std::vector<FileMapping> mappings;  // every executable file mapping seen
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> code;  // their ranges, sorted
+  std::size_t code_known = static_cast<std::size_t>(-1);
+  UnwindInput input;
+  bool read_proc_maps = false;
+
+  ~Process() {
+    if (dwfl) dwfl_end(dwfl);
+  }
+};
+
+class Unwinder {
+ public:
+  Unwinder(const Options& options, Sink& sink) : options_(options), sink_(sink) {}
+
+  void add_mapping(int pid, FileMapping mapping);
+
+  void exec(int pid) { processes_.erase(pid); }
+
+  // A forked child has its parent's address space until it execs: it shares the parent's
+  // unwinder, so its samples unwind with the modules and memo already loaded (loading them again
+  // per child took long enough for the ring buffers to overflow with a few children).
+  void fork(int parent, int child);
+
+  // The id of the unwound, symbolized stack of one sample; 0 when nothing could be unwound.
+  std::uint32_t stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack, std::uint64_t stack_bytes);
+
+  [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
+
+  // Names the frames of JIT-compiled code from each process's perf map and sends those stacks
+  // again, named. A runtime writes its map as it compiles (node) or only at exit (the JVM's
+  // -XX:+DumpPerfMapAtExit), so unnamed addresses are kept until the command has ended, when this
+  // is called last; a window's end calls it too. Returns how many stacks gained a name.
+  std::size_t name_jit_frames();
+
+  // Stacks with code that no module and no perf map named (a runtime run without its map flag).
+  [[nodiscard]] std::size_t unnamed_jit_stacks() const { return unresolved_.size(); }
+  // Processes whose perf map was not read: not a regular file of theirs or root's (perf_map.hpp).
+  [[nodiscard]] std::size_t refused_perf_maps() const;
+
+  // Called before work that may take milliseconds (loading a module's debug information,
+  // symbolizing a new stack), so that the caller can hold the command meanwhile.
+  std::function<void()> before_slow_work;
+
+  // The stack of return addresses someone else collected (the preload library's backtrace()),
+  // and the Python stack it sent with them.
+  std::uint32_t stack_of_returns(int pid, const std::vector<std::uint64_t>& returns, std::string_view python = {});
+
+ private:
+  Process& get(int pid);
+
+  // The process's executable ranges, sorted, for telling code addresses on a stack apart.
+  static void code_ranges(Process& process);
+
+  // The load bias of the file one mapping shows (where the file's address 0 lies in the process),
+  // from the loadable segment that holds the mapping's file offset. `start - offset` is right only
+  // where a segment's address equals its offset, as GNU ld lays them out; lld (Rust's default
+  // linker) places each segment a page further on, and that guess put every Rust frame a page off.
+  std::optional<std::uint64_t> load_bias(const FileMapping& mapping);
+
+  struct Segment {
+    std::uint64_t offset = 0, address = 0, file_bytes = 0;
+  };
+  static constexpr std::uint64_t kPageAlignment = 4096;
+
+  static std::vector<Segment> loadable_segments(const std::string& path);
+
+  void report_pending(Process& process);
+
+  // Modules known, unwinder attached. The process's maps are read once, at its first stack: the
+  // mappings an exec makes come before the events are enabled on the new program, so its own
+  // binary is in no record (node's frames stayed unnamed until a fault happened to land in it).
+  bool prepare(Process& process);
+
+  std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python);
+
+  // A DWARF function's name: its linkage name demangled (qualified, as the symbol table's), else its name.
+  static std::string function_name(Dwarf_Die* die);
+
+  // The frames at one instruction, innermost first: the functions inlined there (each at its own
+  // line), then the function the code belongs to, at the line where the outermost one was inlined.
+  std::vector<Frame> symbolize(Process& process, std::uint64_t pc);
+
+  static Frame symbolize_function(Dwfl_Module* module, std::uint64_t pc);
+
+  const Options& options_;
+  Sink& sink_;
+  std::unordered_map<int, std::shared_ptr<Process>> processes_;
+  std::unordered_map<std::string, std::uint32_t> by_sample_;
+  std::unordered_map<std::string, std::uint32_t> stacks_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<Frame>> frames_;
+  std::unordered_map<std::string, std::vector<Segment>> segments_;  // per file, read once
+  struct Unresolved {
+    int pid = 0;
+    std::vector<Frame> frames;
+    unsigned owner = 0;  // the process's user as the stack came (its perf map must be theirs, or root's)
+  };
+  std::map<std::uint32_t, Unresolved> unresolved_;  // stacks with frames in no module, by id
+  std::unordered_map<int, PerfMap> perf_maps_;
+  std::uint32_t generations_ = 0;
+  std::uint64_t unwind_failures_ = 0;
+};
+
+}  // namespace memcost::trace::detail
