@@ -1,33 +1,10 @@
 // The CUDA driver, loaded at run time (cuda_driver.hpp).
 #include "big_array/cuda_driver.hpp"
 
-#if defined(_WIN32)
-
-namespace memcost::detail {
-
-cuda_driver* cuda_driver::get(std::string& why_not) {
-  why_not = "pinning memory for a GPU is built for Linux only";
-  return nullptr;
-}
-std::string cuda_driver::host_register(void*, std::size_t) { return "not built"; }
-void cuda_driver::host_unregister(void*) {}
-std::string cuda_driver::error_text(int) const { return {}; }
-std::string cuda_driver::device_name() const { return {}; }
-std::string cuda_driver::host_alloc(std::size_t, void**) { return "not built"; }
-void cuda_driver::free_host(void*) {}
-std::string cuda_driver::device_alloc(std::size_t, unsigned long long*) { return "not built"; }
-void cuda_driver::device_free(unsigned long long) {}
-std::string cuda_driver::copy_to_device(unsigned long long, const void*, std::size_t) { return "not built"; }
-std::string cuda_driver::current_context() const { return "not built"; }
-
-}  // namespace memcost::detail
-
-#else
-
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <mutex>
+
+#include "os/os.hpp"
 
 namespace memcost::detail {
 namespace {
@@ -41,7 +18,7 @@ constexpr unsigned kHostAllocDefault = 0;  // cudaHostAllocDefault: what cudaHos
 
 template <class F>
 F symbol(void* library, const char* name) {
-  return reinterpret_cast<F>(dlsym(library, name));
+  return reinterpret_cast<F>(os::find_symbol(library, name));
 }
 
 }  // namespace
@@ -52,12 +29,12 @@ cuda_driver* cuda_driver::get(std::string& why_not) {
   static std::string why;
   std::call_once(once, [] {
     const char* named = std::getenv("MEMCOST_CUDA_LIBRARY");
-    const char* path = named && *named ? named : "libcuda.so.1";
+    const char* path = named && *named ? named : os::cuda_driver_library();
     // Never unloaded: registrations live as long as the memory, and the driver with them.
-    void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const os::SharedLibrary loaded = os::load_library(path);
+    void* library = loaded.handle;
     if (!library) {
-      const char* error = dlerror();
-      why = std::string("no CUDA driver here: ") + path + " could not be loaded (" + (error ? error : "unknown") +
+      why = std::string("no CUDA driver here: ") + path + " could not be loaded (" + loaded.error +
             "); pinning memory for a GPU needs NVIDIA's driver";
       return;
     }
@@ -159,5 +136,3 @@ std::string cuda_driver::copy_to_device(unsigned long long device_address, const
 }
 
 }  // namespace memcost::detail
-
-#endif

@@ -1,8 +1,9 @@
-// The CUDA driver API, loaded at run time (dlopen of libcuda.so.1; MEMCOST_CUDA_LIBRARY names
-// another, as the tests' fake driver does): the few calls pinning needs, and those the `pinned`
-// experiment measures pinning against (the driver's own pinned allocation, a buffer on the GPU and
-// a copy to it), behind one small interface. Calls only, no policy: chunking and errors for the
-// user are pinned.cpp's. Every call returns "" or the driver's error, in words.
+// The CUDA driver API, loaded at run time through the OS layer (os::load_library: libcuda.so.1
+// on Linux, nvcuda.dll on Windows; MEMCOST_CUDA_LIBRARY names another, as the tests' fake driver
+// does): the few calls pinning needs, and those the `pinned` experiment measures pinning against
+// (the driver's own pinned allocation, a buffer on the GPU and a copy to it), behind one small
+// interface. Calls only, no policy: chunking and errors for the user are pinned.cpp's. Every
+// call returns "" or the driver's error, in words.
 #pragma once
 
 #include <cstddef>

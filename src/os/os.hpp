@@ -164,6 +164,18 @@ struct Wine {
 // Whether this process can find `symbol` where it would find malloc (Linux: dlsym(RTLD_DEFAULT);
 // Windows: never, its heap is not replaced this way).
 [[nodiscard]] bool symbol_present(const char* symbol);
+// A shared library loaded at run time, for what nothing needs at build time (the CUDA driver):
+// Linux dlopen(RTLD_NOW | RTLD_LOCAL), Windows LoadLibraryA. Never unloaded. `handle` null and
+// `error` the loader's own words when it cannot be loaded.
+struct SharedLibrary {
+  void* handle = nullptr;
+  std::string error;
+};
+[[nodiscard]] SharedLibrary load_library(const char* path);
+// The address of `name` in a loaded library (dlsym, GetProcAddress); null when it has none.
+[[nodiscard]] void* find_symbol(void* library, const char* name);
+// Where this platform's CUDA driver lives: "libcuda.so.1" (Linux), "nvcuda.dll" (Windows).
+[[nodiscard]] const char* cuda_driver_library();
 // The platform's own malloc: "glibc" (Linux), "Windows heap".
 [[nodiscard]] const char* native_malloc_name();
 [[nodiscard]] unsigned logical_cpu_count();

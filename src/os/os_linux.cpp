@@ -566,6 +566,17 @@ bool symbol_present(const char* symbol) { return dlsym(RTLD_DEFAULT, symbol) != 
 
 const char* native_malloc_name() { return "glibc"; }
 
+SharedLibrary load_library(const char* path) {
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (handle) return {handle, {}};
+  const char* error = dlerror();
+  return {nullptr, error ? error : "unknown"};
+}
+
+void* find_symbol(void* library, const char* name) { return dlsym(library, name); }
+
+const char* cuda_driver_library() { return "libcuda.so.1"; }
+
 std::optional<std::vector<std::uint64_t>> tlb_shootdowns_per_cpu() {
   std::ifstream interrupts("/proc/interrupts");
   std::string line;

@@ -474,6 +474,18 @@ bool symbol_present(const char*) { return false; }
 
 const char* native_malloc_name() { return "Windows heap"; }
 
+SharedLibrary load_library(const char* path) {
+  HMODULE module = LoadLibraryA(path);
+  if (module) return {reinterpret_cast<void*>(module), {}};
+  return {nullptr, "LoadLibrary: error " + std::to_string(GetLastError())};
+}
+
+void* find_symbol(void* library, const char* name) {
+  return reinterpret_cast<void*>(GetProcAddress(static_cast<HMODULE>(library), name));
+}
+
+const char* cuda_driver_library() { return "nvcuda.dll"; }
+
 std::optional<std::size_t> last_level_cache_bytes() {
   DWORD bytes = 0;
   GetLogicalProcessorInformation(nullptr, &bytes);
