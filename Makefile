@@ -47,10 +47,10 @@ test-asan: setup
 	cmake --build build/asan --target memcost_tests memcost_trace_tests memcost_tracer_tests memcost_fault_counter_tests memcost_pinned_tests memcost_c_api_test memcost-probe memcost-preload
 	cd build/asan && ctest --output-on-failure -R "BigArray|CApi|Attribution|Unwind|SymbolNames|PerfMap|FaultCounter\.|RecordReader|ProcessTree|PreloadReader|PythonFrames|Raw\.|Workload|EventList|Pacing|FaultSources|TraceLoop|Pinned|RegistrationChunks|FaultMethod|RunEstimate|Rounds"
 	MEMCOST_PROBE=$(CURDIR)/build/asan/memcost-probe $(REQUIRE_TRACING) $(VENV)/bin/pytest -q \
-	  tests/python/test_trace.py tests/python/test_trace_processes.py tests/python/test_trace_runtimes.py
+	  tests/python/e2e/test_trace.py tests/python/e2e/test_trace_processes.py tests/python/e2e/test_trace_runtimes.py
 
 # The Windows back end, cross-built with mingw-w64: library, probe and the C++ tests
-# (tests/python/test_windows.py runs them, and the probe, under Wine).
+# (tests/python/e2e/test_windows.py runs them, and the probe, under Wine).
 cross-windows: | prerequisites
 	mkdir -p build/mingw-include
 	ln -sfn /usr/include/nlohmann build/mingw-include/nlohmann
@@ -76,7 +76,7 @@ cross-arm64: | prerequisites
 # build/libc: other C libraries to run the preload library under (tools/foreign-libcs).
 test-python: setup
 	bash tools/foreign-libcs build/libc
-	MEMCOST_REQUIRE_FOREIGN_LIBCS=1 MEMCOST_REQUIRE_WINE=1 $(REQUIRE_TRACING) $(VENV)/bin/pytest -q
+	MEMCOST_REQUIRE_FOREIGN_LIBCS=1 MEMCOST_REQUIRE_WINE=1 $(REQUIRE_TRACING) $(VENV)/bin/pytest -q tests/python/unit tests/python/e2e
 
 clean:
 	rm -rf build $(VENV)

@@ -20,6 +20,7 @@ from . import interrupts, tracefs
 from .analysis import costs as costs_analysis
 from .analysis.cost_model import CostModel
 from .analysis.trace import frames as trace_frames
+from .analysis.trace import records as trace_records
 from .analysis.trace import summary as trace_summary
 from .analysis.trace.advice import pinning_advice
 from .analysis.verify import correct_estimates, learned_ratios
@@ -113,11 +114,12 @@ def measure(values: dict, directory) -> dict:
         raise
     # What was recorded is written whole: a Ctrl-C from here on is noted, and ends the command
     # with 130 once the document is stored.
+    trace = trace_records.read(run.samples)
     with interrupts.held():
-        document = _store(values, directory, run, cost, raw, windows, notes)
+        document = _store(values, directory, run, trace, cost, raw, windows, notes)
     if values.get("verify") and values.get("command") and not document["summary"]["totals"]["interrupted"]:
         # The trace is stored first: a Ctrl-C while verifying ends with 130 and keeps it as it is.
-        _verify(document, values)
+        _verify(document, trace, values)
     return document
 
 
@@ -126,9 +128,9 @@ def _corrected_by_verification(summary: dict, results_root: Path, host: str) -> 
     correct_estimates(summary, learned_ratios(document for _, document in documents_of_host(results_root, "trace", host)))
 
 
-def _verify(document: dict, values: dict) -> None:
+def _verify(document: dict, trace: trace_records.Trace, values: dict) -> None:
     """Measure each advice's saving (verify.py), then store the document again with what was measured."""
-    verification = verify(document["samples"], document["summary"], values,
+    verification = verify(trace, document["summary"], values,
                           lambda text: console.print(f"  {text}", markup=False, style="dim"))
     with interrupts.held():
         document["summary"]["verification"] = verification
@@ -147,10 +149,10 @@ def _verify(document: dict, values: dict) -> None:
         write_atomically(Path(document["path"]), json.dumps(stored, indent=1) + "\n")
 
 
-def _store(values: dict, directory, run, cost, raw, windows, notes: list) -> dict:
+def _store(values: dict, directory, run, trace: trace_records.Trace, cost, raw, windows, notes: list) -> dict:
     if windows:
         windows.finish(run.samples)
-    summary, warnings = trace_summary.analyze(run.samples, cost=cost, params=values)
+    summary, warnings = trace_summary.analyze_trace(trace, cost=cost, params=values)
     summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
     # Memory pinned by a CUDA call, with what the fast way measured on this host (`memcost pinned`).
     pinned = next((document["summary"] for _, document in documents_of_host(directory.root, "pinned",

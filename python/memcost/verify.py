@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 from . import kernel
 from .analysis import verify as analysis
+from .analysis.trace.records import Trace
 from .probe import probe_path
 from .stats import interleaved_order
 
@@ -104,10 +105,10 @@ def rounds_for(asked, variants: int) -> int:
     return max(3, min(DEFAULT_ROUNDS, BUDGET_COMMAND_TIMES // (variants + 1)))
 
 
-def verify(samples: list, summary: dict, params: dict, progress: Callable[[str], None]) -> dict:
-    """Run the verification and return what the results keep under summary["verification"]."""
+def verify(trace: Trace, summary: dict, params: dict, progress: Callable[[str], None]) -> dict:
+    """Run the verification of a trace and return what the results keep under summary["verification"]."""
     command = params["command"]
-    variants, unverifiable = analysis.plan(samples, summary, params, os.cpu_count() or 1)
+    variants, unverifiable = analysis.plan(trace, summary, params, os.cpu_count() or 1)
     result = {"variants": [], "unverifiable": unverifiable, "refused": None, "seed": None, "rounds": 0, "runs": []}
     if not variants:
         return result

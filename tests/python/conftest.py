@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).parent / "data"
-GOLDEN_COSTS = Path(__file__).resolve().parents[1] / "data" / "run_a" / "costs.json"
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+DATA = ROOT / "tests" / "python" / "data"  # the Python tests' programs and recorded lines
+RECORDED = ROOT / "tests" / "data"  # recorded results documents
+GOLDEN_COSTS = RECORDED / "run_a" / "costs.json"
 # `make test` as root sets this: a test that would skip because tracing is unavailable fails instead.
 REQUIRE_TRACING = "MEMCOST_REQUIRE_TRACING"
 
@@ -23,15 +25,17 @@ def kvm_context() -> dict:
     return record
 
 
-# The two groups of the Python suite (tests/README.md): unit tests read hand-made or recorded data
-# and need only the package; every other module runs the real probe or the `memcost` command.
-UNIT_MODULES = {"test_cli_properties", "test_costs_analysis", "test_import_cycles", "test_results",
-                "test_scaling_analysis", "test_stats", "test_trace_analysis", "test_units", "test_verify_analysis"}
+# The two groups of the Python suite (tests/README.md), by folder: unit/ reads hand-made or recorded
+# data and needs only the package; e2e/ runs the real probe or the `memcost` command.
+GROUPS = ("unit", "e2e")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        item.add_marker("unit" if Path(str(item.fspath)).stem in UNIT_MODULES else "e2e")
+        group = Path(str(item.fspath)).parent.name
+        if group not in GROUPS:
+            raise pytest.UsageError(f"{item.fspath} is in neither tests/python/unit nor tests/python/e2e")
+        item.add_marker(group)
 
 
 def run_memcost(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -85,6 +89,17 @@ def interrupt(process: subprocess.Popen, after_s: float) -> str:
     time.sleep(after_s)
     process.send_signal(signal.SIGINT)
     return finish(process, timeout=60)[1]
+
+
+def hugetlb_2m_pool_pages() -> int:
+    """The 2 MB hugetlb pool's size now (pages)."""
+    return int(Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").read_text())
+
+
+def summarize_trace(samples: list, cost, which=None) -> dict:
+    """A trace's summary from hand-made samples, read once as the command reads them."""
+    from memcost.analysis.trace import frames, records, summary
+    return summary.summarize(records.read(samples), cost, which or frames.DEFAULT_FRAMES)
 
 
 def may_trace() -> bool:

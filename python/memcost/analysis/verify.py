@@ -11,7 +11,7 @@ from typing import Optional
 
 from ..stats import bootstrap_median_interval, spread
 from .trace.frames import frames_of
-from .trace.records import read
+from .trace.records import Trace
 from .trace.sites import allocation_names, allocation_site
 
 # The runtime's own code, left out of call paths on both sides: the same list as
@@ -88,9 +88,8 @@ def call_path_key(frames: list) -> Optional[list[str]]:
     return key or None
 
 
-def plan(samples: list, summary: dict, params: dict, threads: int) -> tuple[list[Variant], list[dict]]:
+def plan(trace: Trace, summary: dict, params: dict, threads: int) -> tuple[list[Variant], list[dict]]:
     """The advice to verify, one variant each, and the advice that cannot be, each with its reason."""
-    trace = read(samples)
     names = allocation_names(trace, frames_of(params))
     stacks_of: dict[str, list[int]] = {}
     for origin in trace.origins:

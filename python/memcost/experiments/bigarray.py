@@ -1,5 +1,5 @@
 """bigarray: allocate and initialize one big array by every common strategy, against the
-machine's limit (docs/bigarray.md; src/probe/experiments/bigarray.cpp; analysis/bigarray.py;
+machine's limit (docs/bigarray.md; src/probe/experiments/bigarray/; analysis/bigarray.py;
 plots/bigarray.py)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """costs: what a large allocation costs, part by part (docs/costs.md; the probe's side is
-src/probe/experiments/costs.cpp; the summary is analysis/costs.py, the figures plots/costs.py)."""
+src/probe/experiments/costs/; the summary is analysis/costs.py, the figures plots/costs.py)."""
 
 from __future__ import annotations
 

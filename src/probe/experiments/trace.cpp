@@ -99,8 +99,14 @@ json case_of(const char* record, const json& window) {
   return tags;
 }
 
+// A fault key's values, column by column as trace::kFaultKeyColumns names them.
+std::array<json, trace::kFaultKeyColumns.size()> fault_key_values(const trace::FaultKey& key) {
+  return {key.allocation_stack, origin_name(key.allocation_call), key.touch_stack, key.pid, key.program, key.huge};
+}
+
 // Counters keyed by fault key as parallel arrays, kFaultLine keys a record, largest first: the
-// key's columns, then each of `values` (a name and what it takes from a counter).
+// key's columns (all but `huge` unless with_huge), then each of `values` (a name and what it takes
+// from a counter).
 template <typename Counter>
 void emit_by_fault_key(Emitter& emitter, const char* record, const json& window,
                        std::vector<std::pair<trace::FaultKey, Counter>> rows, bool with_huge,
@@ -108,19 +114,17 @@ void emit_by_fault_key(Emitter& emitter, const char* record, const json& window,
   std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
     return values.front().second(a.second).template get<double>() > values.front().second(b.second).template get<double>();
   });
+  const std::size_t key_columns = trace::kFaultKeyColumns.size() - (with_huge ? 0 : 1);
   for (std::size_t from = 0; from < rows.size(); from += kFaultLine) {
-    json metrics = {{"allocation_stack", json::array()}, {"allocation_call", json::array()},
-                    {"touch_stack", json::array()}, {"pid", json::array()}, {"program", json::array()}};
-    if (with_huge) metrics["huge"] = json::array();
+    json metrics = json::object();
+    for (std::size_t column = 0; column < key_columns; ++column) metrics[trace::kFaultKeyColumns[column]] = json::array();
     for (const auto& [name, value] : values) metrics[name] = json::array();
     for (std::size_t i = from; i < std::min(rows.size(), from + kFaultLine); ++i) {
       const auto& [key, counter] = rows[i];
-      metrics["allocation_stack"].push_back(key.allocation_stack);
-      metrics["allocation_call"].push_back(origin_name(key.allocation_call));
-      metrics["touch_stack"].push_back(key.touch_stack);
-      metrics["pid"].push_back(key.pid);
-      metrics["program"].push_back(key.program);
-      if (with_huge) metrics["huge"].push_back(key.huge);
+      const auto key_values = fault_key_values(key);
+      for (std::size_t column = 0; column < key_columns; ++column) {
+        metrics[trace::kFaultKeyColumns[column]].push_back(key_values[column]);
+      }
       for (const auto& [name, value] : values) metrics[name].push_back(value(counter));
     }
     emitter.sample(case_of(record, window), std::move(metrics));

@@ -20,6 +20,7 @@
 //   bytes, measured call time, and per size of freed mapping how many and what they cost.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -46,6 +47,12 @@ struct FaultKey {
   bool huge = false;
   bool operator==(const FaultKey&) const = default;
 };
+
+// The columns of a FaultKey as the probe's fault records name them, in this order (docs/probe.md,
+// "trace"); the front end reads them by these names (records.py's FAULT_KEY, held to this list by
+// tests/python/unit/test_fault_key.py). `huge` is last: the records that leave it out drop it.
+inline constexpr std::array<const char*, 6> kFaultKeyColumns = {"allocation_stack", "allocation_call", "touch_stack",
+                                                                 "pid", "program", "huge"};
 
 struct FaultKeyHash {
   std::size_t operator()(const FaultKey& key) const {

@@ -11,7 +11,7 @@
    which may itself call malloc and free while it brings a thread's TLS table up to date after a
    dlopen or dlclose (glibc 2.39 on every access by such a thread): malloc -> __tls_get_addr ->
    malloc -> ... until the stack runs out (`import torch` on a GPU host). A library preloaded at
-   start-up always has room in the static TLS block. tests/python/test_preload_safety.py reads the
+   start-up always has room in the static TLS block. tests/python/e2e/test_preload_safety.py reads the
    built library back to check that nothing in it reaches __tls_get_addr; its control builds the
    library with the default model (-DMEMCOST_THREAD_LOCAL=__thread) and sees it crash. */
 #ifndef MEMCOST_THREAD_LOCAL

@@ -1,7 +1,7 @@
 // Two small mappings made one after the other land side by side in one 2 MiB region, each touched
 // as soon as it is made, on one thread and with no unmapping between: counted in the kernel, one
 // CPU's run of faults in that region spans both. Each mapping's pages must still go to the
-// function that made it (tests/python/test_trace.py).
+// function that made it (tests/python/e2e/test_trace.py).
 #include <stdio.h>
 #include <sys/mman.h>
 

@@ -3,7 +3,7 @@
    program itself, and the driver they reach faults the pages in inside a system call (an ioctl,
    get_user_pages) with no frame of the program between. Here each faults its memory in by MADV_POPULATE_WRITE on base pages: 32 MiB
    (8,192 faults) by cudaHostAlloc from load_batch, 16 MiB (4,096) by cudaHostRegister from
-   register_staging. tests/python/test_trace_in_calls.py checks each site is named by its call. */
+   register_staging. tests/python/e2e/test_trace_in_calls.py checks each site is named by its call. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>

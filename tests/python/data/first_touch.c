@@ -2,7 +2,7 @@
  * alone and sharing no code with memcost: each repetition maps SIZE bytes, advises the page kind
  * (base: THP off; thp: MADV_HUGEPAGE), times a first and a second memset over it, unmaps it and
  * sleeps the 20 ms settle window. Prints the median of (first - second) in microseconds per MiB
- * over the measured repetitions. Used by tests/python/test_costs.py and bench/costs_agreement.py.
+ * over the measured repetitions. Used by tests/python/e2e/test_costs.py and bench/costs_agreement.py.
  *
  *     first_touch SIZE_BYTES [base|thp] [WARMUPS] [REPS]      (defaults: base, 0, 7)
  */

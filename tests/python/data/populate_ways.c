@@ -1,7 +1,7 @@
 /* Faults memory in by each of the ways the kernel takes faults inside a system call, and one by
    touching, on base pages: MAP_POPULATE and madvise(MADV_POPULATE_WRITE) 64 MiB each (16,384
    faults), mlock 4 MiB (1,024: within an ordinary user's default RLIMIT_MEMLOCK of 8 MiB), and a
-   first touch of 64 MiB. tests/python/test_trace_in_calls.py checks each is counted and named at
+   first touch of 64 MiB. tests/python/e2e/test_trace_in_calls.py checks each is counted and named at
    its own function. */
 #define _GNU_SOURCE
 #include <stdio.h>

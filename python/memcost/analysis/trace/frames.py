@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from .records import read
+from .records import Trace
 
 
 # A site starts at the first frame of the program's own code: leading frames of these modules (the C
@@ -196,9 +196,8 @@ RUNTIME_FLAGS = {
 }
 
 
-def runtime_flags_missing(samples: list) -> list[str]:
+def runtime_flags_missing(trace: Trace) -> list[str]:
     """One sentence per JIT runtime seen whose compiled code went unnamed, with the flags it needs."""
-    trace = read(samples)
     if any(frame.get("kind") == "jit" for frames in trace.stacks.values() for frame in frames):
         return []  # a perf map was read: what it does not name is code it never listed (stubs, regexps)
     missing = set()

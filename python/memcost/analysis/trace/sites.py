@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from typing import Optional
 
 from .frames import DEFAULT_FRAMES, FrameFilter, frame_name, user_frame_index
-from .records import Trace, read, touch_rows
+from .records import Trace, touch_rows
 
 
 OUTSIDE = "(outside traced mappings: program text, stacks, memory mapped before the trace)"
@@ -208,10 +208,9 @@ def touching_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNam
     return SiteNames(trace.stacks, [row["touch_stack"] for row in touch_rows(trace)], which)
 
 
-def folded(trace_samples: list, which: FrameFilter = DEFAULT_FRAMES) -> list[str]:
+def folded(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> list[str]:
     """Folded stacks (flamegraph.pl, speedscope): allocation stack, root first, then the touching
     site; the value is the number of faults."""
-    trace = read(trace_samples)
     counts: Counter = Counter()
 
     def names(stack_id: int) -> list[str]:

@@ -78,9 +78,8 @@ def measured_in_kernel(faults: float, time: Counter) -> dict:
             "fault_ms_kernel_error": faults * math.sqrt(variance / timed * unsampled) / 1e6, "faults_timed": timed}
 
 
-def summarize(samples: list, cost: CostModel, which: FrameFilter = DEFAULT_FRAMES) -> dict:
+def summarize(trace: Trace, cost: CostModel, which: FrameFilter = DEFAULT_FRAMES) -> dict:
     """`which`: the frames that are the program's own (a site is the first of them)."""
-    trace = read(samples)
     sites, by_origin = _sites(trace, which)
     faulting_map_ns = _faulting_map_ns(trace, by_origin)
     # The program's own madvise(MADV_NOHUGEPAGE) calls on a site's memory, by name.
@@ -339,20 +338,26 @@ def headline(rows: list[dict], totals: dict) -> str:
 
 def analyze(samples: list, costs_summary: Optional[dict] = None, cost: Optional[CostModel] = None,
             params: Optional[dict] = None) -> tuple[dict, list]:
+    """The summary of a trace's samples (the experiment's analysis: analyze_trace of them, read once)."""
+    return analyze_trace(read(samples), costs_summary, cost, params)
+
+
+def analyze_trace(trace: Trace, costs_summary: Optional[dict] = None, cost: Optional[CostModel] = None,
+                  params: Optional[dict] = None) -> tuple[dict, list]:
     """The summary of a trace, priced by the traced machine's costs (a `memcost costs` summary of
     that machine, or a cost model), and the warnings it adds; `params` say how sites are named."""
     if cost is None:
-        run = next((s["metrics"] for s in samples if s["case"]["record"] == "run"), {})
+        run = trace.run
         pages = {"base_page_bytes": run.get("base_page_bytes"), "thp": {"pmd_size_bytes": run.get("huge_page_bytes")}}
         cost = CostModel.from_costs_summary(costs_summary or {}, "the memcost costs result of the traced machine", pages)
     if cost is None:
         raise MemcostError("a trace is priced by its machine's measured fault cost, and no `costs` result of that machine "
                            "has one: capture `memcost-probe costs` there too and import both")
-    summary = summarize(samples, cost, frames_of(params or {}))
-    return summary, _warnings(summary["totals"], samples)
+    summary = summarize(trace, cost, frames_of(params or {}))
+    return summary, _warnings(summary["totals"], trace)
 
 
-def _warnings(totals: dict, samples: list) -> list[dict]:
+def _warnings(totals: dict, trace: Trace) -> list[dict]:
     """What the reader should know before trusting the tables: counts that disagree with the
     kernel's, records dropped, perf maps refused, runtimes that could not name their code."""
     warnings = []
@@ -367,11 +372,11 @@ def _warnings(totals: dict, samples: list) -> list[dict]:
                                     f"({totals['malformed_bytes']:,} bytes) were dropped and the rest read: something in "
                                     "the command wrote into the preload library's descriptor "
                                     "(MEMCOST_PRELOAD_FD); the calls they stood for are missing from the tables"})
-    refused = next((s["metrics"].get("refused_perf_maps", 0) for s in samples if s["case"]["record"] == "run"), 0)
+    refused = trace.run.get("refused_perf_maps", 0)
     if refused:
         warnings.append({"code": "perf_map_refused",
                          "message": f"{refused} perf map file(s) in /tmp were not read: not a regular file owned by the "
                                     "traced program's user or root (anyone can create /tmp/perf-PID.map first); "
                                     "their JIT-compiled frames stay unnamed"})
-    return warnings + [{"code": "runtime_unnamed", "message": message} for message in runtime_flags_missing(samples)]
+    return warnings + [{"code": "runtime_unnamed", "message": message} for message in runtime_flags_missing(trace)]
 

@@ -16,7 +16,7 @@
 namespace memcost::probe::bigarray {
 namespace {
 
-// os::populate_write, with the probe's test hook (tests/python/test_bigarray.py): with
+// os::populate_write, with the probe's test hook (tests/python/e2e/test_bigarray.py): with
 // MEMCOST_INJECT_FAILURE containing "populate_write" it fails with EINVAL, as on a kernel older
 // than 5.14. A hook of this experiment's, not of the OS layer.
 os::Status populate_write_or_injected(void* address, std::size_t size_bytes) {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_probe, unavailable
+from conftest import ROOT, run_probe, summarize_trace, unavailable
 
-DOC = Path(__file__).parents[2] / "docs" / "probe.md"
+DOC = ROOT / "docs" / "probe.md"
 ROW = re.compile(r"^\| (\w+) \| (case|metrics) \| `(\w+)` \| [^|]+ \| (.*) \|$")
 
 # Each experiment at the smallest sizes that still run every part.
@@ -144,11 +144,10 @@ def test_the_monitor_reads_only_documented_keys(emitted):
 
 
 def test_the_trace_analysis_reads_only_documented_keys(emitted):
-    from memcost.analysis.trace import summary as trace_summary
     from memcost.analysis.cost_model import CostModel
     samples = emitted.get("trace") or samples_of("trace")
     wrapped, reads = recorded("trace", samples)
-    trace_summary.summarize(wrapped, CostModel(base_us_per_mb=500.0, thp_us_per_mb=50.0, source="test"))
+    summarize_trace(wrapped, CostModel(base_us_per_mb=500.0, thp_us_per_mb=50.0, source="test"))
     documented = contract()["trace"]
     for part, where_reads in reads.items():
         for where, keys in where_reads.items():

@@ -14,9 +14,8 @@ import pytest
 from memcost import exit_codes
 from memcost.results import load_document
 
-from conftest import finish, needs_tracing, run_memcost, start_memcost
+from conftest import DATA, finish, needs_tracing, run_memcost, start_memcost
 
-DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")

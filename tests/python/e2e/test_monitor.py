@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import finish, run_memcost, start_memcost
+from conftest import DATA, finish, run_memcost, start_memcost
 from memcost import exit_codes
 from memcost.analysis.cost_model import CostModel
 from memcost.monitor.sampler import Reading, Sampler
@@ -30,7 +30,7 @@ def faulter(tmp_path_factory) -> Path:
     if not compiler:
         pytest.skip("no C compiler")
     program = tmp_path_factory.mktemp("bin") / "fault_512m"
-    subprocess.run([compiler, "-O2", "-o", str(program), str(Path(__file__).parent / "data" / "fault_512m.c")], check=True)
+    subprocess.run([compiler, "-O2", "-o", str(program), str(DATA / "fault_512m.c")], check=True)
     return program
 
 

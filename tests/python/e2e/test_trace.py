@@ -15,7 +15,7 @@ import pytest
 from memcost import exit_codes
 from memcost.results import load_document
 
-from conftest import finish, needs_tracing, run_memcost, start_memcost
+from conftest import DATA, finish, needs_tracing, run_memcost, start_memcost, summarize_trace
 
 MIB = 1 << 20
 
@@ -42,7 +42,7 @@ def traced(sites_program, results_root, tmp_path_factory):
 
 
 def _line_of(source: str, text: str) -> int:
-    lines = (Path(__file__).parent / "data" / source).read_text().splitlines()
+    lines = (DATA / source).read_text().splitlines()
     return next(number for number, line in enumerate(lines, 1) if text in line)
 
 
@@ -239,7 +239,6 @@ def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
     """As an ordinary user: no tracepoints, so the preload library reports the calls, and faults
     are sampled in user mode (all of the test program's are)."""
     import tempfile
-    from memcost.analysis.trace import summary as trace_summary
     from memcost.analysis.cost_model import CostModel
     from memcost.probe import probe_path
     folder = Path(tempfile.mkdtemp(prefix="memcost-unprivileged-", dir="/tmp"))  # a user can reach /tmp/x, not pytest's
@@ -262,7 +261,7 @@ def test_without_privilege_the_interposer_gives_the_same_totals(sites_program):
     # Without privilege the buffers are small and the tracer has no priority: the command is held
     # while it catches up, which loses nothing on a quiet machine; under load a few may go, counted.
     assert run["lost_records"] <= 0.01 * run["sampled_faults"]
-    summary = trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
+    summary = summarize_trace(samples, CostModel(400.0, 40.0, "test"))
     document = {"summary": summary}
     a, b = _row(document, "site_a_frames"), _row(document, "site_b_allocate")
     # A lost record is a fault missing from the site it touched (a burst, so usually one site):
@@ -465,7 +464,7 @@ def test_compare_of_two_traces_shows_each_sites_faults_before_and_after(sites_pr
 @needs_tracing
 def test_a_vector_grown_by_push_back_is_charged_to_the_function_that_grew_it(results_root, tmp_path):
     program = tmp_path / "vector_growth"
-    subprocess.run(["c++", "-O2", "-g", "-o", str(program), str(Path(__file__).parent / "data" / "vector_growth.cpp")],
+    subprocess.run(["c++", "-O2", "-g", "-o", str(program), str(DATA / "vector_growth.cpp")],
                    check=True)
     root = tmp_path / "results"
     shutil.copytree(results_root / "20260101T000000Z-golden", root / "20260101T000000Z-golden")

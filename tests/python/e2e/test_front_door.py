@@ -13,9 +13,8 @@ import pytest
 from memcost import exit_codes
 from memcost.probe import probe_path
 
-from conftest import interrupt, run_memcost, start_memcost
+from conftest import ROOT, hugetlb_2m_pool_pages, interrupt, run_memcost, start_memcost
 
-ROOT = Path(__file__).resolve().parents[2]
 PREREQUISITES = ROOT / "tools" / "prerequisites"
 
 
@@ -157,33 +156,29 @@ def test_a_failing_experiment_keeps_the_others_and_writes_the_report(tmp_path):
     assert not (run_dir / "costs.json").exists()
 
 
-def _pool_pages() -> int:
-    return int(Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").read_text())
-
-
 @pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/mm/hugepages/hugepages-2048kB").exists(),
                     reason="growing a hugetlb pool needs root and a 2 MB pool")
 def test_a_pool_left_grown_by_a_killed_run_is_restored_by_the_next_command(tmp_path):
-    original = _pool_pages()
+    original = hugetlb_2m_pool_pages()
     process = subprocess.Popen([sys.executable, "-m", "memcost", "--results-dir", str(tmp_path), "costs", "--pages",
                                 "hugetlb-2M", "--routes", "os", "--parts", "rows", "--sizes", "16M", "--reps", "1000",
                                 "--reserve-hugepages", "16M"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while _pool_pages() == original and time.monotonic() < deadline:
+    while hugetlb_2m_pool_pages() == original and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        assert _pool_pages() > original, "the pool never grew"
+        assert hugetlb_2m_pool_pages() > original, "the pool never grew"
         process.kill()
         process.wait()
         time.sleep(0.5)  # the probe follows its parent
-        assert _pool_pages() > original
+        assert hugetlb_2m_pool_pages() > original
         journal = json.loads(Path(os.environ["MEMCOST_JOURNAL"]).read_text())
         assert [entry["undo"]["total_pages"] for entry in journal] == [original]
         result = run_memcost("hugepages", "status")
         assert result.returncode == 0, result.stderr
         assert "left changed by a memcost run that was killed" in result.stderr
-        assert _pool_pages() == original
+        assert hugetlb_2m_pool_pages() == original
         assert json.loads(Path(os.environ["MEMCOST_JOURNAL"]).read_text()) == []
     finally:
-        if _pool_pages() != original:
+        if hugetlb_2m_pool_pages() != original:
             Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").write_text(str(original))

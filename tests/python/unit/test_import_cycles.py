@@ -5,7 +5,9 @@ importing a package's submodule does not count as importing the package's other 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "python" / "memcost"
+from conftest import ROOT
+
+PACKAGE = ROOT / "python" / "memcost"
 
 
 def module_name(path: Path) -> str:

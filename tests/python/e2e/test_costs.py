@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from conftest import interrupt, probe_cases, run_memcost, run_probe, start_memcost
+from conftest import DATA, hugetlb_2m_pool_pages, interrupt, probe_cases, run_memcost, run_probe, start_memcost
 from memcost import exit_codes
 from memcost.results import load_document
 
@@ -145,30 +145,26 @@ def test_fault_cost_agrees_with_a_plain_c_program(tmp_path, costs_run):
     if not compiler:
         pytest.skip("no C compiler")
     program = tmp_path / "first_touch"
-    subprocess.run([compiler, "-O2", "-o", str(program), str(Path(__file__).parent / "data" / "first_touch.c")], check=True)
+    subprocess.run([compiler, "-O2", "-o", str(program), str(DATA / "first_touch.c")], check=True)
     plain = float(subprocess.run([str(program), str(16 * MB)], capture_output=True, text=True, check=True).stdout)
     _, document, _ = costs_run
     row = next(r for r in document["summary"]["rows"] if (r["page"], r["route"], r["size_bytes"]) == ("base", "os", 16 * MB))
     assert plain / 2 <= row["fault_us_per_mb"] <= plain * 2, (plain, row["fault_us_per_mb"])
 
 
-def _pool_pages() -> int:
-    return int(Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").read_text())
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="growing a hugetlb pool needs root")
 def test_reserved_pool_is_restored_after_sigint(tmp_path):
-    original = _pool_pages()
+    original = hugetlb_2m_pool_pages()
     process = start_memcost("--results-dir", str(tmp_path), "costs", "--pages", "hugetlb-2M", "--routes", "os", "--parts",
                             "rows", "--sizes", "16M", "--reps", "1000", "--reserve-hugepages", "16M", folder=tmp_path)
     deadline = time.monotonic() + 60
-    while _pool_pages() == original and time.monotonic() < deadline:
+    while hugetlb_2m_pool_pages() == original and time.monotonic() < deadline:
         time.sleep(0.05)
-    grew = _pool_pages() > original
+    grew = hugetlb_2m_pool_pages() > original
     stderr = interrupt(process, after_s=1.0)  # into the measurement
     assert grew, "the pool never grew"
     assert process.returncode == exit_codes.INTERRUPTED, stderr
-    assert _pool_pages() == original
+    assert hugetlb_2m_pool_pages() == original
     assert not list(tmp_path.rglob("costs.json"))
 
 
@@ -195,11 +191,11 @@ def test_a_free_while_other_threads_run_sends_shootdowns_and_a_lone_free_about_n
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="growing a hugetlb pool needs root")
 def test_hugetlb_2m_rows_fault_once_per_2m_page_and_the_pool_is_given_back(tmp_path):
-    original = _pool_pages()
+    original = hugetlb_2m_pool_pages()
     result = run_memcost("--results-dir", str(tmp_path), "costs", "--pages", "hugetlb-2M", "--routes", "os", "--parts",
                          "rows", "--sizes", "8M,16M", "--reps", "3", "--warmup", "1", "--reserve-hugepages", "16M")
     assert result.returncode == 0, result.stderr
-    assert _pool_pages() == original
+    assert hugetlb_2m_pool_pages() == original
     document = load_document(tmp_path / "latest" / "costs.json")
     rows = document["summary"]["rows"]
     assert {r["size_bytes"] for r in rows} == {8 * MB, 16 * MB}

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from conftest import summarize_trace
+
 from memcost.analysis.trace import frames as trace_frames
 from memcost.analysis.trace import records as trace_records
 from memcost.analysis.trace import sites as trace_sites
@@ -71,7 +73,7 @@ def test_sites_group_origins_and_price_faults_by_page_kind():
     samples = [stack(1, "maker", "main"), stack(3, "maker", "main"), stack(2, "writer"),
                faults((1, "mmap", 2, 7, 0, False, 100), (3, "mmap", 2, 7, 0, True, 8), (0, "", 2, 7, 0, False, 1)),
                origin(1, 1, 1, MIB, 100), origin(3, 1, 0, 16 * MIB, 0, 8), run()]
-    summary = trace_summary.summarize(samples, COST)
+    summary = summarize_trace(samples, COST)
     [row] = summary["rows"]  # both stacks' first user frame is maker (app.c:10)
     assert (row["faults_base"], row["faults_thp"], row["mappings"], row["freed"]) == (100, 8, 2, 1)
     assert row["fault_ms"] == pytest.approx((100 * 400 * PAGE / MIB + 8 * 40 * 2) / 1e3)
@@ -81,41 +83,41 @@ def test_sites_group_origins_and_price_faults_by_page_kind():
 
 
 def test_the_sample_period_scales_every_count():
-    summary = trace_summary.summarize(churn(5)[:-1] + [run(period=4)], COST)
+    summary = summarize_trace(churn(5)[:-1] + [run(period=4)], COST)
     assert summary["rows"][0]["faults"] == 4 * 5 * 2048 and summary["totals"]["faults"] == 4 * 5 * 2048
 
 
 def test_reuse_advice_needs_churn_and_a_saving_worth_having():
-    churning = trace_summary.summarize(churn(50), COST)["rows"][0]
+    churning = summarize_trace(churn(50), COST)["rows"][0]
     assert churning["churn"] == 50 and churning["churn_bytes"] == 8 * MIB
     reuse = [item for item in churning["advice"] if item["kind"] == "reuse"]
     # 49 of 50 frames' faults (2,048 × 1.5625 µs), frees (0.5 ms) and maps (1 µs) are saved.
     assert reuse and reuse[0]["saving_ms"] == pytest.approx(49 / 50 * 50 * (2048 * 400 * PAGE / MIB / 1e3 + 0.5 + 0.001))
-    twice = trace_summary.summarize(churn(2), COST)["rows"][0]
+    twice = summarize_trace(churn(2), COST)["rows"][0]
     assert not [item for item in twice["advice"] if item["kind"] == "reuse"]
-    tiny = trace_summary.summarize(churn(10, size=64 * 1024, touched_pages=16, wall_ms=10_000), COST)["rows"]
+    tiny = summarize_trace(churn(10, size=64 * 1024, touched_pages=16, wall_ms=10_000), COST)["rows"]
     assert all(not row["advice"] for row in tiny)
 
 
 def test_reuse_advice_uses_the_measured_reuse_cost_for_base_pages():
     measured = CostModel(400.0, 40.0, "test", reuse_saving_us_per_mb=300.0)
-    row = trace_summary.summarize(churn(50), measured)["rows"][0]
+    row = summarize_trace(churn(50), measured)["rows"][0]
     reuse = next(item for item in row["advice"] if item["kind"] == "reuse")
     assert reuse["saving_ms"] == pytest.approx(49 / 50 * 50 * (8 * 300.0 / 1e3 + 0.001))  # measured reuse cost, and maps
 
 
 def test_no_huge_page_advice_where_thp_is_off():
-    assert not [a for a in trace_summary.summarize(with_thp(churn(5), "never"), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
-    assert [a for a in trace_summary.summarize(churn(5), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
+    assert not [a for a in summarize_trace(with_thp(churn(5), "never"), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
+    assert [a for a in summarize_trace(churn(5), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
 
 
 def test_parallel_advice_only_for_a_big_block_one_thread_faulted():
     model = CostModel(400.0, 40.0, "test", threads=2, threads_speedup=1.9)
     one = [stack(1, "big"), stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 65536)),
            origin(1, 1, 0, 256 * MIB, 65536), run()]
-    assert "parallel" in [a["kind"] for a in trace_summary.summarize(one, model)["rows"][0]["advice"]]
+    assert "parallel" in [a["kind"] for a in summarize_trace(one, model)["rows"][0]["advice"]]
     many = one[:3] + [origin(1, 1, 0, 256 * MIB, 65536, one_thread=False), run()]
-    assert "parallel" not in [a["kind"] for a in trace_summary.summarize(many, model)["rows"][0]["advice"]]
+    assert "parallel" not in [a["kind"] for a in summarize_trace(many, model)["rows"][0]["advice"]]
 
 
 def test_the_processes_table_names_each_program_a_pid_ran():
@@ -124,7 +126,7 @@ def test_the_processes_table_names_each_program_a_pid_ran():
                process("exec", 8, "prog_a", 6), process("exit", 8, "prog_a", 9),
                faults((1, "mmap", 2, 8, 1, False, 300), (0, "", 2, 8, 0, False, 2), (1, "mmap", 2, 7, 1, False, 10)),
                origin(1, 2, 0, MIB, 310), run()]
-    rows = trace_summary.summarize(samples, COST)["processes"]
+    rows = summarize_trace(samples, COST)["processes"]
     by_name = {(r["pid"], r["name"]): r for r in rows}
     assert by_name[(8, "prog_a")]["faults"] == 300 and by_name[(8, "prog_a")]["parent"] == 7
     assert by_name[(8, "sh")]["faults"] == 2 and by_name[(8, "sh")]["faults_attributed"] == 0
@@ -148,7 +150,7 @@ def counted_in_kernel():
 
 
 def test_counted_in_the_kernel_the_touching_sites_share_the_exact_count_by_their_samples():
-    summary = trace_summary.summarize(counted_in_kernel(), COST)
+    summary = summarize_trace(counted_in_kernel(), COST)
     [row] = summary["rows"]
     assert row["faults"] == 10_000  # exact: the kernel's count, not the samples'
     touching = {r["site"].split(" ")[0]: r for r in summary["touching"]}
@@ -176,7 +178,7 @@ def test_fault_time_timed_in_the_kernel_is_the_timed_faults_mean_times_the_fault
     # units: 100 and 200): mean 2,400 ns, so 24 ms for the site; the error is the spread of the
     # timed ones over the square root of their number, shrunk for the part of the faults timed.
     squares = 312.5 * 100 ** 2 + 312.5 * 200 ** 2
-    summary = trace_summary.summarize(timed_in_kernel(16, (1, "mmap", 7, 625, 625, 625 * 2400, squares)), COST)
+    summary = summarize_trace(timed_in_kernel(16, (1, "mmap", 7, 625, 625, 625 * 2400, squares)), COST)
     [row] = summary["rows"]
     assert row["fault_ms_kernel"] == pytest.approx(24.0)
     spread = (800 ** 2 * 625 / 624) ** 0.5  # ns, the timed faults' standard deviation
@@ -191,7 +193,7 @@ def test_fault_time_timed_in_the_kernel_is_the_timed_faults_mean_times_the_fault
 
 
 def test_fault_time_timed_in_the_kernel_for_every_fault_has_no_sampling_error():
-    summary = trace_summary.summarize(timed_in_kernel(1, (1, "mmap", 7, 10_000, 9_000, 9_000 * 2000, 9_000 * 125 ** 2)), COST)
+    summary = summarize_trace(timed_in_kernel(1, (1, "mmap", 7, 10_000, 9_000, 9_000 * 2000, 9_000 * 125 ** 2)), COST)
     [row] = summary["rows"]
     assert row["fault_ms_kernel"] == pytest.approx(18.0)  # the 1,000 that updated no page count count 0
     assert row["fault_ms_kernel_error"] == 0
@@ -199,7 +201,7 @@ def test_fault_time_timed_in_the_kernel_for_every_fault_has_no_sampling_error():
 
 
 def test_fault_time_not_timed_in_the_kernel_is_said():
-    summary = trace_summary.summarize(timed_in_kernel(0), COST)
+    summary = summarize_trace(timed_in_kernel(0), COST)
     assert summary["rows"][0].get("fault_ms_kernel") is None and summary["totals"].get("fault_ms_kernel") is None
     assert "not timed in the kernel (--time-faults-one-in 0, the default with --pid" in "\n".join(trace_prose.totals_lines(summary))
 
@@ -207,7 +209,7 @@ def test_fault_time_not_timed_in_the_kernel_is_said():
 def test_counted_in_the_kernel_the_exports_total_the_exact_count(tmp_path):
     from memcost.export import folded, pprof
     samples = counted_in_kernel()
-    document = {"samples": samples, "summary": trace_summary.summarize(samples, COST)}
+    document = {"samples": samples, "summary": summarize_trace(samples, COST)}
     folded.write(document, tmp_path / "f.txt")
     lines = [line for line in (tmp_path / "f.txt").read_text().split("\n") if line]
     assert sorted(int(line.rsplit(" ", 1)[1]) for line in lines) == [2_500, 7_500]
@@ -220,7 +222,7 @@ def test_counted_in_the_kernel_the_exports_total_the_exact_count(tmp_path):
 def test_exports_total_what_the_summary_counts(tmp_path):
     from memcost.export import folded, pprof
     samples = churn(5)
-    summary = trace_summary.summarize(samples, COST)
+    summary = summarize_trace(samples, COST)
     document = {"samples": samples, "summary": summary}
     folded.write(document, tmp_path / "f.txt")
     lines = (tmp_path / "f.txt").read_text().split("\n")
@@ -258,8 +260,8 @@ def test_the_site_is_the_first_frame_past_allocators_runtimes_and_standard_libra
 def test_skip_frames_changes_the_named_site(tmp_path):
     samples = [{"case": {"record": "stack"}, "metrics": {"stack": 1, "frames": [_frame("grow_samples(bool)"), _frame("main")]}},
                stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 600)), origin(1, 1, 0, 8 * MIB, 600), run()]
-    assert trace_summary.summarize(samples, COST)["rows"][0]["site"] == "grow_samples(bool)"
-    assert trace_summary.summarize(samples, COST, trace_frames.FrameFilter(skip="^grow_"))["rows"][0]["site"] == "main"
+    assert summarize_trace(samples, COST)["rows"][0]["site"] == "grow_samples(bool)"
+    assert summarize_trace(samples, COST, trace_frames.FrameFilter(skip="^grow_"))["rows"][0]["site"] == "main"
 
 
 def _at(function, line, module="/usr/bin/app", kind="native", file="/src/app.c"):
@@ -311,7 +313,7 @@ def test_summarized_rows_and_touching_sites_are_keyed_by_call_path():
                stack(3, "writer"),
                faults((1, "mmap", 3, 7, 0, False, 40 * 1024), (2, "mmap", 3, 7, 0, False, 49152)),
                origin(1, 40, 40, 4 * MIB, 40 * 1024, free_ns=40 * 500_000), origin(2, 1, 0, 192 * MIB, 49152), run()]
-    summary = trace_summary.summarize(samples, COST)
+    summary = summarize_trace(samples, COST)
     by_site = {row["site"]: row for row in summary["rows"]}
     assert set(by_site) == {"map_base (app.c:9) ← scratch", "map_base (app.c:9) ← table"}
     assert "reuse" in [item["kind"] for item in by_site["map_base (app.c:9) ← scratch"]["advice"]]
@@ -451,7 +453,7 @@ def test_faults_a_gpu_driver_takes_pinning_are_named_by_the_cuda_call():
                    "metrics": {"stack": number, "calls": 1, "faults": count, "call_ns": 1_000_000}}
                   for number, call, count in ((1, "ioctl", 8192), (2, "ioctl", 4096), (3, "madvise", 1024))],
                 origin(9, 1, 0, 64 * MIB, 13312), run()]
-    rows = trace_summary.summarize(samples, COST)["touching"]
+    rows = summarize_trace(samples, COST)["touching"]
     touching = {row["site"] for row in rows}
     assert "cudaHostAlloc (ioctl) ← load_batch (app.c:40)" in touching, touching
     assert "cuMemHostRegister (ioctl) ← stage (app.c:60)" in touching, touching

@@ -3,7 +3,6 @@
 (the preload library reports the calls). Debian's python3 with python3-numpy, which any user can run."""
 
 import json
-import re
 import shutil
 import subprocess
 import tempfile
@@ -12,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from memcost.analysis.trace import frames as trace_frames
-from memcost.analysis.trace import summary as trace_summary
 from memcost.analysis.cost_model import CostModel
 from memcost.probe import probe_path
 from memcost.results import load_document
 
-from conftest import needs_tracing, run_memcost
+from conftest import needs_tracing, run_memcost, summarize_trace
 
 PYTHON = "/usr/bin/python3"
 SCRIPT = '''import json, resource
@@ -139,7 +137,7 @@ def test_a_numpy_scripts_lines_are_its_allocation_sites_as_an_ordinary_user():
     samples = [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert "LD_PRELOAD" in run["call_source"]
-    summary = trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
+    summary = summarize_trace(samples, CostModel(400.0, 40.0, "test"))
     _check_sites(summary["rows"], _kernel_counts(result.stdout), script, run)
 
 

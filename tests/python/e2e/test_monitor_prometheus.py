@@ -18,9 +18,8 @@ import pytest
 from memcost.monitor.prometheus import TopProcesses
 from memcost.monitor.stream import ProcessStat, Reading
 
-from conftest import finish, start_memcost
+from conftest import ROOT, finish, start_memcost
 
-ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "contrib" / "grafana" / "memcost.json"
 CHILD_MIB = 256
 CHILD_FAULTS = CHILD_MIB * 256  # base pages: trace_tree writes fresh memory with MADV_NOHUGEPAGE

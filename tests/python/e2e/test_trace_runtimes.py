@@ -12,7 +12,7 @@ import pytest
 
 from memcost.results import load_document
 
-from conftest import DATA, needs_tracing, run_memcost, unavailable
+from conftest import DATA, needs_tracing, run_memcost, summarize_trace, unavailable
 
 RUNTIMES = DATA / "runtimes"
 PAGES_PER_MIB = 256
@@ -185,7 +185,6 @@ def _trace_as_nobody(tmp_path: Path, files: list[Path], command: list[str]) -> d
     summarized as memcost does."""
     import json
     import tempfile
-    from memcost.analysis.trace import summary as trace_summary
     from memcost.analysis.cost_model import CostModel
     from memcost.probe import probe_path
     if os.geteuid() != 0 or not shutil.which("setpriv"):
@@ -208,7 +207,7 @@ def _trace_as_nobody(tmp_path: Path, files: list[Path], command: list[str]) -> d
     samples = [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert "LD_PRELOAD" in run["call_source"]
-    return trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
+    return summarize_trace(samples, CostModel(400.0, 40.0, "test"))
 
 
 def test_without_root_the_javascript_function_is_still_the_site(tmp_path):

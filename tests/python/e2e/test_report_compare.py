@@ -15,11 +15,11 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from conftest import interrupt, run_memcost, start_memcost
+from conftest import RECORDED, interrupt, run_memcost, start_memcost
 from memcost import exit_codes
 from memcost.analysis.compare import difference
 
-GOLDEN = Path(__file__).parent.parent / "data" / "run_a"
+GOLDEN = RECORDED / "run_a"
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from conftest import DATA, RECORDED
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from memcost import exit_codes
@@ -20,8 +22,7 @@ from memcost.cli import build_parser, main
 
 DOCUMENTED_EXIT_CODES = {exit_codes.OK, exit_codes.FAILURE, exit_codes.BAD_ARGUMENTS, exit_codes.NOT_ENOUGH_MEMORY,
                          exit_codes.UNSUPPORTED, exit_codes.INTERRUPTED}
-DATA = Path(__file__).parent / "data"
-REAL_RUN = Path(__file__).resolve().parents[1] / "data" / "run_a"
+REAL_RUN = RECORDED / "run_a"
 
 NUMBERS = ["0", "-1", "1", "3", "1.5", "1e99", "inf", "-inf", "nan", "9" * 400, "0x10", "", " ", "abc"]
 SIZES = ["8M", "64K", "4096", "0", "-8M", "1.5G", "100T", "9" * 400, "1e400", "8Q", "M", "", "nan"]

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_memcost
+from conftest import ROOT, run_memcost
 from memcost.results import load_document
 
-ROOT = Path(__file__).resolve().parents[2]
 MINGW = ROOT / "build" / "mingw"
 PROBE = MINGW / "memcost-probe.exe"
 WINE = shutil.which("wine64") or shutil.which("wine") or next(

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_tracing
-from memcost.analysis.trace import summary as trace_summary
+from conftest import needs_tracing, summarize_trace
 from memcost.analysis.trace.advice import pinning_advice
 from memcost.analysis.cost_model import CostModel
 from memcost.probe import probe_path
@@ -48,7 +47,7 @@ def trace(program: Path, *, as_user: bool) -> list[dict]:
 
 def check_every_way(samples: list[dict]) -> dict:
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
-    summary = trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
+    summary = summarize_trace(samples, CostModel(400.0, 40.0, "test"))
     touching = {row["site"].split(" (")[0]: row for row in summary["touching"]}
     for site, faults in (("mmap ← by_map_populate", MMAP_POPULATE), ("madvise ← by_madv_populate", MADVISE_POPULATE),
                          ("mlock ← by_mlock", MLOCKED)):
@@ -88,7 +87,7 @@ def check_pinning_named(c_program, as_user: bool) -> None:
     """The faults a CUDA call's driver takes inside a system call are one site, named by the call and
     the program's function that made it (the runtime's and driver's own frames skipped), every
     fault counted; each such site gets the pinning advice, and --verify's reason for not applying it."""
-    summary = trace_summary.summarize(trace(c_program("cuda_pinning_standin"), as_user=as_user),
+    summary = summarize_trace(trace(c_program("cuda_pinning_standin"), as_user=as_user),
                                       CostModel(400.0, 40.0, "test"))
     touching = {re.sub(r" \([^)]*\)", "", row["site"]): row for row in summary["touching"]}
     for site, faults in (("cudaHostAlloc ← load_batch", HOST_ALLOCATED),
@@ -119,7 +118,7 @@ def test_garbage_written_into_the_preload_descriptor_is_dropped_counted_and_the_
     samples = trace(c_program("preload_garbage"), as_user=True)
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert run["malformed_records"] >= 4 and run["malformed_bytes"] > 0
-    summary = trace_summary.summarize(samples, CostModel(400.0, 40.0, "test"))
+    summary = summarize_trace(samples, CostModel(400.0, 40.0, "test"))
     blocks = [row for row in summary["rows"] if row["site"].startswith("touch_a_block")]  # called from two lines
     # Every mmap and munmap around the garbage was read, and their faults charged to them.
     assert sum(row["mappings"] for row in blocks) == sum(row["freed"] for row in blocks) == 5

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, ROOT
 from memcost.probe import probe_path
 
-ROOT = Path(__file__).resolve().parents[2]
 FOREIGN_LIBCS = ROOT / "build" / "libc"
 REQUIRE_FOREIGN_LIBCS = "MEMCOST_REQUIRE_FOREIGN_LIBCS"  # make test sets it: a missing C library fails
 TLS_LIBRARIES = 48  # past the dynamic loader's spare room in a thread's TLS table (14 slots)

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import finish, run_memcost, start_memcost
+from conftest import DATA, ROOT, finish, run_memcost, start_memcost
 from memcost import pinned_memory
 from memcost.analysis import pinned as analysis
 from memcost.experiments import REGISTRY
 from memcost.pinning_torch import main as torch_main
 from test_contract import Recording, contract
 
-FAKE_SOURCE = Path(__file__).resolve().parents[1] / "cpp" / "fake_cuda.c"
+FAKE_SOURCE = ROOT / "tests" / "cpp" / "fake_cuda.c"
 SIZE = 64 << 20
 
 
@@ -288,7 +288,7 @@ def test_on_a_gpu_a_pytorch_user_gets_a_pinned_tensor_in_one_call():
 def test_pytorch_rows_run_one_process_a_round_apart_from_the_rounds(fake_driver, tmp_path):
     """Through a stand-in torch (tests/python/data/fake_torch): PyTorch's two ways, once a round
     each, in processes of their own, set against the fastest by their medians (not paired)."""
-    fake_torch = Path(__file__).parent / "data" / "fake_torch"
+    fake_torch = DATA / "fake_torch"
     result = run_memcost("--results-dir", str(tmp_path), "pinned", "--size", "16M", "--copy-size", "4M", "--rounds", "3",
                          "--ways", "make_big_array",
                          env={"MEMCOST_CUDA_LIBRARY": str(fake_driver),
@@ -320,7 +320,7 @@ def test_ctrl_c_to_the_process_group_ends_with_130_and_no_results_file(fake_driv
 # ---- bench/gpu_host.py: the done-when, measured on a GPU host in one command ----
 
 def _gpu_host_bench():
-    spec = importlib.util.spec_from_file_location("gpu_host", Path(__file__).resolve().parents[2] / "bench" / "gpu_host.py")
+    spec = importlib.util.spec_from_file_location("gpu_host", ROOT / "bench" / "gpu_host.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -354,7 +354,7 @@ def test_the_gpu_host_bench_judges_each_figure_of_the_done_when():
 def test_the_gpu_host_bench_runs_each_step_and_keeps_its_verdicts(fake_driver, tmp_path):
     """Rehearsed through the stand-in driver: memcost pinned runs, its checks are judged and kept;
     the CUDA program cannot be built without nvcc, which is a failed check, said; no driver: exit 4."""
-    bench = Path(__file__).resolve().parents[2] / "bench" / "gpu_host.py"
+    bench = ROOT / "bench" / "gpu_host.py"
     env = {**os.environ, "MEMCOST_CUDA_LIBRARY": str(fake_driver)}
     run = subprocess.run([sys.executable, str(bench), "--size", "64M", "--steps", "pinned", "--quick", "--out", str(tmp_path)],
                          capture_output=True, text=True, env=env, timeout=300)
