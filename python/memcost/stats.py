@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-import numpy as np
 
 
 @dataclass(frozen=True)
@@ -25,6 +24,7 @@ class Spread:
 
 def spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
     """Median and quartiles of the values that were measured (None is skipped)."""
+    import numpy as np  # here, not at the top: commands that never summarize (trace of a short command) skip its import
     measured = np.array([v for v in values if v is not None], dtype=float)
     if measured.size == 0:
         return None
@@ -49,6 +49,7 @@ def interleaved_order(names: list, rounds: int, seed: int) -> list[list]:
 def bootstrap_median_interval(values: Iterable[float], resamples: int = 2000, confidence: float = 0.95,
                               seed: int = 0) -> tuple[float, float]:
     """The percentile bootstrap interval of the median of `values` (paired differences, say)."""
+    import numpy as np
     data = np.array(list(values), dtype=float)
     generator = np.random.default_rng(seed)
     medians = np.median(data[generator.integers(0, data.size, size=(resamples, data.size))], axis=1)
@@ -62,6 +63,7 @@ def bootstrap_ratio_of_medians_interval(numerator: Iterable[float], denominator:
                                         seed: int = 0) -> tuple[float, float]:
     """The percentile bootstrap interval of median(numerator) / median(denominator), each resampled
     on its own: for two groups measured apart, whose values cannot be paired."""
+    import numpy as np
     top, bottom = np.array(list(numerator), dtype=float), np.array(list(denominator), dtype=float)
     generator = np.random.default_rng(seed)
     ratios = (np.median(top[generator.integers(0, top.size, size=(resamples, top.size))], axis=1)

@@ -210,7 +210,8 @@ class Tracing {
  private:
   // What the command's environment gets: the preload library (first, with the pipe it writes
   // to; or, for Python stacks alone, after the command's own preloads, so that an allocator it
-  // preloads keeps its place), the JIT runtimes' flags (kNodeOptions, kJavaOptions), and the
+  // preloads keeps its place), the JIT runtimes' flags (kNodeOptions, kJavaOptions, CPython's
+  // PYTHONPERFSUPPORT), and the
   // library's settings.
   std::vector<EnvironmentChange> command_environment() const {
     std::vector<EnvironmentChange> changes;
@@ -225,6 +226,10 @@ class Tracing {
     if (options_.runtime_flags) {
       changes.push_back({"NODE_OPTIONS", kNodeOptions, ' '});
       changes.push_back({"JAVA_TOOL_OPTIONS", kJavaOptions, ' '});
+      // CPython 3.12+ then names every Python function in perf's map through a trampoline of its
+      // own, so that a fault taken in native code (a PyTorch op) is named at the Python function
+      // that called it; older versions ignore the variable. What the user set stays.
+      if (getenv("PYTHONPERFSUPPORT") == nullptr) changes.push_back({"PYTHONPERFSUPPORT", "1"});
     }
     changes.push_back({"MEMCOST_PRELOAD_MIN_BYTES", std::to_string(options_.preload_min_bytes)});
     changes.push_back({"MEMCOST_PRELOAD_PYTHON", options_.python_frames ? "1" : "0"});

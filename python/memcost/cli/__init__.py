@@ -3,32 +3,56 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
 from .. import __version__, exit_codes
 from ..errors import MemcostError
 from ..results import DEFAULT_ROOT
-from ..console import fail
 from .. import interrupts, journal
 from .. import arguments
 from .base import Command
-from .bigarray import BigarrayCommand
-from .compare import CompareCommand
-from .costs import CostsCommand
-from .hugepages import HugepagesCommand
-from .importing import ImportCommand
-from .info import InfoCommand
-from .monitor import MonitorCommand
-from .pinned import PinnedCommand
-from .report import ReportCommand
-from .run import RunCommand
-from .scaling import ScalingCommand
-from .trace import TraceCommand
 
-COMMANDS: list[type[Command]] = [RunCommand, InfoCommand, CostsCommand, ScalingCommand, BigarrayCommand,
-                                 PinnedCommand, ReportCommand, CompareCommand, MonitorCommand, HugepagesCommand, TraceCommand,
-                                 ImportCommand]
+# Each subcommand's module (under memcost.cli) and class. A command line imports only the module of
+# the command it names, so that `memcost trace -- true` loads no plotting and no statistics it does
+# not use, and `memcost --version` none at all; help, or a line that names no command, loads them all.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "RunCommand"), "info": ("info", "InfoCommand"), "costs": ("costs", "CostsCommand"),
+    "scaling": ("scaling", "ScalingCommand"), "bigarray": ("bigarray", "BigarrayCommand"),
+    "pinned": ("pinned", "PinnedCommand"), "report": ("report", "ReportCommand"),
+    "compare": ("compare", "CompareCommand"), "monitor": ("monitor", "MonitorCommand"),
+    "hugepages": ("hugepages", "HugepagesCommand"), "trace": ("trace", "TraceCommand"),
+    "import": ("importing", "ImportCommand"),
+}
+
+
+def command_class(name: str) -> type[Command]:
+    module, class_name = COMMANDS[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), class_name)
+
+
+def _commands_named(argv: list[str]) -> list[str]:
+    """The commands a command line needs parsers for: the one it names; none for `--version`
+    alone; every one for help or a line that names none (argparse then lists them)."""
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word in ("-h", "--help"):
+            break
+        if word == "--results-dir":
+            index += 2
+            continue
+        if not word.startswith("-"):
+            return [word] if word in COMMANDS else list(COMMANDS)
+        index += 1
+    return [] if "--version" in argv and not {"-h", "--help"} & set(argv) else list(COMMANDS)
+
+
+def fail(message: str) -> None:
+    """One line on standard error (rich's console, loaded only when something is to be said)."""
+    from ..console import fail as say
+    say(message)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,16 +66,17 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(exit_codes.BAD_ARGUMENTS)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for a command line (`argv`: only the parsers it needs), or for every command."""
     parser = _Parser(prog="memcost", description=__doc__ and "Measure the true operating-system cost of large memory allocations.")
     parser.add_argument("--version", action="version", version=f"memcost {__version__}")
     parser.add_argument("--results-dir", type=arguments.output_folder, default=DEFAULT_ROOT, metavar="DIR",
                         help="where results are written (default: ./results)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
-    for command_class in COMMANDS:
-        command = command_class()
-        doc = (command_class.__doc__ or "").strip()
+    for name in _commands_named(argv) if argv is not None else COMMANDS:
+        command = command_class(name)()
+        doc = (type(command).__doc__ or "").strip()
         sub = subparsers.add_parser(command.name, help=doc.splitlines()[0] if doc else None, description=doc,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
         command.prepare_parser(sub)
@@ -62,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse, run, and turn every failure into one line and a documented exit code
     (the entry point, memcost.entry, has already made SIGTERM and SIGINT clean)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     try:
         journal.restore_left_behind()
         return args.handler.run(args)

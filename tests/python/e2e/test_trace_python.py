@@ -3,6 +3,7 @@
 (the preload library reports the calls). Debian's python3 with python3-numpy, which any user can run."""
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -102,7 +103,8 @@ def test_a_numpy_scripts_lines_are_its_allocation_sites_as_root(golden_results, 
     _check_sites(document["summary"]["rows"], _kernel_counts(result.stdout), script)
     # The full stack stays in the results: the script's frames, numpy's C code inside them, the interpreter outside.
     stacks = {s["metrics"]["stack"]: s["metrics"]["frames"] for s in document["samples"] if s["case"]["record"] == "stack"}
-    row = next(r for r in document["summary"]["rows"] if r["site"].startswith("filled"))
+    # The site is the script's line, after numpy's C function that it called (the line's detail).
+    row = next(r for r in document["summary"]["rows"] if re.search(r"(^| ← )filled \(", r["site"]))
     kinds = [frame["kind"] for frame in stacks[row["stack"]]]
     assert kinds.index("python") > 0 and kinds[-1] == "native"
     assert [f["function"] for f in stacks[row["stack"]] if f["kind"] == "python"] == ["filled", "<module>"]

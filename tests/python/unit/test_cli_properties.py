@@ -10,6 +10,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,21 @@ def test_the_run_summary_keeps_text_that_looks_like_markup():
     console.print(summary_table([("bigarray", "parallel MADV_POPULATE_WRITE [thp], 7× faster", "/r/[x]/bigarray.json")]))
     text = console.export_text()
     assert "parallel MADV_POPULATE_WRITE [thp], 7× faster" in text and "/r/[x]/bigarray.json" in text
+
+
+def test_each_command_is_found_under_its_own_name():
+    from memcost.cli import COMMANDS, command_class
+    assert {name: command_class(name)().name for name in COMMANDS} == {name: name for name in COMMANDS}
+
+
+def test_a_command_line_loads_only_the_command_it_names():
+    """`memcost --version` loads no command; `memcost trace ...` no plotting and no numpy."""
+    code = ("import sys\nfrom memcost.cli import build_parser\n"
+            "build_parser(sys.argv[1:])\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('memcost.cli.', 'numpy', 'matplotlib'))))")
+    loaded = lambda *argv: subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                                          check=True).stdout
+    assert loaded("--version") == "['memcost.cli.base']\n"
+    trace = loaded("trace", "--", "true")
+    assert "memcost.cli.trace" in trace and "memcost.cli.bigarray" not in trace
+    assert "numpy" not in trace and "matplotlib" not in trace

@@ -470,3 +470,75 @@ def test_faults_a_gpu_driver_takes_pinning_are_named_by_the_cuda_call():
     priced = next(item for item in pinning_advice(rows, pinned) if item["call"] == "cudaHostAlloc")
     assert "8,192 pages" in priced["text"] and "9.7× faster than cudaHostAlloc" in priced["text"]
     assert priced["times_faster"] == 9.7
+
+
+# A PyTorch program's stacks, as the tracer sends them: the preload library's Python block merged
+# into the native stack, and touching stacks named by CPython's perf map (3.12+ trampolines).
+TORCH = "/venv/lib/python3.12/site-packages/torch/lib"
+
+
+def _native(function, module):
+    return {"kind": "native", "function": function, "module": module, "file": "", "line": 0}
+
+
+def _python(function, file, line):
+    return {"kind": "python", "function": function, "file": file, "line": line, "module": file}
+
+
+def _trampoline(function, file):
+    return {"kind": "jit", "function": function, "file": file, "line": 0, "module": "/tmp/perf-7.map"}
+
+
+def test_a_pytorch_allocation_is_named_at_the_users_line_with_the_librarys_call_as_its_detail():
+    frames = [_native("__libc_memalign", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+              _native("c10::alloc_cpu(unsigned long)", f"{TORCH}/libc10.so"),
+              _native("at::empty_cpu(…)", f"{TORCH}/libtorch_cpu.so"),
+              _native("_PyEval_EvalFrameDefault", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"),
+              _python("empty", "/venv/lib/python3.12/site-packages/torch/_refs.py", 4),
+              _python("load_batch", "/srv/train.py", 12), _python("<module>", "/srv/train.py", 20),
+              _native("main", "/usr/bin/python3.12")]
+    names = trace_sites.SiteNames({1: frames}, [1])
+    assert names(1) == "c10::alloc_cpu(unsigned long) ← load_batch (train.py:12)"
+    assert names.plain(1) == "load_batch (train.py:12)"  # what a CUDA call's name goes before
+
+
+def test_the_interpreters_own_allocations_have_no_library_detail():
+    frames = [_native("_PyObject_Malloc", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"),
+              _native("list_resize", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"),
+              _python("grow", "/srv/app.py", 3), _native("main", "/usr/bin/python3.12")]
+    assert trace_sites.SiteNames({1: frames}, [1])(1) == "grow (app.py:3)"
+
+
+def test_native_code_of_installed_packages_and_of_the_interpreter_is_library_code():
+    interpreter = [_native("py_dl_open", "/usr/lib/python3.12/lib-dynload/_ctypes.cpython-312-x86_64-linux-gnu.so"),
+                   _native("_PyImport_FindSharedFuncptr", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"),
+                   _native("main", "/usr/bin/python3.12")]
+    assert not any(trace_frames.DEFAULT_FRAMES.is_users(frame) for frame in interpreter)
+    assert not trace_frames.DEFAULT_FRAMES.is_users(_native("c10::alloc_cpu(unsigned long)", f"{TORCH}/libc10.so"))
+    assert not trace_frames.DEFAULT_FRAMES.is_users(
+        _native("PyArray_NewFromDescr_int", "/usr/lib/python3/dist-packages/numpy/core/_multiarray_umath.so"))
+    # The program's own extension, beside its script, stays its own; --keep-frames brings a library's back.
+    mine = _native("fast_sum", "/srv/app/_fast.cpython-312-x86_64-linux-gnu.so")
+    assert trace_frames.DEFAULT_FRAMES.is_users(mine)
+    assert trace_frames.FrameFilter(keep="^c10::").is_users(_native("c10::alloc_cpu(unsigned long)", f"{TORCH}/libc10.so"))
+
+
+def test_a_fault_in_a_pytorch_op_is_named_at_the_python_function_from_cpythons_perf_map():
+    frames = [_native("memset", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+              _native("at::native::fill_out(…)", f"{TORCH}/libtorch_cpu.so"),
+              _native("_PyEval_EvalFrameDefault", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"),
+              _trampoline("fill_", "/venv/lib/python3.12/site-packages/torch/_tensor.py"),
+              _trampoline("fill_all", "/srv/train.py"),
+              _native("_PyEval_EvalFrameDefault", "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0"),
+              _trampoline("<module>", "/srv/train.py"), _native("main", "/usr/bin/python3.12")]
+    assert trace_sites.SiteNames({1: frames}, [1])(1) == "at::native::fill_out(…) ← fill_all (train.py)"
+
+
+def test_the_cuda_runtime_linked_in_by_nvcc_is_skipped_like_the_shared_one():
+    program = "/srv/cuda_pinning"
+    frames = [_native("ioctl", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+              _native("libcudart_static_a6b4ebf6406aa715b200756fcc397965457d733a", program),
+              _native("cudart::driverHelper::mallocHost(…)", program),
+              _native("cudaHostAlloc", program),
+              _native("register_buffer(unsigned long)", program), _native("main", program)]
+    assert trace_frames.user_frame(frames)["function"] == "register_buffer(unsigned long)"

@@ -29,16 +29,28 @@ GPU_MODULES = ("libcuda.so", "libcudart.so", "libnvidia-")
 SYSTEM_MODULES = C_AND_ALLOCATOR_MODULES + RUNTIME_MODULES + GPU_MODULES
 
 
+# Native code that came with the Python interpreter or its installed packages is library code, as
+# those packages' Python wrappers are (PYTHON_SYSTEM_FILES): extension modules and the libraries
+# they load from site-packages or dist-packages (torch's libtorch_cpu.so and libc10.so, numpy's,
+# NVIDIA's wheels), and the interpreter's own C code: its executable, libpython, and the standard
+# library's extension modules (lib-dynload). The user's code is the Python line that called them.
+# An extension module beside the user's script is the program's own.
+PYTHON_PACKAGE_MODULES = r"/(site|dist)-packages/"
+PYTHON_INTERPRETER_MODULES = r"(/lib/python\d\.\d+/|/libpython\d[\d.]*(d|m)?\.so[^/]*$|/python\d?(\.\d+)?$)"
+
+
 # Executables that are a runtime, not the program: their frames are skipped like a library's.
 RUNTIME_EXECUTABLES = ("node", "nodejs")
 
 
 # ... and of these functions, from language runtimes and standard libraries compiled into the
 # program: C++ standard-library templates, Go's runtime, Rust's alloc, core and std, CPython's
-# and numpy's allocators (docs/trace.md lists them; --skip-frames adds, --keep-frames exempts).
+# and numpy's allocators, and the CUDA runtime linked statically into a program by nvcc (its
+# entry points, its internals named `libcudart_static_<hash>` and `cudart::`) (docs/trace.md lists
+# them; --skip-frames adds, --keep-frames exempts).
 SYSTEM_FUNCTIONS = r"^(std::|__gnu_cxx::|__cxxabiv1::|operator new|operator delete|runtime\.|alloc::|core::|<alloc::|" \
                    r"<core::|_?Py(Mem|Object)_|_PyObject_|PyDataMem_|default_malloc|npy_alloc_cache|__rust_|" \
-                   r"cuda[A-Z]\w*$|__cudart)"
+                   r"cuda[A-Z]\w*$|__cudart|libcudart_static_|cudart::|cuGetProcAddress|cudaGetDriverEntryPoint)"
 
 
 # A Python frame is the interpreter's or a library's when its file is in the standard library or
@@ -78,12 +90,14 @@ class FrameFilter:
             return False
         if frame.get("kind") == "python":
             return not re.search(PYTHON_SYSTEM_FILES, frame.get("file") or "")
+        if python_jit(frame):  # CPython 3.12+'s trampolines (-X perf): a Python function, by its file
+            return not re.search(PYTHON_SYSTEM_FILES, frame.get("file") or "")
         if frame.get("kind") == "jit":
             # A compiled method or function has a name with a dot or a source file; a stub has neither.
             named = "." in function or bool(frame.get("file"))
             return named and not re.search(JIT_SYSTEM_FUNCTIONS, function) \
                 and not re.search(JIT_SYSTEM_FILES, frame.get("file") or "")
-        if module.startswith(SYSTEM_MODULES) or module in RUNTIME_EXECUTABLES:
+        if module.startswith(SYSTEM_MODULES) or module in RUNTIME_EXECUTABLES or python_library(frame):
             return False
         if by_module_only:
             return True
@@ -94,6 +108,40 @@ class FrameFilter:
 
 
 DEFAULT_FRAMES = FrameFilter()
+
+
+def python_library(frame: dict, packages_only: bool = False) -> bool:
+    """Whether a native frame is an installed Python package's (PYTHON_PACKAGE_MODULES), or, unless
+    `packages_only`, the interpreter's own (PYTHON_INTERPRETER_MODULES)."""
+    if frame.get("kind") not in ("native", "inlined", None):
+        return False
+    module = frame.get("module") or ""
+    return bool(re.search(PYTHON_PACKAGE_MODULES, module)) or \
+        (not packages_only and bool(re.search(PYTHON_INTERPRETER_MODULES, module)))
+
+
+def python_jit(frame: dict) -> bool:
+    """A Python function's frame named from CPython's perf map (3.12+, `-X perf` or
+    PYTHONPERFSUPPORT=1: a trampoline per function, `py::function:file.py`)."""
+    return frame.get("kind") == "jit" and (frame.get("file") or "").endswith(".py")
+
+
+def library_call(frames: list, index: int) -> Optional[dict]:
+    """Where a stack's site is a Python line (frames[index]), the installed package's native
+    function that the line called into, as the site's detail: the innermost frame of a package's
+    native code past the C library and the allocators (`c10::alloc_cpu` for `torch.empty`). None
+    where the line called no package's native code (the interpreter's own allocations)."""
+    if frames[index].get("kind") != "python" and not python_jit(frames[index]):
+        return None
+    for frame in frames[:index]:
+        if frame.get("kind") == "python" or python_jit(frame):
+            return None
+        function = frame.get("function") or ""
+        if os.path.basename(frame.get("module") or "").startswith(C_AND_ALLOCATOR_MODULES):
+            continue  # memcost's own preload library sits in site-packages too
+        if python_library(frame, packages_only=True) and function and not re.match(SYSTEM_FUNCTIONS, function):
+            return frame
+    return None
 
 
 def frames_of(params: dict) -> FrameFilter:
@@ -167,7 +215,10 @@ def frame_name(frame: Optional[dict]) -> str:
     function = frame.get("function") or (f"{os.path.basename(frame['module'])}+{frame.get('module_offset', 0):#x}"
                                          if frame.get("module") else f"{frame['address']:#x}")
     if frame.get("file") and not _library_line(frame):
-        return f"{function} ({os.path.basename(frame['file'])}:{frame['line']})"
+        # A Python function named by CPython's perf map has its file and no line.
+        where = os.path.basename(frame["file"]) if python_jit(frame) and not frame.get("line") else \
+            f"{os.path.basename(frame['file'])}:{frame['line']}"
+        return f"{function} ({where})"
     return function
 
 

@@ -8,7 +8,7 @@ import re
 from collections import Counter, defaultdict
 from typing import Optional
 
-from .frames import DEFAULT_FRAMES, FrameFilter, frame_name, user_frame_index
+from .frames import DEFAULT_FRAMES, FrameFilter, frame_name, library_call, user_frame_index
 from .records import Trace, touch_rows
 
 
@@ -124,25 +124,37 @@ class SiteNames:
 
     def __init__(self, stacks: dict, stack_ids, which: FrameFilter = DEFAULT_FRAMES):
         self._names: dict[int, str] = {}
-        groups: dict[str, dict[int, list[tuple]]] = defaultdict(dict)
+        self._details: dict[int, str] = {}
+        groups: dict[tuple, dict[int, list[tuple]]] = defaultdict(dict)
         for stack_id in set(stack_ids):
             frames = stacks.get(stack_id, [])
             index = user_frame_index(frames, which)
             if index is None:
                 self._names[stack_id] = frame_name(None)
                 continue
-            first = frame_name(frames[index])
-            groups[first][stack_id] = [_caller_key(frame) for frame in _callers(frames, index, which)]
-        for first, paths in groups.items():
+            called = library_call(frames, index)
+            detail = (called.get("function") or "") if called else ""
+            groups[(detail, frame_name(frames[index]))][stack_id] = [_caller_key(frame) for frame in _callers(frames, index, which)]
+        for (detail, first), paths in groups.items():
             for stack_id, path in paths.items():
                 self._names[stack_id] = first + "".join(CALLED_FROM + _caller_name(key, paths.values(), depth)
                                                         for depth, key in enumerate(_distinguishing(path, paths.values())))
+                if detail:
+                    self._details[stack_id] = detail
 
     def __call__(self, stack_id: int) -> str:
+        """The site: in a Python program whose line called an installed package's native code, that
+        code's function first, as its detail (`c10::alloc_cpu ← load_batch (train.py:12)`)."""
+        name = self.plain(stack_id)
+        return f"{self._details[stack_id]}{CALLED_FROM}{name}" if stack_id in self._details else name
+
+    def plain(self, stack_id: int) -> str:
+        """The site without its library detail (a CUDA call that pinned names it instead)."""
         return self._names.get(stack_id, frame_name(None))
 
     def rename(self, stack_id: int, name: str) -> None:
         self._names[stack_id] = name
+        self._details.pop(stack_id, None)
 
 
 # Go maps its heap on the system stack (runtime.systemstack), where no frame of the goroutine that

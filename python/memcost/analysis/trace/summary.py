@@ -271,7 +271,7 @@ def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[d
     calls_at = {row["stack"]: call_name(row["call"], trace.stacks.get(row["stack"], [])) for row in trace.call_faults}
 
     def touching_site(stack: int) -> str:
-        return f"{calls_at[stack]} ← {touching(stack)}" if stack in calls_at else touching(stack)
+        return f"{calls_at[stack]} ← {touching.plain(stack)}" if stack in calls_at else touching(stack)
 
     call_ms: Counter = Counter()
     for row in trace.call_faults:
