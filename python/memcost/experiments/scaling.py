@@ -102,8 +102,17 @@ def tables(summary: dict) -> list[Table]:
              number(c["alloc_total_s_at_max"], 3), number(c["free_total_s_at_max"], 3),
              number(c["marginal_ns_at_max"] / 1000, 2),
              "—" if c["exponent_k"] is None else f"{c['exponent_k']:.2f} [{c['exponent_ci'][0]:.2f}, {c['exponent_ci'][1]:.2f}]",
-             number(c["mappings_at_max"]), c["complexity"]] for c in summary["cases"]]
+             number(c["mappings_at_max"]), _class_with_size(c)] for c in summary["cases"]]
     return [(f"Scaling to {max((c['max_count'] for c in summary['cases']), default=0):,} outstanding blocks", headings, rows)]
+
+
+def _class_with_size(case: dict) -> str:
+    """The class, and for a growing one its size: the whole sweep against flat calls."""
+    if case["complexity"] in ("O(n)", "inconclusive") or not case.get("sweep_cost_ratio_ci"):
+        return case["complexity"]
+    from ..analysis import scaling as analysis
+    size = "large" if analysis.worth_changing(case) else "small"
+    return f"{case['complexity']}, {size}: sweep {case['sweep_cost_ratio']:.2f}×"
 
 
 def notes(summary: dict) -> list[str]:
@@ -111,6 +120,7 @@ def notes(summary: dict) -> list[str]:
 
 
 def interpret(summary: dict) -> list[str]:
+    from ..analysis import scaling as analysis
     cases = summary["cases"]
     if not cases:
         return []
@@ -122,10 +132,20 @@ def interpret(summary: dict) -> list[str]:
         sentences.append(f"Blocks that cannot merge into their neighbours' mappings cost {100 * (ratio - 1):.0f} % more "
                          "per call and each one counts against vm.max_map_count.")
     superlinear = [c for c in cases if c["complexity"] not in ("O(n)", "O(n log n)", "inconclusive")]
-    if superlinear:
-        sentences.append(f"In {len(superlinear)} case(s) each call costs more the more are outstanding (total "
-                         f"{', '.join(sorted({c['complexity'] for c in superlinear}))}): avoid that placement for many "
-                         "allocations.")
+    costly = [c for c in superlinear if analysis.worth_changing(c)]
+    small = [c for c in superlinear if not analysis.worth_changing(c)]
+    if costly:
+        worst = max(costly, key=lambda c: c["sweep_cost_ratio"])
+        low, high = worst["sweep_cost_ratio_ci"]
+        sentences.append(f"In {len(costly)} case(s) each call costs more the more are outstanding (total "
+                         f"{', '.join(sorted({c['complexity'] for c in costly}))}), and it adds up: the sweep of "
+                         f"{worst['label']} cost {worst['sweep_cost_ratio']:.2f}× what flat calls would have (95 % "
+                         f"interval {low:.2f}× to {high:.2f}×): avoid that placement for many allocations.")
+    if small:
+        most = max(c["sweep_cost_ratio_ci"][1] for c in small)
+        sentences.append(f"In {len(small)} case(s) a call costs a little more the more are outstanding (total "
+                         f"{', '.join(sorted({c['complexity'] for c in small}))}), but the whole sweep cost at most "
+                         f"{most:.2f}× what flat calls would have: not worth changing the placement for.")
     unclear = [c for c in cases if c["complexity"] == "inconclusive"]
     if unclear:
         sentences.append(f"{len(unclear)} case(s) are inconclusive: their per-call times fit more than one shape; "

@@ -132,3 +132,30 @@ def test_summary_fields_and_csv_rows():
     assert len(rows) == 16 and rows[-1]["count"] == 64000
     assert set(rows[0]) == {"count", "block_size_bytes", "placement", "shape", "commit", "rep", "alloc_s", "free_s",
                             "mappings"}
+
+
+def _advice(cases):
+    from memcost.experiments import scaling as declared
+    return " ".join(declared.interpret({"cases": cases, "headline": scaling.headline(cases)}))
+
+
+def test_a_knee_that_costs_the_sweep_a_few_percent_is_small_and_advised_against_by_no_one():
+    # The 2-vCPU guest's default placement: flat to ≈ 46,000, then +8 % at 64,000 outstanding.
+    case = _summary(lambda n: 1500.0 + 1500.0 * 0.08 * np.maximum(n - 46000.0, 0.0) / 18000.0, noise=0.005, reps=3)
+    assert case["complexity"] == "O(n²)" and case["model"] == "knee"
+    low, high = case["sweep_cost_ratio_ci"]
+    assert low <= case["sweep_cost_ratio"] <= high < scaling.WORTH_CHANGING_SWEEP
+    assert case["sweep_cost_ratio"] == pytest.approx(1 + 0.08 * 18000 / 2 / 64000, abs=0.01)
+    assert case["verdict"].startswith("O(n²) beyond the knee, small (the whole sweep cost 1.01×")
+    advice = _advice([case])
+    assert "avoid" not in advice and "not worth changing the placement for" in advice
+
+
+def test_a_call_whose_cost_doubles_over_the_sweep_is_large_and_advised_against():
+    case = _summary(lambda n: 1500.0 + 1500.0 * n / 64000.0, noise=0.01, reps=3)
+    assert case["complexity"] == "O(n²)"
+    # Against the first tenth's cost (1.05× the first call's): 2,250 ns a call on average against 1,575.
+    assert case["sweep_cost_ratio"] == pytest.approx(2250 / 1575, abs=0.03)
+    assert scaling.worth_changing(case) and ", large (the whole sweep cost 1.4" in case["verdict"]
+    advice = _advice([case])
+    assert "avoid that placement for many allocations" in advice and "1.4" in advice
