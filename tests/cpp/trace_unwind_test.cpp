@@ -16,6 +16,7 @@
 
 #include "trace/unwind/perf_map.hpp"
 #include "trace/unwind/symbol_names.hpp"
+#include "trace/unwind/symbol_table.hpp"
 #include "trace/unwind/unwinder.hpp"
 
 namespace memcost::trace {
@@ -147,6 +148,54 @@ TEST(Unwind, ARealStackUnwindsToItsCallers) {
   EXPECT_NE(frames[0].function.find("capture_here"), std::string::npos) << frames[0].function;
 }
 #endif
+
+// The sorted table names every address as libdwfl's own lookup (a walk over every symbol) does:
+// the C library's code, a few thousand addresses chosen at random, and this program's.
+TEST(SymbolTable, NamesAddressesAsLibdwflsLookupDoes) {
+  static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr, nullptr};
+  Dwfl* dwfl = dwfl_begin(&callbacks);
+  ASSERT_NE(dwfl, nullptr);
+  ASSERT_EQ(dwfl_linux_proc_report(dwfl, getpid()), 0);
+  ASSERT_EQ(dwfl_report_end(dwfl, nullptr, nullptr), 0);
+  std::mt19937_64 random(7);
+  std::size_t compared = 0, named = 0;
+  for (const auto& mapping : code_mappings()) {
+    if (mapping.path.find("libc.so") == std::string::npos && mapping.path.find("memcost_trace_tests") == std::string::npos) {
+      continue;
+    }
+    Dwfl_Module* module = dwfl_addrmodule(dwfl, mapping.start);
+    ASSERT_NE(module, nullptr) << mapping.path;
+    const detail::SymbolTable table(module);
+    EXPECT_GT(table.size(), 100U) << mapping.path;
+    for (int i = 0; i < 3000; ++i) {
+      const std::uint64_t address = mapping.start + random() % (mapping.end - mapping.start);
+      const char* theirs = dwfl_module_addrname(module, address);
+      const char* ours = table.name_at(address);
+      EXPECT_STREQ(ours, theirs) << mapping.path << " +" << std::hex << address - mapping.start;
+      ++compared;
+      named += theirs != nullptr;
+    }
+  }
+  dwfl_end(dwfl);
+  EXPECT_GE(compared, 6000U);
+  EXPECT_GT(named, compared / 2);
+}
+
+TEST(SymbolTable, TheHoldingSymbolWinsThenTheBestBoundThenTheNearestLabelBeforeIt) {
+  using Symbol = detail::SymbolTable::Symbol;
+  const detail::SymbolTable table({Symbol{0x1000, 0x100, "outer", 0}, Symbol{0x1000, 0x100, "outer_local", 2},
+                                   Symbol{0x1040, 0, "label", 2}, Symbol{0x1200, 0x10, "small", 1},
+                                   Symbol{0x1200, 0x10, "small_global", 0}, Symbol{0x1300, 0, "tail", 2}});
+  EXPECT_STREQ(table.name_at(0x1000), "outer");
+  EXPECT_STREQ(table.name_at(0x1080), "outer");  // inside outer, past a local label: the function
+  EXPECT_STREQ(table.name_at(0x1205), "small_global");
+  // Past a sized function and before the next symbol: no name (the labels before that function do not
+  // reach past it), as libdwfl says; past a label with nothing sized between: the label.
+  EXPECT_EQ(table.name_at(0x1250), nullptr);
+  EXPECT_STREQ(table.name_at(0x1400), "tail");
+  EXPECT_EQ(table.name_at(0x0fff), nullptr);
+  EXPECT_EQ(detail::SymbolTable().name_at(0x1000), nullptr);
+}
 
 // Random registers and random, truncated stacks: every call returns, none reads outside the
 // copy it was given (AddressSanitizer would say), and what cannot be unwound ends the stack.

@@ -296,7 +296,7 @@ std::string Unwinder::function_name(Dwarf_Die* die) {
 
 std::vector<Frame> Unwinder::symbolize(Process& process, std::uint64_t pc) {
   Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
-  Frame frame = symbolize_function(module, pc);
+  Frame frame = symbolize_function(process, module, pc);
   Dwarf_Addr bias = 0;
   Dwarf_Die* unit = module ? dwfl_module_addrdie(module, pc, &bias) : nullptr;
   Dwarf_Die* scopes = nullptr;
@@ -336,7 +336,7 @@ std::vector<Frame> Unwinder::symbolize(Process& process, std::uint64_t pc) {
   return chain;
 }
 
-Frame Unwinder::symbolize_function(Dwfl_Module* module, std::uint64_t pc) {
+Frame Unwinder::symbolize_function(Process& process, Dwfl_Module* module, std::uint64_t pc) {
   Frame frame;
   frame.address = pc;
   if (module == nullptr) return frame;
@@ -345,7 +345,9 @@ Frame Unwinder::symbolize_function(Dwfl_Module* module, std::uint64_t pc) {
   const char* name = dwfl_module_info(module, nullptr, &low, nullptr, nullptr, nullptr, &main_file, nullptr);
   frame.module = main_file ? main_file : (name ? name : "");
   frame.module_offset = pc - low;
-  frame.function = demangle(dwfl_module_addrname(module, pc));
+  auto [table, fresh] = process.symbols.try_emplace(module);
+  if (fresh) table->second = SymbolTable(module);
+  frame.function = demangle(table->second.name_at(pc));
   if (Dwfl_Line* line = dwfl_module_getsrc(module, pc)) {
     int number = 0;
     if (const char* file = dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {

@@ -25,6 +25,7 @@
 #include "trace/unwind/perf_map.hpp"
 #include "trace/unwind/python_frames.hpp"
 #include "trace/unwind/symbol_names.hpp"
+#include "trace/unwind/symbol_table.hpp"
 
 namespace memcost::trace::detail {
 
@@ -58,6 +59,8 @@ struct Process {
   std::size_t code_known = static_cast<std::size_t>(-1);
   UnwindInput input;
   bool read_proc_maps = false;
+  // Each module's symbols, sorted the first time a frame lands in it (symbol_table.hpp).
+  std::unordered_map<Dwfl_Module*, SymbolTable> symbols;
 
   ~Process() {
     if (dwfl) dwfl_end(dwfl);
@@ -136,7 +139,7 @@ class Unwinder {
   // line), then the function the code belongs to, at the line where the outermost one was inlined.
   std::vector<Frame> symbolize(Process& process, std::uint64_t pc);
 
-  static Frame symbolize_function(Dwfl_Module* module, std::uint64_t pc);
+  static Frame symbolize_function(Process& process, Dwfl_Module* module, std::uint64_t pc);
 
   const Options& options_;
   Sink& sink_;
