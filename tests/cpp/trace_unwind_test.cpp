@@ -3,10 +3,13 @@
 // one, and names read as people write them (C++, Rust legacy and v0, JIT code from perf maps).
 #include <gtest/gtest.h>
 
+#include <dwarf.h>
+
 #include "collecting_sink.hpp"
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 #include <sys/stat.h>
 #include <fstream>
@@ -16,6 +19,7 @@
 
 #include "trace/unwind/perf_map.hpp"
 #include "trace/unwind/symbol_names.hpp"
+#include "trace/unwind/inline_scopes.hpp"
 #include "trace/unwind/symbol_table.hpp"
 #include "trace/unwind/unwinder.hpp"
 
@@ -179,6 +183,56 @@ TEST(SymbolTable, NamesAddressesAsLibdwflsLookupDoes) {
   dwfl_end(dwfl);
   EXPECT_GE(compared, 6000U);
   EXPECT_GT(named, compared / 2);
+}
+
+// The inlined functions at an address from one walk of the unit agree with libdw's two walks per
+// address (dwarf_getscopes, then the concrete parents of its innermost scope): this program's own
+// code, where it has debugging information (the RelWithDebInfo build of make test-asan).
+TEST(InlineScopes, AgreeWithLibdwsScopesOnThisProgramsCode) {
+  static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr, nullptr};
+  Dwfl* dwfl = dwfl_begin(&callbacks);
+  ASSERT_NE(dwfl, nullptr);
+  ASSERT_EQ(dwfl_linux_proc_report(dwfl, getpid()), 0);
+  ASSERT_EQ(dwfl_report_end(dwfl, nullptr, nullptr), 0);
+  std::mt19937_64 random(11);
+  std::size_t compared = 0, inlined = 0;
+  std::map<Dwarf_Off, detail::InlineScopes> units;
+  for (const auto& mapping : code_mappings()) {
+    if (mapping.path.find("memcost_trace_tests") == std::string::npos) continue;
+    Dwfl_Module* module = dwfl_addrmodule(dwfl, mapping.start);
+    ASSERT_NE(module, nullptr);
+    for (int i = 0; i < 4000; ++i) {
+      const std::uint64_t address = mapping.start + random() % (mapping.end - mapping.start);
+      Dwarf_Addr bias = 0;
+      Dwarf_Die* unit = dwfl_module_addrdie(module, address, &bias);
+      if (unit == nullptr) continue;
+      Dwarf_Die* scopes = nullptr;
+      int count = dwarf_getscopes(unit, address - bias, &scopes);
+      if (count > 0) {
+        Dwarf_Die innermost = scopes[0];
+        std::free(scopes);
+        scopes = nullptr;
+        count = dwarf_getscopes_die(&innermost, &scopes);
+      }
+      std::vector<Dwarf_Off> theirs;
+      for (int k = 0; k < count; ++k) {
+        const int tag = dwarf_tag(&scopes[k]);
+        if (tag == DW_TAG_inlined_subroutine || tag == DW_TAG_subprogram) theirs.push_back(dwarf_dieoffset(&scopes[k]));
+        if (tag == DW_TAG_subprogram) break;
+      }
+      std::free(scopes);
+      auto [index, fresh] = units.try_emplace(dwarf_dieoffset(unit));
+      if (fresh) index->second = detail::InlineScopes(unit);
+      std::vector<Dwarf_Off> ours;
+      for (Dwarf_Die& die : index->second.at(address - bias)) ours.push_back(dwarf_dieoffset(&die));
+      EXPECT_EQ(ours, theirs) << "+" << std::hex << address - mapping.start;
+      ++compared;
+      inlined += theirs.size() > 1;
+    }
+  }
+  dwfl_end(dwfl);
+  if (compared == 0) GTEST_SKIP() << "this build has no debugging information (make test-asan's has)";
+  EXPECT_GT(inlined, 0U);
 }
 
 TEST(SymbolTable, TheHoldingSymbolWinsThenTheBestBoundThenTheNearestLabelBeforeIt) {

@@ -299,21 +299,19 @@ std::vector<Frame> Unwinder::symbolize(Process& process, std::uint64_t pc) {
   Frame frame = symbolize_function(process, module, pc);
   Dwarf_Addr bias = 0;
   Dwarf_Die* unit = module ? dwfl_module_addrdie(module, pc, &bias) : nullptr;
-  Dwarf_Die* scopes = nullptr;
-  int count = unit ? dwarf_getscopes(unit, pc - bias, &scopes) : 0;
-  if (count > 0) {
-    // The scopes as nested where the code is (after an inlined instance, getscopes gives its
-    // abstract definition's): the innermost one's chain of parents, as eu-addr2line -i does.
-    Dwarf_Die innermost = scopes[0];
-    std::free(scopes);
-    scopes = nullptr;
-    count = dwarf_getscopes_die(&innermost, &scopes);
+  // The functions inlined here, innermost first, then the one they are inlined in, as the code is
+  // nested (eu-addr2line -i gives the same).
+  std::vector<Dwarf_Die> scopes;
+  if (unit != nullptr) {
+    auto [index, fresh] = process.inline_scopes.try_emplace({module, dwarf_dieoffset(unit)});
+    if (fresh) index->second = InlineScopes(unit);
+    scopes = index->second.at(pc - bias);
   }
   std::vector<Frame> chain;
   Dwarf_Files* files = nullptr;
   std::size_t file_count = 0;
-  if (count > 0 && dwarf_getsrcfiles(unit, &files, &file_count) != 0) files = nullptr;
-  for (int i = 0; i < count; ++i) {
+  if (!scopes.empty() && dwarf_getsrcfiles(unit, &files, &file_count) != 0) files = nullptr;
+  for (std::size_t i = 0; i < scopes.size(); ++i) {
     const int tag = dwarf_tag(&scopes[i]);
     if (tag == DW_TAG_subprogram) break;
     if (tag != DW_TAG_inlined_subroutine) continue;
@@ -331,7 +329,6 @@ std::vector<Frame> Unwinder::symbolize(Process& process, std::uint64_t pc) {
     }
     if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attribute), &line) == 0) frame.line = static_cast<int>(line);
   }
-  std::free(scopes);
   chain.push_back(std::move(frame));
   return chain;
 }

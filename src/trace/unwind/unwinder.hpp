@@ -25,6 +25,7 @@
 #include "trace/unwind/perf_map.hpp"
 #include "trace/unwind/python_frames.hpp"
 #include "trace/unwind/symbol_names.hpp"
+#include "trace/unwind/inline_scopes.hpp"
 #include "trace/unwind/symbol_table.hpp"
 
 namespace memcost::trace::detail {
@@ -61,6 +62,8 @@ struct Process {
   bool read_proc_maps = false;
   // Each module's symbols, sorted the first time a frame lands in it (symbol_table.hpp).
   std::unordered_map<Dwfl_Module*, SymbolTable> symbols;
+  // Each compile unit's inlined functions, walked the first time a frame lands in it (inline_scopes.hpp).
+  std::map<std::pair<Dwfl_Module*, Dwarf_Off>, InlineScopes> inline_scopes;
 
   ~Process() {
     if (dwfl) dwfl_end(dwfl);
