@@ -3,6 +3,8 @@
 
 #include <sys/ioctl.h>
 
+#include <algorithm>
+
 namespace memcost::trace::detail {
 
 Failure CallTracepoints::check() {
@@ -15,7 +17,7 @@ Failure CallTracepoints::check() {
 bool CallTracepoints::open(const RunSetting& run, pid_t target, int cpu, EventList& events, Failure& why) const {
   const std::string filter = mapping_calls_filter();
   for (const auto& [event, format] : tracepoints_) {
-    perf_event_attr attr = base_attr(event.sample_type, run.stack_bytes);
+    perf_event_attr attr = base_attr(event.sample_type, std::max(run.stack_bytes, kCallStackBytes));
     attr.type = PERF_TYPE_TRACEPOINT;
     attr.config = format.id;
     if (run.attaching) attr.enable_on_exec = 0;

@@ -31,6 +31,12 @@ class CallTracepoints {
   int check_fd_ = -1;
 };
 
+// The user stack a mapping call's sample copies: deeper than a fault's. A call is made once per
+// allocation, not once per page, and the code that allocates for a Python program (PyTorch's
+// dispatcher, 10-30 KiB of C++ frames between c10::alloc_cpu and the interpreter) hides the
+// Python functions that asked for the memory below 4 KiB.
+inline constexpr std::uint32_t kCallStackBytes = 32768;
+
 // Fault time, where the kernel allows kernel samples and shows its symbols: a cpu-clock event
 // samples the traced tree's CPU time in kernel mode every cpu_sample_period_ns, with the kernel
 // call chain, classified by the kernel's own function names (kernel_symbols.hpp).
