@@ -542,3 +542,14 @@ def test_the_cuda_runtime_linked_in_by_nvcc_is_skipped_like_the_shared_one():
               _native("cudaHostAlloc", program),
               _native("register_buffer(unsigned long)", program), _native("main", program)]
     assert trace_frames.user_frame(frames)["function"] == "register_buffer(unsigned long)"
+
+
+def test_rusts_standard_trait_implementations_inlined_into_the_caller_are_skipped():
+    program = "/srv/growth_and_frames"
+    frames = [_native("calloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+              {**_native("alloc::alloc::alloc_zeroed", program), "kind": "inlined"},
+              {**_native("<alloc::alloc::Global as core::alloc::Allocator>::allocate_zeroed", program), "kind": "inlined"},
+              {**_native("<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem", program), "kind": "inlined"},
+              {**_native("alloc::vec::from_elem", program), "kind": "inlined"},
+              _native("growth_and_frames::render_frames", program), _native("growth_and_frames::main", program)]
+    assert trace_frames.user_frame(frames)["function"] == "growth_and_frames::render_frames"
