@@ -123,9 +123,27 @@ def measure(values: dict, directory) -> dict:
     return document
 
 
+# Beside a verified trace.json, what its verification measured, alone: the next trace of the host
+# learns from these small files instead of parsing every trace document it ever wrote (a results
+# folder with a few PyTorch traces made each `memcost trace -- true` read 1.4 s of JSON).
+VERIFIED_NAME = "verification.jsonl"
+
+
+def _verified_traces(results_root: Path, host: str):
+    """This host's verifications, newest first, as learned_ratios reads trace documents."""
+    found = sorted(Path(results_root).glob(f"*/{VERIFIED_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for path in found:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("host") == host:
+            yield {"summary": {"totals": {"command": record.get("command")}, "verification": record.get("verification")}}
+
+
 def _corrected_by_verification(summary: dict, results_root: Path, host: str) -> None:
     """Estimates corrected by what `--verify` measured on this host before (analysis/verify.py)."""
-    correct_estimates(summary, learned_ratios(document for _, document in documents_of_host(results_root, "trace", host)))
+    correct_estimates(summary, learned_ratios(_verified_traces(results_root, host)))
 
 
 def _verify(document: dict, trace: trace_records.Trace, values: dict) -> None:
@@ -147,6 +165,9 @@ def _verify(document: dict, trace: trace_records.Trace, values: dict) -> None:
                                 verdict=found["verdict"])
         stored = {key: value for key, value in document.items() if key != "path"}
         write_atomically(Path(document["path"]), json.dumps(stored, indent=1) + "\n")
+        learned = {"host": document["context"].get("host"), "command": document["summary"]["totals"].get("command"),
+                   "verification": verification}
+        write_atomically(Path(document["path"]).parent / VERIFIED_NAME, json.dumps(learned) + "\n")
 
 
 def _store(values: dict, directory, run, trace: trace_records.Trace, cost, raw, windows, notes: list) -> dict:
