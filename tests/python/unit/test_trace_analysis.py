@@ -553,3 +553,15 @@ def test_rusts_standard_trait_implementations_inlined_into_the_caller_are_skippe
               {**_native("alloc::vec::from_elem", program), "kind": "inlined"},
               _native("growth_and_frames::render_frames", program), _native("growth_and_frames::main", program)]
     assert trace_frames.user_frame(frames)["function"] == "growth_and_frames::render_frames"
+
+
+def test_a_tracer_that_costs_more_than_a_tenth_of_the_commands_cpu_says_so():
+    def warned(tracer_ms):
+        samples = churn(5)
+        samples[-1]["metrics"].update(tracer_user_ns=int(tracer_ms * 1e6), tracer_system_ns=0)
+        _, warnings = trace_summary.analyze(samples, cost=COST)
+        return [w["message"] for w in warnings if w["code"] == "tracer_cost"]
+    # The command used 800 ms of CPU (run()'s 400 user and 400 system).
+    assert warned(79.0) == []
+    message, = warned(120.0)
+    assert "120 ms of CPU, 15% of the command's 800 ms" in message

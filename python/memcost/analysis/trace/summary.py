@@ -357,6 +357,10 @@ def analyze_trace(trace: Trace, costs_summary: Optional[dict] = None, cost: Opti
     return summary, _warnings(summary["totals"], trace)
 
 
+# The tracer's own CPU time beyond which a trace says so: its share of the command's.
+TRACER_CPU_WARNING = 0.10
+
+
 def _warnings(totals: dict, trace: Trace) -> list[dict]:
     """What the reader should know before trusting the tables: counts that disagree with the
     kernel's, records dropped, perf maps refused, runtimes that could not name their code."""
@@ -372,6 +376,13 @@ def _warnings(totals: dict, trace: Trace) -> list[dict]:
                                     f"({totals['malformed_bytes']:,} bytes) were dropped and the rest read: something in "
                                     "the command wrote into the preload library's descriptor "
                                     "(MEMCOST_PRELOAD_FD); the calls they stood for are missing from the tables"})
+    command_cpu_ms = totals.get("user_ms", 0) + totals.get("system_ms", 0)
+    if command_cpu_ms and totals.get("tracer_cpu_ms", 0) > TRACER_CPU_WARNING * command_cpu_ms:
+        warnings.append({"code": "tracer_cost",
+                         "message": f"the tracer itself used {totals['tracer_cpu_ms']:,.0f} ms of CPU, "
+                                    f"{totals['tracer_cpu_ms'] / command_cpu_ms:.0%} of the command's {command_cpu_ms:,.0f} ms: "
+                                    "on a short command its start and end weigh most; on a long one, fewer touching "
+                                    "samples (--touch-samples-per-second) or --no-python-frames cost less"})
     refused = trace.run.get("refused_perf_maps", 0)
     if refused:
         warnings.append({"code": "perf_map_refused",
