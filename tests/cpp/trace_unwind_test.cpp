@@ -153,14 +153,30 @@ TEST(Unwind, ARealStackUnwindsToItsCallers) {
 }
 #endif
 
+// libdwfl's view of this process, its modules reported as libdwfl finds them itself.
+struct ThisProcess {
+  ThisProcess() {
+    static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr, nullptr};
+    dwfl = dwfl_begin(&callbacks);
+    if (dwfl && (dwfl_linux_proc_report(dwfl, getpid()) != 0 || dwfl_report_end(dwfl, nullptr, nullptr) != 0)) {
+      dwfl_end(dwfl);
+      dwfl = nullptr;
+    }
+  }
+  ~ThisProcess() {
+    if (dwfl) dwfl_end(dwfl);
+  }
+  ThisProcess(const ThisProcess&) = delete;
+  ThisProcess& operator=(const ThisProcess&) = delete;
+  Dwfl* dwfl = nullptr;
+};
+
 // The sorted table names every address as libdwfl's own lookup (a walk over every symbol) does:
 // the C library's code, a few thousand addresses chosen at random, and this program's.
 TEST(SymbolTable, NamesAddressesAsLibdwflsLookupDoes) {
-  static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr, nullptr};
-  Dwfl* dwfl = dwfl_begin(&callbacks);
+  const ThisProcess process;
+  Dwfl* dwfl = process.dwfl;
   ASSERT_NE(dwfl, nullptr);
-  ASSERT_EQ(dwfl_linux_proc_report(dwfl, getpid()), 0);
-  ASSERT_EQ(dwfl_report_end(dwfl, nullptr, nullptr), 0);
   std::mt19937_64 random(7);
   std::size_t compared = 0, named = 0;
   for (const auto& mapping : code_mappings()) {
@@ -180,7 +196,6 @@ TEST(SymbolTable, NamesAddressesAsLibdwflsLookupDoes) {
       named += theirs != nullptr;
     }
   }
-  dwfl_end(dwfl);
   EXPECT_GE(compared, 6000U);
   EXPECT_GT(named, compared / 2);
 }
@@ -189,11 +204,9 @@ TEST(SymbolTable, NamesAddressesAsLibdwflsLookupDoes) {
 // address (dwarf_getscopes, then the concrete parents of its innermost scope): this program's own
 // code, where it has debugging information (the RelWithDebInfo build of make test-asan).
 TEST(InlineScopes, AgreeWithLibdwsScopesOnThisProgramsCode) {
-  static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr, nullptr};
-  Dwfl* dwfl = dwfl_begin(&callbacks);
+  const ThisProcess process;
+  Dwfl* dwfl = process.dwfl;
   ASSERT_NE(dwfl, nullptr);
-  ASSERT_EQ(dwfl_linux_proc_report(dwfl, getpid()), 0);
-  ASSERT_EQ(dwfl_report_end(dwfl, nullptr, nullptr), 0);
   std::mt19937_64 random(11);
   std::size_t compared = 0, inlined = 0;
   std::map<Dwarf_Off, detail::InlineScopes> units;
@@ -230,7 +243,6 @@ TEST(InlineScopes, AgreeWithLibdwsScopesOnThisProgramsCode) {
       inlined += theirs.size() > 1;
     }
   }
-  dwfl_end(dwfl);
   if (compared == 0) GTEST_SKIP() << "this build has no debugging information (make test-asan's has)";
   EXPECT_GT(inlined, 0U);
 }
