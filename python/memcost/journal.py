@@ -12,6 +12,7 @@ boot values too) as root, else in $XDG_RUNTIME_DIR or /tmp; $MEMCOST_JOURNAL ove
 from __future__ import annotations
 
 import fcntl
+import importlib
 import json
 import os
 from contextlib import contextmanager
@@ -25,6 +26,10 @@ JOURNAL_ENV = "MEMCOST_JOURNAL"
 
 # kind -> function that puts the setting of one entry back and returns a sentence saying what it did.
 _RESTORERS: dict[str, Callable[[dict], str]] = {}
+
+# kind -> the module that registers its restorer when imported: a command imports only what it uses
+# (memcost.cli), so a kind left behind by another command's module is imported when it is met.
+_RESTORER_MODULES = {"hugetlb_pool": "memcost.hugepool", "tracefs_mount": "memcost.tracefs"}
 
 
 def register(kind: str, restore: Callable[[dict], str]) -> None:
@@ -108,6 +113,8 @@ def restore_left_behind() -> list[str]:
 def _restore_into(done: list[str]) -> None:
     with _locked() as entries:
         for entry in [e for e in entries if not _owner_alive(e)]:
+            if entry.get("kind") not in _RESTORERS and entry.get("kind") in _RESTORER_MODULES:
+                importlib.import_module(_RESTORER_MODULES[entry["kind"]])
             restore = _RESTORERS.get(entry.get("kind"))
             if restore is None:
                 continue

@@ -215,3 +215,16 @@ def test_a_command_line_loads_only_the_command_it_names():
     trace = loaded("trace", "--", "true")
     assert "memcost.cli.trace" in trace and "memcost.cli.bigarray" not in trace
     assert "numpy" not in trace and "matplotlib" not in trace
+
+
+def test_the_journal_finds_the_restorer_of_every_kind_whichever_command_runs():
+    """A command loads only its own modules; a setting another command's module left changed is
+    still put back, its restorer's module imported when its entry is met."""
+    code = ("import importlib, memcost.journal as journal\n"
+            "modules = dict(journal._RESTORER_MODULES)\n"
+            "for kind, module in modules.items():\n"
+            "    assert kind not in journal._RESTORERS\n"
+            "    importlib.import_module(module)\n"
+            "    assert kind in journal._RESTORERS, kind\n"
+            "print(sorted(journal._RESTORERS) == sorted(modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"
