@@ -30,7 +30,7 @@ from .experiments.shared import finish
 from .experiments.trace import EXPERIMENT, RAW_NAME
 from .export.pprof import Windows
 from .probe import run_probe
-from .results import documents_of_host, load_document, make_document, write_atomically
+from .results import document_text, documents_of_host, load_document, make_document, write_atomically
 from .runner import run_with_progress
 from .verify import verify
 
@@ -164,7 +164,7 @@ def _verify(document: dict, trace: trace_records.Trace, values: dict) -> None:
                                 measured_saving_interval_ms=found["measured_saving_interval_ms"],
                                 verdict=found["verdict"])
         stored = {key: value for key, value in document.items() if key != "path"}
-        write_atomically(Path(document["path"]), json.dumps(stored, indent=1) + "\n")
+        write_atomically(Path(document["path"]), document_text(stored))
         learned = {"host": document["context"].get("host"), "command": document["summary"]["totals"].get("command"),
                    "verification": verification}
         write_atomically(Path(document["path"]).parent / VERIFIED_NAME, json.dumps(learned) + "\n")
@@ -224,6 +224,6 @@ def reaggregate(path: Path) -> bool:
         if key in totals:
             summary["totals"][key] = totals[key]
     document["summary"] = {**summary, "figures": document["summary"].get("figures", [])}
-    write_atomically(path, json.dumps(document, indent=1) + "\n")
+    write_atomically(path, document_text(document))
     return True
 

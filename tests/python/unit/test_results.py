@@ -54,3 +54,18 @@ def test_load_document_reports_what_is_wrong(tmp_path):
     (tmp_path / "future.json").write_text(json.dumps(future))
     with pytest.raises(ResultsError, match="schema version"):
         load_document(tmp_path / "future.json")
+
+
+def test_a_documents_samples_are_written_one_a_line_and_read_back_the_same():
+    from memcost.results import document_text
+    document = {"schema_version": 1, "experiment": "trace", "context": {"host": "h"}, "params": {},
+                "samples": [{"case": {"record": "stack"}, "metrics": {"frames": [{"function": "a\u0000b ✓"}] * 3}},
+                            {"case": {"record": "run"}, "metrics": {}}],
+                "summary": {"rows": []}, "warnings": []}
+    text = document_text(document)
+    assert json.loads(text) == document
+    lines = text.splitlines()
+    assert sum(line.startswith('  {"case"') for line in lines) == 2  # one line a sample
+    assert list(json.loads(text)) == list(document)  # the keys in their order
+    assert json.loads(document_text({**document, "samples": []})) == {**document, "samples": []}
+    assert json.loads(document_text({"experiment": "info"})) == {"experiment": "info"}
