@@ -5,7 +5,6 @@ import json
 import os
 import re
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ file and docs page beside it; every output format renders the same declared tabl
 
 import argparse
 import json
-from pathlib import Path
 
 import pytest
 
