@@ -6,8 +6,6 @@ import time
 from contextlib import contextmanager, nullcontext
 from typing import Optional
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
 from .console import console
 from .probe import ProbeRun, run_probe
 
@@ -15,10 +13,16 @@ PLAIN_PROGRESS_EVERY_S = 10.0
 
 
 # `memcost run` shares one display across its experiments: (progress, overall task).
-_suite: Optional[tuple[Progress, object]] = None
+_suite: Optional[tuple[object, object]] = None
 
-COLUMNS = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[label]}"),
-           TimeElapsedColumn(), TimeRemainingColumn())
+
+def _progress(**options):
+    """A rich progress display with memcost's columns. rich.progress is imported here, on a
+    terminal only: a command run by a script, or with nothing to calibrate, never pays for it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[label]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    console=console, **options)
 
 
 @contextmanager
@@ -30,7 +34,7 @@ def suite_progress(experiments: int):
     if not console.is_terminal:
         yield lambda name: None
         return
-    with Progress(*COLUMNS, console=console) as progress:
+    with _progress() as progress:
         overall = progress.add_task("memcost run", total=experiments, label="")
         _suite = (progress, overall)
         try:
@@ -52,7 +56,7 @@ def run_with_progress(experiment: str, arguments: list[str], title: str, env: Op
         if warning.get("code") == "estimate":
             console.print(f"{title}: estimated {warning['message']}", markup=False)
     if console.is_terminal:
-        progress = shared or Progress(*COLUMNS, console=console, transient=True)
+        progress = shared or _progress(transient=True)
         with (nullcontext() if shared else progress):
             task = progress.add_task(title, total=None, label="")
 

@@ -7,19 +7,30 @@ registry instead of naming experiments. Adding one: its module here, its probe f
 
 from __future__ import annotations
 
+import importlib
 from typing import Optional
 
-from . import bigarray, costs, info, pinned, scaling, trace
 from .base import Comparison, Experiment, Option, Table
 
 # In the suite's and the reports' order: the machine first.
-REGISTRY: dict[str, Experiment] = {e.name: e for e in (info.EXPERIMENT, costs.EXPERIMENT, scaling.EXPERIMENT,
-                                                       bigarray.EXPERIMENT, pinned.EXPERIMENT,
-                                                       trace.EXPERIMENT)}
+_ORDER = ("info", "costs", "scaling", "bigarray", "pinned", "trace")
+_registry: dict[str, Experiment] = {}
+
+
+def __getattr__(name: str):
+    """REGISTRY is built on first use: a command that needs one experiment (`memcost trace`)
+    imports that one's module alone, not every experiment's."""
+    if name != "REGISTRY":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _registry:
+        for module in _ORDER:
+            experiment = importlib.import_module(f"{__name__}.{module}").EXPERIMENT
+            _registry[experiment.name] = experiment
+    return _registry
 
 
 def experiment_of(document: dict) -> Optional[Experiment]:
-    return REGISTRY.get(document["experiment"])
+    return __getattr__("REGISTRY").get(document["experiment"])
 
 
 __all__ = ["REGISTRY", "Comparison", "Experiment", "Option", "Table", "experiment_of"]

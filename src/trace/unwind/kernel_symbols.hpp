@@ -37,10 +37,37 @@ inline bool is_tracing_function(std::string_view name) {
          name.rfind("bpf_trace_run", 0) == 0;
 }
 
+// The table is read on the first question, not when made: the kernel formats every symbol of
+// /proc/kallsyms (hundreds of thousands) for a reader, tens of milliseconds that a command whose
+// trace has no CPU sample in the kernel (a short one) should not pay.
 class KernelSymbols {
  public:
-  // Reads the symbol table; empty() afterwards when the addresses are hidden (kptr_restrict) or absent.
-  KernelSymbols() {
+  // Whether the addresses are hidden (kptr_restrict) or absent: the first line says.
+  [[nodiscard]] bool empty() const {
+    std::ifstream in("/proc/kallsyms");
+    std::string line;
+    return !std::getline(in, line) || std::strtoull(line.c_str(), nullptr, 16) == 0;
+  }
+  [[nodiscard]] bool in_fault(std::uint64_t ip) const { return inside(ranges().fault, ip); }
+  [[nodiscard]] bool zeroing(std::uint64_t ip) const { return inside(ranges().zeroing, ip); }
+  [[nodiscard]] bool tracing(std::uint64_t ip) const { return inside(ranges().tracing, ip); }
+
+ private:
+  using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;  // sorted, disjoint
+  struct Table {
+    Ranges fault, zeroing, tracing;
+  };
+
+  const Table& ranges() const {
+    if (!read_) {
+      read_ = true;
+      table_ = read();
+    }
+    return table_;
+  }
+
+  static Table read() {
+    Table table;
     std::ifstream in("/proc/kallsyms");
     std::vector<std::pair<std::uint64_t, int>> marks;  // start of every text symbol; 1 fault, 2 zeroing, 3 tracing, 0 other
     std::string line;
@@ -61,23 +88,19 @@ class KernelSymbols {
     for (std::size_t i = 0; i + 1 < marks.size(); ++i) {
       if (marks[i].second == 0) continue;
       // A function ends where the next symbol begins.
-      auto& ranges = marks[i].second == 1 ? fault_ : marks[i].second == 2 ? zeroing_ : tracing_;
+      auto& ranges = marks[i].second == 1 ? table.fault : marks[i].second == 2 ? table.zeroing : table.tracing;
       ranges.emplace_back(marks[i].first, marks[i + 1].first);
     }
+    return table;
   }
 
-  [[nodiscard]] bool empty() const { return fault_.empty(); }
-  [[nodiscard]] bool in_fault(std::uint64_t ip) const { return inside(fault_, ip); }
-  [[nodiscard]] bool zeroing(std::uint64_t ip) const { return inside(zeroing_, ip); }
-  [[nodiscard]] bool tracing(std::uint64_t ip) const { return inside(tracing_, ip); }
-
- private:
-  static bool inside(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges, std::uint64_t ip) {
+  static bool inside(const Ranges& ranges, std::uint64_t ip) {
     auto after = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(ip, UINT64_MAX));
     return after != ranges.begin() && ip < std::prev(after)->second;
   }
 
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> fault_, zeroing_, tracing_;  // sorted, disjoint
+  mutable bool read_ = false;
+  mutable Table table_;
 };
 
 }  // namespace memcost::trace::detail
