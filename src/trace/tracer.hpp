@@ -272,6 +272,10 @@ class Sink {
   virtual void call_faults(const CallFaults& faults) { (void)faults; }
   // Every call and fault up to this moment (CLOCK_MONOTONIC) has been delivered; UINT64_MAX at the end.
   virtual void settle(std::uint64_t until_ns) { (void)until_ns; }
+  // Stack `alias` is `stack`: a big call made while its thread had released the GIL got a stack of
+  // its own until the thread sent its Python frames, and is the same site as the stack with them
+  // (sent before the call settles, unless the thread never took the GIL back).
+  virtual void same_stack(std::uint32_t alias, std::uint32_t stack) { (void)alias, (void)stack; }
 };
 
 struct Result {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "trace/unwind/python_frames.hpp"
+#include "python_block.hpp"
 
 #include <gtest/gtest.h>
 
@@ -63,6 +64,24 @@ TEST(Attribution, FaultsGoToTheMappingLiveAtTheirMoment) {
   EXPECT_EQ(attribution.origins().at({1, kMmap}).freed, 1U);
   EXPECT_EQ(attribution.origins().at({3, kMmap}).freed, 0U);
   EXPECT_EQ(attribution.faults_seen(), 151U);
+}
+
+// Calls made while their thread had released the GIL come with stacks of their own (5 and 6),
+// which the unwinder says are stack 1 once the thread sent its Python frames: one origin, whose
+// growth is seen (the second outgrew the first).
+TEST(Attribution, CallsOnStacksSaidToBeTheSameAreOneOrigin) {
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, kMiB, 3, 0x22}, kBase, 5));
+  attribution.call(call(CallKind::mmap, 2'000, {0, 2 * kMiB, 3, 0x22}, kBase + 4 * kMiB, 6));
+  touch(attribution, kBase, 10, 3'000);
+  attribution.same_stack(5, 1);
+  attribution.same_stack(6, 1);
+  attribution.call(call(CallKind::munmap, 10'000, {kBase, kMiB}, 0));
+  attribution.finish();
+  EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 10U);
+  EXPECT_EQ(attribution.origins().at({1, kMmap}).made, 2U);
+  EXPECT_EQ(attribution.origins().at({1, kMmap}).outgrown.freed, 1U);
+  EXPECT_EQ(attribution.origins().count({5, kMmap}) + attribution.origins().count({6, kMmap}), 0U);
 }
 
 // A region's counts from the kernel: `pages` page numbers (within the region) that faulted once.
@@ -500,32 +519,6 @@ TEST(Attribution, CpuSamplesInTheFaultHandlerGoToTheFaultTheirThreadTookLast) {
   EXPECT_EQ(attribution.cpu_samples(), 6U);
   EXPECT_EQ(attribution.cpu_samples_unmatched(), 1U);
   EXPECT_EQ(attribution.cpu_samples_tracing(), 1U);
-}
-
-// A Python block as interposer.c writes it: header, then line, file bytes (or 0xFFFF: the
-// previous file), function bytes, names.
-std::string python_block(const std::vector<std::tuple<std::uint32_t, std::string, std::string>>& frames) {
-  std::string body;
-  std::string previous;
-  for (const auto& [line, file, function] : frames) {
-    const bool same = file == previous;
-    const std::uint16_t file_field = same ? 0xFFFF : static_cast<std::uint16_t>(file.size());
-    const auto function_bytes = static_cast<std::uint16_t>(function.size());
-    body.append(reinterpret_cast<const char*>(&line), 4);
-    body.append(reinterpret_cast<const char*>(&file_field), 2);
-    body.append(reinterpret_cast<const char*>(&function_bytes), 2);
-    if (!same) body += file;
-    body += function;
-    previous = file;
-  }
-  std::string block(16, '\0');
-  const std::uint64_t magic = detail::kPythonMagic;
-  const auto bytes = static_cast<std::uint32_t>(body.size());
-  const auto count = static_cast<std::uint32_t>(frames.size());
-  std::memcpy(block.data(), &magic, 8);
-  std::memcpy(block.data() + 8, &bytes, 4);
-  std::memcpy(block.data() + 12, &count, 4);
-  return block + body;
 }
 
 Frame native(const std::string& function) {

@@ -18,8 +18,10 @@ class CollectingSink : public Sink {
   void settle(std::uint64_t until_ns) override { settled = until_ns; }
   void call_faults(const CallFaults& taken) override { faults_in_calls.push_back(taken); }
   void region_faults(const RegionFaults& counts) override { regions.push_back(counts); }
+  void same_stack(std::uint32_t alias, std::uint32_t stack) override { same[alias] = stack; }
 
   std::map<std::uint32_t, std::vector<Frame>> stacks;
+  std::map<std::uint32_t, std::uint32_t> same;  // same_stack: alias -> stack
   std::vector<MappingCall> calls;
   std::vector<Fault> faults;
   std::vector<ProcessEvent> processes;

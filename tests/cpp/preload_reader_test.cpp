@@ -199,12 +199,20 @@ TEST(PythonFrames, RandomAndCorruptedBlocksNeverDecodeOutsideTheirBytes) {
   for (int round = 0; round < 20000; ++round) {
     bytes.assign(16 + random() % 600, 0);
     for (std::uint8_t& byte : bytes) byte = static_cast<std::uint8_t>(random() % 4 == 0 ? random() % 3 : random());
-    const memcost_python_header header{MEMCOST_PYTHON_MAGIC,
+    // A stack, or a pending one (its frames to come; what follows the magic is the release).
+    const std::uint64_t magic = random() % 4 == 0 ? MEMCOST_PYTHON_PENDING_MAGIC : MEMCOST_PYTHON_MAGIC;
+    const memcost_python_header header{magic,
                                        static_cast<std::uint32_t>(random() % 3 == 0 ? bytes.size() - 16 : random() % 5000),
                                        static_cast<std::uint32_t>(random() % 40)};
     std::memcpy(bytes.data(), &header, sizeof(header));
-    const std::string_view block = detail::python_block_at(bytes.data(), bytes.size() - random() % 8);
-    ASSERT_LE(block.size(), bytes.size());
+    const std::size_t available = bytes.size() - random() % 8;
+    const std::string_view block = detail::python_block_at(bytes.data(), available);
+    ASSERT_LE(block.size(), available);
+    if (magic == MEMCOST_PYTHON_PENDING_MAGIC && available >= sizeof(memcost_python_pending)) {
+      ASSERT_EQ(block.size(), sizeof(memcost_python_pending));
+      ASSERT_TRUE(detail::python_frames(block).empty());
+      ASSERT_EQ(detail::pending_release(block), header.bytes | std::uint64_t{header.frames} << 32);
+    }
     for (const Frame& frame : detail::python_frames(block)) {
       ASSERT_LE(frame.file.size() + frame.function.size(), block.size());
     }

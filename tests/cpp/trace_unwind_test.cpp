@@ -6,6 +6,7 @@
 #include <dwarf.h>
 
 #include "collecting_sink.hpp"
+#include "python_block.hpp"
 #include <unistd.h>
 
 #include <cstring>
@@ -145,13 +146,55 @@ TEST(Unwind, ARealStackUnwindsToItsCallers) {
   detail::Unwinder unwinder(options, sink);
   for (const auto& mapping : code_mappings()) unwinder.add_mapping(getpid(), mapping);
   const Captured here = capture_here();
-  const std::uint32_t id = unwinder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(), here.stack.size());
+  const std::uint32_t id = unwinder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(), here.stack.size(), 0);
   ASSERT_NE(id, 0U);
   const auto& frames = sink.stacks.at(id);
   ASSERT_GE(frames.size(), 2U);
   EXPECT_NE(frames[0].function.find("capture_here"), std::string::npos) << frames[0].function;
 }
 #endif
+
+// A big call made while its thread had released the GIL has a stack of its own, waiting for its
+// Python frames; when the thread sends them, that stack is the same as the stack with them, so
+// that every call from one line is one site. Sent before the call's stack was read (another
+// CPU's buffer read first), they are kept for it.
+TEST(Unwind, AStackWaitingForItsPythonFramesBecomesTheStackWithThem) {
+  Options options;
+  CollectingSink sink;
+  detail::Unwinder unwinder(options, sink);
+  const auto mappings = code_mappings();
+  ASSERT_FALSE(mappings.empty());
+  const std::vector<std::uint64_t> returns = {mappings[0].start + 17, mappings[0].start + 33};
+  const std::string line_12 = python_block({{12, "/app/train.py", "load_batch"}, {30, "/app/train.py", "<module>"}});
+  const std::string line_14 = python_block({{14, "/app/train.py", "load_batch"}, {30, "/app/train.py", "<module>"}});
+
+  const std::uint32_t waiting = unwinder.stack_of_returns(getpid(), returns, pending_python_block(7), 1000);
+  const std::uint32_t other = unwinder.stack_of_returns(getpid(), returns, pending_python_block(8), 2000);
+  EXPECT_NE(waiting, other);  // two releases: maybe two lines
+  EXPECT_EQ(unwinder.oldest_pending_python_ns(), 1000U);  // what settles stays before the first
+  unwinder.resolve_python(getpid(), 7, line_12);
+  EXPECT_EQ(unwinder.oldest_pending_python_ns(), 2000U);
+  unwinder.resolve_python(getpid(), 8, line_14);
+  EXPECT_EQ(unwinder.oldest_pending_python_ns(), UINT64_MAX);
+
+  const std::uint32_t direct = unwinder.stack_of_returns(getpid(), returns, line_12, 3000);  // with the GIL held
+  ASSERT_TRUE(sink.same.count(waiting) && sink.same.count(other));
+  EXPECT_EQ(sink.same[waiting], direct);
+  EXPECT_NE(sink.same[other], direct);
+  auto lines = [&sink](std::uint32_t id) {
+    std::vector<int> found;
+    for (const Frame& frame : sink.stacks.at(id)) found.push_back(frame.line);
+    return found;
+  };
+  EXPECT_EQ(lines(waiting), lines(direct));  // sent again with its frames
+  const std::vector<int> other_lines = lines(sink.same[other]);
+  EXPECT_NE(std::find(other_lines.begin(), other_lines.end(), 14), other_lines.end());
+
+  unwinder.resolve_python(getpid(), 9, line_14);  // before the stack that names it
+  EXPECT_EQ(unwinder.stack_of_returns(getpid(), returns, pending_python_block(9), 4000), sink.same[other]);
+  unwinder.resolve_python(getpid(), 99, "");  // nothing sent: nothing kept
+  EXPECT_EQ(unwinder.oldest_pending_python_ns(), UINT64_MAX);
+}
 
 // libdwfl's view of this process, its modules reported as libdwfl finds them itself.
 struct ThisProcess {
@@ -292,7 +335,7 @@ TEST(Unwind, RandomAndTruncatedStacksNeverCrashTheUnwinder) {
     const std::uint64_t sp = random() % 3 == 0 ? extremes[random() % std::size(extremes)] : random();
     const std::uint64_t bp = random() % 2 == 0 ? sp + random() % 8192 : random();
     const std::uint64_t ip = random() % 4 == 0 ? random() : code_address();
-    (void)unwinder.stack(getpid(), gettid(), bp, sp, ip, bytes ? stack.data() : nullptr, bytes);
+    (void)unwinder.stack(getpid(), gettid(), bp, sp, ip, bytes ? stack.data() : nullptr, bytes, 0);
   }
   EXPECT_GT(unwinder.unwind_failures() + sink.stacks.size(), 0U);
 }

@@ -138,7 +138,9 @@ void Attribution::settle(std::uint64_t until_ns) {
         spaces_.erase(space);
       }
     } else {
-      apply(pending_calls_[calls++]);
+      trace::MappingCall& call = pending_calls_[calls++];
+      if (auto same = same_stacks_.find(call.stack); same != same_stacks_.end()) call.stack = same->second;
+      apply(call);
     }
   }
   faults_before(until_ns == UINT64_MAX ? UINT64_MAX : until_ns + 1);

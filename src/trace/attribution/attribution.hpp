@@ -135,6 +135,7 @@ class Attribution : public trace::Sink {
   // Charged to the live mappings in its range, in proportion to the bytes of each 2 MiB region
   // there (none: outside), touched by the call's stack; as it returns.
   void call_faults(const trace::CallFaults& faults) override;
+  void same_stack(std::uint32_t alias, std::uint32_t stack) override { same_stacks_[alias] = stack; }
 
   // Every record with a time up to `until_ns` has been delivered: replay them.
   void settle(std::uint64_t until_ns);
@@ -238,6 +239,7 @@ class Attribution : public trace::Sink {
   ThpMode thp_;
   std::uint64_t huge_bytes_;
   std::vector<trace::MappingCall> pending_calls_;  // in order of takes_effect_ns
+  std::unordered_map<std::uint32_t, std::uint32_t> same_stacks_;  // same_stack(): alias -> stack
   std::vector<trace::Fault> pending_faults_;
   std::vector<trace::ProcessEvent> pending_forks_;  // forks and execs: they change address spaces
   std::vector<trace::CpuSample> pending_samples_;

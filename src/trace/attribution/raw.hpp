@@ -27,6 +27,8 @@ class RawWriter : public Sink {
   void fault(const Fault& fault) override;
   void process(const ProcessEvent& event) override;
   void settle(std::uint64_t until_ns) override { next_.settle(until_ns); }
+  // Not written: a replay names those calls by their own stacks (the same frames, apart sites).
+  void same_stack(std::uint32_t alias, std::uint32_t stack) override { next_.same_stack(alias, stack); }
   // CPU samples are passed on, not kept: a replay has fault counts, not sampled fault time.
   void cpu_sample(const CpuSample& sample) override { next_.cpu_sample(sample); }
   // Counted in the kernel, which a raw trace is not (it records every fault): passed on.

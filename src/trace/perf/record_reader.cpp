@@ -216,7 +216,7 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
     const std::uint8_t* bytes = in.at;
     in.skip(size);
     std::uint64_t dynamic = size ? in.take<std::uint64_t>() : 0;
-    if (abi != PERF_SAMPLE_REGS_ABI_NONE) stack = unwinder_.stack(pid, tid, bp, sp, user_ip, bytes, std::min(dynamic, size));
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE) stack = unwinder_.stack(pid, tid, bp, sp, user_ip, bytes, std::min(dynamic, size), time);
   }
   switch (event.kind) {
     case EventKind::fault:

@@ -20,6 +20,10 @@ enum memcost_preload_call {
      the thread's own fault counters (getrusage RUSAGE_THREAD) across it. args: 0 its number,
      1 and 2 the range it worked on (length 0: none known), 3 the faults. */
   MEMCOST_CALL_FAULTS_IN_CALL = 16,
+  /* Not a call either: the Python stack of a release of the GIL that big calls named while it
+     lasted (MEMCOST_PYTHON_PENDING_MAGIC, below). args: 0 the release's number; the record's
+     Python block is the stack. */
+  MEMCOST_CALL_PYTHON_RESOLVES = 17,
 };
 
 enum { MEMCOST_PRELOAD_MAX_FRAMES = 48 };
@@ -51,6 +55,21 @@ struct memcost_python_header {
 struct memcost_python_entry {
   uint32_t line;
   uint16_t file_bytes, function_bytes;
+};
+
+/* A thread that has released the GIL (a PyTorch operation runs without it) may not read its
+   Python frames. A big call it makes meanwhile carries, where the Python block would be, this
+   pending block: its magic and the release's number (unique in the process), no frames. When the
+   thread takes the GIL back (PyEval_RestoreThread), its Python stack is still the one it released
+   the GIL at, and it is sent once, linked by the number: as root on the C stack of a madvise(NULL,
+   0, MADV_NORMAL) call (a call that does nothing, which the kernel's tracepoints copy), as
+   memcost_python_resolves followed by the Python block; when reporting as a
+   MEMCOST_CALL_PYTHON_RESOLVES record. The tracer then gives the pending stacks their frames. */
+#define MEMCOST_PYTHON_PENDING_MAGIC 0x444e455059434d4dULL  /* "MMCYPEND" */
+#define MEMCOST_PYTHON_RESOLVES_MAGIC 0x5345525259434d4dULL /* "MMCYRRES" */
+struct memcost_python_pending {
+  uint64_t magic; /* MEMCOST_PYTHON_PENDING_MAGIC or MEMCOST_PYTHON_RESOLVES_MAGIC */
+  uint64_t release;
 };
 
 /* The largest record: header, every frame and a full Python block. */

@@ -42,6 +42,7 @@ extern void __libc_free(void *pointer);
 
 #include "trace/preload/abi.h"
 #include "trace/preload/apply_advice.h"
+#include "trace/preload/got_hook.h"
 #include "trace/preload/safe_primitives.h"
 
 enum { MAX_FRAMES = MEMCOST_PRELOAD_MAX_FRAMES, SKIPPED_FRAMES = 2, TABLE_SIZE = 1 << 16 };
@@ -91,6 +92,14 @@ static int forget(void *pointer) {
 
 /* CPython's public API, found in the process when it is a Python interpreter (3.9 to 3.13). */
 typedef struct object object;
+struct allocator { /* PyMemAllocatorEx */
+  void *context;
+  void *(*malloc)(void *context, size_t size);
+  void *(*calloc)(void *context, size_t count, size_t size);
+  void *(*realloc)(void *context, void *pointer, size_t size);
+  void (*free)(void *context, void *pointer);
+};
+enum { PYMEM_DOMAIN_MEM = 1, PYMEM_DOMAIN_OBJ = 2 };
 static struct {
   int (*is_initialized)(void);
   int (*gil_held)(void);
@@ -106,8 +115,13 @@ static struct {
   void (*error_restore)(object *, object *, object *);
   int (*gc_disable)(void); /* 3.10+; before that, frames are objects already and walking them allocates nothing */
   int (*gc_enable)(void);
+  void (*get_allocator)(int domain, struct allocator *allocator);
+  void (*set_allocator)(int domain, struct allocator *allocator);
 } py;
 static int python_ready;
+static uint64_t now_ns(void);
+static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0, uint64_t a1, uint64_t a2,
+                 uint64_t a3, int64_t result, const struct python_block *python);
 
 static void find_python(void) {
   void **slots[] = {(void **)&py.is_initialized, (void **)&py.gil_held, (void **)&py.this_thread,
@@ -123,6 +137,9 @@ static void find_python(void) {
   }
   *(void **)&py.gc_disable = dlsym(RTLD_DEFAULT, "PyGC_Disable");
   *(void **)&py.gc_enable = dlsym(RTLD_DEFAULT, "PyGC_Enable");
+  *(void **)&py.get_allocator = dlsym(RTLD_DEFAULT, "PyMem_GetAllocator");
+  *(void **)&py.set_allocator = dlsym(RTLD_DEFAULT, "PyMem_SetAllocator");
+  if (!py.get_allocator || !py.set_allocator) return;
   python_ready = 1;
 }
 
@@ -144,6 +161,46 @@ static const char *tail(const char *name, ssize_t length, size_t most, uint16_t 
   return name;
 }
 
+/* What walking the frames allocates (3.11+ makes frame objects on demand; a name looked up is a
+   new string) comes from glibc's malloc while it runs, not from CPython's own allocator: a big
+   call may come from inside that allocator (pymalloc growing its arena table, or its radix tree
+   a node, calls calloc or realloc), and pymalloc may not be entered again there (`import torch`
+   died in pymalloc_alloc, one run in ten). What is freed goes to CPython's own free, which hands
+   a block that is not in its arenas to glibc and only reads its tables to tell. Set with the GIL
+   held (python_stack's callers), so no other thread uses the object domains meanwhile. Where a
+   hook wraps CPython's allocator (its debug allocator, -X dev, tracemalloc: their context is not
+   null) the walk is not made: the hook would be handed a block it did not allocate. */
+static struct allocator python_objects, python_memory; /* CPython's, while swapped out */
+static void *walk_malloc(void *context, size_t size) { (void)context; return __libc_malloc(size ? size : 1); }
+static void *walk_calloc(void *context, size_t count, size_t size) {
+  (void)context;
+  return __libc_calloc(count ? count : 1, size ? size : 1);
+}
+static void *walk_realloc(void *context, void *pointer, size_t size) {
+  struct allocator *own = context;
+  return pointer ? own->realloc(own->context, pointer, size) : __libc_malloc(size ? size : 1);
+}
+static void walk_free(void *context, void *pointer) {
+  struct allocator *own = context;
+  own->free(own->context, pointer);
+}
+
+static int allocate_outside_python(int outside) {
+  if (outside) {
+    py.get_allocator(PYMEM_DOMAIN_OBJ, &python_objects);
+    py.get_allocator(PYMEM_DOMAIN_MEM, &python_memory);
+    if (python_objects.context || python_memory.context) return 0;
+    struct allocator objects = {&python_objects, walk_malloc, walk_calloc, walk_realloc, walk_free};
+    struct allocator memory = {&python_memory, walk_malloc, walk_calloc, walk_realloc, walk_free};
+    py.set_allocator(PYMEM_DOMAIN_OBJ, &objects);
+    py.set_allocator(PYMEM_DOMAIN_MEM, &memory);
+  } else {
+    py.set_allocator(PYMEM_DOMAIN_OBJ, &python_objects);
+    py.set_allocator(PYMEM_DOMAIN_MEM, &python_memory);
+  }
+  return 1;
+}
+
 /* The calling thread's Python stack into `block`, if this is a Python interpreter and the thread
    holds the GIL (only then may it read its frames); else block->header.magic stays 0. Run before the
    allocator is entered: CPython's own calls below may allocate (3.11+ makes frame objects on
@@ -158,7 +215,8 @@ static void python_stack(struct python_block *block) {
   object *type, *value, *traceback;
   py.error_fetch(&type, &value, &traceback);
   int collecting = py.gc_disable ? py.gc_disable() : 0;
-  object *frame = py.thread_frame(thread);
+  const int walking = allocate_outside_python(1);
+  object *frame = walking ? py.thread_frame(thread) : NULL;
   const char *previous_file = NULL; /* in the block */
   uint16_t previous_file_bytes = 0;
   while (frame) {
@@ -194,6 +252,7 @@ static void python_stack(struct python_block *block) {
     py.decref(frame);
     frame = back;
   }
+  if (walking) (void)allocate_outside_python(0);
   if (collecting && py.gc_enable) py.gc_enable();
   py.error_restore(type, value, traceback);
   inside = 0;
@@ -205,6 +264,79 @@ static void python_stack(struct python_block *block) {
 /* The block is dead once the call returns: a stale one must not be found in a later stack. */
 static void python_stack_done(struct python_block *block) {
   block->header.magic = 0;
+  __asm__ volatile("" : : "r"(block) : "memory");
+}
+
+/* A thread's releases of the GIL (see MEMCOST_PYTHON_PENDING_MAGIC in preload/abi.h). The
+   extension modules' calls to PyEval_SaveThread and PyEval_RestoreThread are pointed here by
+   rewriting their offset tables (got_hook.h) as soon as a small or big call finds an object loaded
+   since the last time. A release made inside the interpreter itself, whose end no hook sees,
+   leaves its big calls waiting for a stack that does not come (the tracer gives up after a
+   second); the thread's next release through a hook starts afresh. The first release after an
+   object was hooked began unseen, but ends through the hook, and is resolved there. */
+static void *save_thread(void);
+static void restore_thread(void *state);
+static struct memcost_got_hook gil_hooks[] = {{"PyEval_SaveThread", (memcost_function)save_thread, NULL},
+                                              {"PyEval_RestoreThread", (memcost_function)restore_thread, NULL}};
+static int gil_hooks_found;
+static uint64_t releases;                            /* numbers given out, process-wide */
+static MEMCOST_THREAD_LOCAL uint64_t pending_release; /* a big call named this release (0: none) */
+
+static void *save_thread(void) {
+  void *state = ((void *(*)(void))gil_hooks[0].real)();
+  pending_release = 0;
+  return state;
+}
+
+/* The GIL is held again, and the Python frames are those it was released at: sent once for the
+   big calls that named this release. */
+static void restore_thread(void *state) {
+  ((void (*)(void *))gil_hooks[1].real)(state);
+  const uint64_t release = pending_release;
+  if (!release) return;
+  pending_release = 0;
+  struct {
+    struct memcost_python_pending link;
+    struct python_block block;
+  } resolves;
+  python_stack(&resolves.block);
+  if (resolves.block.header.magic == MEMCOST_PYTHON_MAGIC) {
+    resolves.link.magic = MEMCOST_PYTHON_RESOLVES_MAGIC;
+    resolves.link.release = release;
+    __asm__ volatile("" : : "r"(&resolves) : "memory");
+    if (out_fd >= 0) {
+      const uint64_t now = now_ns();
+      emit(MEMCOST_CALL_PYTHON_RESOLVES, now, now, release, 0, 0, 0, 0, &resolves.block);
+    } else {
+      const int saved_errno = errno;
+      (void)syscall(SYS_madvise, NULL, 0, MADV_NORMAL); /* does nothing: its copied stack carries the link */
+      errno = saved_errno;
+    }
+    resolves.link.magic = 0;
+  }
+  python_stack_done(&resolves.block);
+}
+
+/* The block for a big call: the Python stack where the thread holds the GIL; where it has released
+   it, a pending block naming the release. */
+static void hook_gil_releases(void) {
+  if (!python_ready || inside || !py.is_initialized()) return;
+  inside = 1;  /* dlsym may allocate */
+  if (!gil_hooks_found) {
+    gil_hooks_found = memcost_got_hook_find(&gil_hooks[0]) && memcost_got_hook_find(&gil_hooks[1]) ? 1 : -1;
+  }
+  if (gil_hooks_found > 0) (void)memcost_got_hook_apply(gil_hooks, 2, &releases);
+  inside = 0;
+}
+
+static void python_stack_or_pending(struct python_block *block) {
+  python_stack(block);
+  hook_gil_releases();
+  if (gil_hooks_found <= 0 || inside || block->header.magic == MEMCOST_PYTHON_MAGIC) return;
+  if (py.gil_held() || !py.this_thread()) return;
+  if (!pending_release) pending_release = __atomic_add_fetch(&releases, 1, __ATOMIC_RELAXED);
+  struct memcost_python_pending pending = {MEMCOST_PYTHON_PENDING_MAGIC, pending_release};
+  memcpy(&block->header, &pending, sizeof(pending));
   __asm__ volatile("" : : "r"(block) : "memory");
 }
 
@@ -230,8 +362,10 @@ static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0
   h->exit_ns = exit_ns;
   h->args[0] = a0, h->args[1] = a1, h->args[2] = a2, h->args[3] = a3, h->args[4] = 0, h->args[5] = 0;
   h->result = result;
-  h->python_bytes = python && python->header.magic == MEMCOST_PYTHON_MAGIC
-                        ? (uint32_t)sizeof(struct memcost_python_header) + python->header.bytes : 0;
+  h->python_bytes = !python                                          ? 0
+                    : python->header.magic == MEMCOST_PYTHON_MAGIC        ? (uint32_t)sizeof(struct memcost_python_header) + python->header.bytes
+                    : python->header.magic == MEMCOST_PYTHON_PENDING_MAGIC ? (uint32_t)sizeof(struct memcost_python_pending)
+                                                                          : 0;
   size_t pcs_end = offsetof(struct record, pcs) + h->frames * sizeof(uint64_t);
   if (h->python_bytes) memcpy((char *)&r + pcs_end, python, h->python_bytes);
   h->size = (uint32_t)(pcs_end + h->python_bytes);
@@ -370,7 +504,9 @@ static MEMCOST_THREAD_LOCAL uint64_t last_python_ns;
 static MEMCOST_THREAD_LOCAL uint32_t small_calls;
 
 static void refresh_python(void) {
-  if (++small_calls % CHECK_CLOCK_EVERY != 0 || inside || !py.is_initialized() || !py.gil_held()) return;
+  if (++small_calls % CHECK_CLOCK_EVERY != 0 || inside || !py.is_initialized()) return;
+  hook_gil_releases();  /* a module imported since is hooked before it can release the GIL much */
+  if (!py.gil_held()) return;
   uint64_t now = now_ns();
   if (last_python.header.magic == MEMCOST_PYTHON_MAGIC && now - last_python_ns < PYTHON_REFRESH_NS) return;
   python_stack(&last_python);
@@ -409,15 +545,15 @@ static void heap_grew(void *before, void *after) {
 
 /* The malloc family: big calls carry the Python stack (in this frame, for as long as the call
    runs) and, when reporting, are reported; small ones go straight through. */
-#define BIG_CALL(call, report)    \
-  do {                            \
-    struct python_block python;   \
-    python_stack(&python);        \
-    uint64_t enter = now_ns();    \
-    void *result = (call);        \
-    if (out_fd >= 0) report;      \
-    python_stack_done(&python);   \
-    return result;                \
+#define BIG_CALL(call, report)        \
+  do {                                \
+    struct python_block python;       \
+    python_stack_or_pending(&python); \
+    uint64_t enter = now_ns();        \
+    void *result = (call);            \
+    if (out_fd >= 0) report;          \
+    python_stack_done(&python);       \
+    return result;                    \
   } while (0)
 
 static void allocated(void *pointer, size_t size, uint64_t enter, const struct python_block *python) {

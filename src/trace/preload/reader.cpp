@@ -11,7 +11,8 @@
 namespace memcost::trace::detail {
 
 bool well_formed(const PreloadRecord& header) {
-  const bool call = header.kind <= MEMCOST_CALL_REALLOC || header.kind == MEMCOST_CALL_FAULTS_IN_CALL;
+  const bool call = header.kind <= MEMCOST_CALL_REALLOC || header.kind == MEMCOST_CALL_FAULTS_IN_CALL ||
+                    header.kind == MEMCOST_CALL_PYTHON_RESOLVES;
   const bool python = header.python_bytes == 0 || (header.python_bytes >= sizeof(memcost_python_header) &&
                                                     header.python_bytes <= sizeof(memcost_python_header) + MEMCOST_PYTHON_BLOCK_BYTES);
   constexpr std::uint32_t kPidMaxLimit = 4u << 20;  // the kernel's PID_MAX_LIMIT on 64-bit: no pid is larger
@@ -53,7 +54,12 @@ std::uint64_t PreloadReader::drain(bool final) {
     std::memcpy(returns.data(), returns_at, returns.size() * sizeof(std::uint64_t));
     const std::string_view python = python_block_at(
         reinterpret_cast<const std::uint8_t*>(returns_at + returns.size() * sizeof(std::uint64_t)), record.python_bytes);
-    const std::uint32_t stack = unwinder_.stack_of_returns(static_cast<int>(record.pid), returns, python);
+    if (record.kind == MEMCOST_CALL_PYTHON_RESOLVES) {
+      unwinder_.resolve_python(static_cast<int>(record.pid), record.args[0], python);
+      at += record.size;
+      continue;
+    }
+    const std::uint32_t stack = unwinder_.stack_of_returns(static_cast<int>(record.pid), returns, python, record.enter_ns);
     if (record.kind == MEMCOST_CALL_FAULTS_IN_CALL) {
       sink_.call_faults(CallFaults{static_cast<int>(record.pid), static_cast<int>(record.tid), record.enter_ns,
                                   record.exit_ns, static_cast<long>(record.args[0]), record.args[1], record.args[2],

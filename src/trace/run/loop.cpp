@@ -62,13 +62,13 @@ LoopCounts TraceLoop::run(pid_t root, std::uint64_t started_ns, bool small, cons
     std::uint64_t settled = read_records(hold);
     const std::uint64_t now = measure::now_ns();
     const bool period_ended = options_.period_ns && options_.period_ended && now - period_started >= options_.period_ns;
-    settled = std::min(settled, deliver(now, period_ended));
+    settled = std::min({settled, deliver(now, period_ended), reader_.unwinder().oldest_pending_python_ns()});
     sink_.settle(settled);
     // A stop that came while the buffers were read (the kernel's, or the tracer's own hold from
     // inside the read): what was written up to it is read too before the command goes on, so that
     // a buffer never starts the next quarter with the last one unread.
     const bool stopped_while_reading = pacing && !stopped && (hold.holding() || stopped_by_kernel());
-    if (stopped_while_reading) sink_.settle(read_records(hold));
+    if (stopped_while_reading) sink_.settle(std::min(read_records(hold), reader_.unwinder().oldest_pending_python_ns()));
     const bool kernel_stopped = stopped || (stopped_while_reading && !hold.holding());
     hold.release();
     if (kernel_stopped) {

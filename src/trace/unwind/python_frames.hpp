@@ -19,11 +19,27 @@ inline constexpr std::uint16_t kPythonSameFile = MEMCOST_PYTHON_SAME_FILE;  // t
 static_assert(kPythonHeaderBytes == 16, "magic, bytes and frames, without padding");
 static_assert(sizeof(memcost_python_entry) == 8, "line, file bytes and function bytes, without padding");
 
-// The block as it starts at `at` (header and frames), or empty when there is none or it does not fit in `available`.
+// A big call made while its thread had released the GIL carries a pending block (the release's
+// number); the thread sends its stack for that release when it takes the GIL back (abi.h).
+inline constexpr std::uint64_t kPythonPendingMagic = MEMCOST_PYTHON_PENDING_MAGIC;
+inline constexpr std::uint64_t kPythonResolvesMagic = MEMCOST_PYTHON_RESOLVES_MAGIC;
+static_assert(sizeof(memcost_python_pending) == kPythonHeaderBytes, "a pending block is as long as a header");
+
+// The release a pending block names; 0 for any other block.
+inline std::uint64_t pending_release(std::string_view block) {
+  memcost_python_pending pending{};
+  if (block.size() != sizeof(pending)) return 0;
+  std::memcpy(&pending, block.data(), sizeof(pending));
+  return pending.magic == kPythonPendingMagic ? pending.release : 0;
+}
+
+// The block as it starts at `at` (header and frames, or a pending block), or empty when there is
+// none or it does not fit in `available`.
 inline std::string_view python_block_at(const std::uint8_t* at, std::size_t available) {
   if (available < kPythonHeaderBytes) return {};
   memcost_python_header header{};
   std::memcpy(&header, at, sizeof(header));
+  if (header.magic == kPythonPendingMagic) return {reinterpret_cast<const char*>(at), sizeof(memcost_python_pending)};
   if (header.magic != kPythonMagic || header.bytes > kPythonMostBytes || kPythonHeaderBytes + header.bytes > available) return {};
   const std::uint32_t bytes = header.bytes;
   return {reinterpret_cast<const char*>(at), kPythonHeaderBytes + bytes};
@@ -35,6 +51,7 @@ inline std::vector<Frame> python_frames(std::string_view block) {
   if (block.size() < kPythonHeaderBytes) return frames;
   memcost_python_header header{};
   std::memcpy(&header, block.data(), sizeof(header));
+  if (header.magic != kPythonMagic) return frames;  // a pending block: no frames yet
   std::size_t at = kPythonHeaderBytes;
   for (std::uint32_t i = 0; i < header.frames; ++i) {
     memcost_python_entry entry{};

@@ -5,6 +5,8 @@
 
 #include <sstream>
 
+#include "memcost/measure.hpp"
+
 namespace memcost::trace::detail {
 namespace {
 
@@ -82,7 +84,8 @@ void Unwinder::fork(int parent, int child) {
   if (found != processes_.end()) processes_[child] = found->second;
 }
 
-std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack, std::uint64_t stack_bytes) {
+std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
+                               std::uint64_t stack_bytes, std::uint64_t time_ns) {
   Process& process = get(pid);
   // Memo key: the instruction pointer and every word on the stack that points into code. The
   // return addresses that decide the unwound stack are among them; locals and saved data,
@@ -98,9 +101,15 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
     std::uint64_t word = 0;
     std::memcpy(&word, stack + offset, sizeof(word));
-    if (word == kPythonMagic && python.empty()) {
+    if ((word == kPythonMagic || word == kPythonPendingMagic) && python.empty()) {
       python = python_block_at(stack + offset, stack_bytes - offset);
       key.append(python);
+    }
+    if (word == kPythonResolvesMagic && offset + kPythonHeaderBytes <= stack_bytes) {
+      memcost_python_pending link{};
+      std::memcpy(&link, stack + offset, sizeof(link));
+      const std::uint64_t block = offset + sizeof(link);
+      resolve_python(pid, link.release, python_block_at(stack + block, stack_bytes - block));
     }
     auto above = std::upper_bound(process.code.begin(), process.code.end(), std::make_pair(word, UINT64_MAX));
     if (above != process.code.begin() && word < std::prev(above)->second) {
@@ -120,7 +129,7 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
     ++unwind_failures_;
     pcs.push_back(ip);
   }
-  std::uint32_t id = stack_id(process, pcs, python);
+  std::uint32_t id = stack_id(process, pcs, python, time_ns);
   by_sample_.emplace(std::move(key), id);
   return id;
 }
@@ -159,14 +168,49 @@ std::size_t Unwinder::name_jit_frames() {
   return named;
 }
 
-std::uint32_t Unwinder::stack_of_returns(int pid, const std::vector<std::uint64_t>& returns, std::string_view python) {
+void Unwinder::resolve_python(int pid, std::uint64_t release, std::string_view python) {
+  if (python.empty()) return;
+  auto pending = pending_python_.find({pid, release});
+  if (pending == pending_python_.end()) {
+    if (resolved_python_.size() >= kResolvedKept) resolved_python_.erase(resolved_python_.begin());
+    resolved_python_[{pid, release}] = std::string(python);
+    return;
+  }
+  const std::vector<Frame> resolved = python_frames(python);
+  auto process = processes_.find(pid);
+  for (PendingPython& stack : pending->second) {
+    std::vector<Frame> frames = merge_python(stack.frames, resolved);
+    if (auto jit = unresolved_.find(stack.id); jit != unresolved_.end()) jit->second.frames = frames;
+    sink_.stack(stack.id, frames);
+    if (process != processes_.end()) sink_.same_stack(stack.id, stack_id(*process->second, stack.pcs, python, stack.time_ns));
+  }
+  pending_python_.erase(pending);
+}
+
+std::uint64_t Unwinder::oldest_pending_python_ns() {
+  if (pending_python_.empty()) return UINT64_MAX;
+  const std::uint64_t now = measure::now_ns();
+  std::uint64_t oldest = UINT64_MAX;
+  for (auto it = pending_python_.begin(); it != pending_python_.end();) {
+    auto& stacks = it->second;
+    stacks.erase(std::remove_if(stacks.begin(), stacks.end(),
+                                [now](const PendingPython& stack) { return now - stack.read_ns > kPythonWaitNs; }),
+                 stacks.end());
+    for (const PendingPython& stack : stacks) oldest = std::min(oldest, stack.time_ns);
+    it = stacks.empty() ? pending_python_.erase(it) : std::next(it);
+  }
+  return oldest;
+}
+
+std::uint32_t Unwinder::stack_of_returns(int pid, const std::vector<std::uint64_t>& returns, std::string_view python,
+                                         std::uint64_t time_ns) {
   Process& process = get(pid);
   if (returns.empty()) return 0;
   prepare(process);
   std::vector<std::uint64_t> pcs;
   pcs.reserve(returns.size());
   for (std::uint64_t address : returns) pcs.push_back(address - 1);  // the call, not the return
-  return stack_id(process, pcs, python);
+  return stack_id(process, pcs, python, time_ns);
 }
 
 Process& Unwinder::get(int pid) {
@@ -263,7 +307,17 @@ bool Unwinder::prepare(Process& process) {
   return process.attached;
 }
 
-std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python) {
+std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python,
+                                 std::uint64_t time_ns) {
+  // A release already resolved (its marker's buffer was read first): the stack with its frames.
+  std::string resolved;
+  if (const std::uint64_t release = pending_release(python); release != 0) {
+    if (auto early = resolved_python_.find({process.pid, release}); early != resolved_python_.end()) {
+      resolved = std::move(early->second);
+      resolved_python_.erase(early);
+      python = resolved;
+    }
+  }
   std::string key(reinterpret_cast<const char*>(&process.generation), sizeof(process.generation));
   key.append(reinterpret_cast<const char*>(pcs.data()), pcs.size() * sizeof(std::uint64_t));
   key.append(python);
@@ -277,6 +331,9 @@ std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64
       auto [chain, fresh] = frames_.try_emplace({process.generation, pc});
       if (fresh) chain->second = symbolize(process, pc);
       frames.insert(frames.end(), chain->second.begin(), chain->second.end());
+    }
+    if (const std::uint64_t release = pending_release(python); release != 0) {
+      pending_python_[{process.pid, release}].push_back({slot->second, pcs, frames, time_ns, measure::now_ns()});
     }
     frames = merge_python(frames, python_frames(python));
     // Code in no module is JIT-compiled (or a stack gone wrong): kept to be named by a perf map.

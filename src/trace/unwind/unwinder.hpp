@@ -83,8 +83,9 @@ class Unwinder {
   // per child took long enough for the ring buffers to overflow with a few children).
   void fork(int parent, int child);
 
-  // The id of the unwound, symbolized stack of one sample; 0 when nothing could be unwound.
-  std::uint32_t stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack, std::uint64_t stack_bytes);
+  // The id of the unwound, symbolized stack of one sample (taken at `time_ns`); 0 when nothing could be unwound.
+  std::uint32_t stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
+                      std::uint64_t stack_bytes, std::uint64_t time_ns);
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
 
@@ -105,7 +106,18 @@ class Unwinder {
 
   // The stack of return addresses someone else collected (the preload library's backtrace()),
   // and the Python stack it sent with them.
-  std::uint32_t stack_of_returns(int pid, const std::vector<std::uint64_t>& returns, std::string_view python = {});
+  std::uint32_t stack_of_returns(int pid, const std::vector<std::uint64_t>& returns, std::string_view python = {},
+                                 std::uint64_t time_ns = 0);
+
+  // The Python stack of a release of the GIL (abi.h, MEMCOST_PYTHON_PENDING_MAGIC): each stack
+  // that named it is the same (Sink::same_stack) as the stack with its frames, sent now. A marker
+  // on a copied stack is found by stack() itself; the preload's record of one comes here.
+  void resolve_python(int pid, std::uint64_t release, std::string_view python);
+  // The earliest sample time of a stack still waiting for its Python frames (UINT64_MAX: none):
+  // what is settled stays before it, so that its call is charged to the stack with them. A wait
+  // longer than kPythonWaitNs (a thread that never took the GIL back) is given up.
+  [[nodiscard]] std::uint64_t oldest_pending_python_ns();
+  static constexpr std::uint64_t kPythonWaitNs = 1'000'000'000;
 
  private:
   Process& get(int pid);
@@ -133,7 +145,8 @@ class Unwinder {
   // binary is in no record (node's frames stayed unnamed until a fault happened to land in it).
   bool prepare(Process& process);
 
-  std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python);
+  std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python,
+                         std::uint64_t time_ns);
 
   // A DWARF function's name: its linkage name demangled (qualified, as the symbol table's), else its name.
   static std::string function_name(Dwarf_Die* die);
@@ -157,6 +170,18 @@ class Unwinder {
     unsigned owner = 0;  // the process's user as the stack came (its perf map must be theirs, or root's)
   };
   std::map<std::uint32_t, Unresolved> unresolved_;  // stacks with frames in no module, by id
+  struct PendingPython {
+    std::uint32_t id = 0;
+    std::vector<std::uint64_t> pcs;
+    std::vector<Frame> frames;  // as sent: without Python frames
+    std::uint64_t time_ns = 0;  // the sample's
+    std::uint64_t read_ns = 0;  // when it was read (the wait's start)
+  };
+  std::map<std::pair<int, std::uint64_t>, std::vector<PendingPython>> pending_python_;  // by process and release
+  // Releases resolved before a stack that named them was read (the marker's CPU's buffer was
+  // read first): kept for it, the latest kResolvedKept.
+  std::map<std::pair<int, std::uint64_t>, std::string> resolved_python_;
+  static constexpr std::size_t kResolvedKept = 4096;
   std::unordered_map<int, PerfMap> perf_maps_;
   std::uint32_t generations_ = 0;
   std::uint64_t unwind_failures_ = 0;

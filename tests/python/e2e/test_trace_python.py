@@ -143,6 +143,76 @@ def test_a_numpy_scripts_lines_are_its_allocation_sites_as_an_ordinary_user():
     _check_sites(summary["rows"], _kernel_counts(result.stdout), script, run)
 
 
+# A library that allocates after releasing the GIL (PyTorch's operations do; ctypes releases it
+# around every foreign call): the thread may not read its Python frames then, and sends them
+# when it takes the GIL back (preload/abi.h, MEMCOST_PYTHON_PENDING_MAGIC).
+RELEASED_SCRIPT = """import ctypes
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+SIZE = 16 << 20
+
+
+def make_buffer():
+    pointer = libc.malloc(SIZE)  # site: make_buffer
+    libc.memset(pointer, 1, SIZE)
+    return pointer
+
+
+def make_another():
+    return libc.malloc(SIZE)  # site: make_another
+
+
+make_buffer()
+libc.memset(make_another(), 2, SIZE)
+"""
+
+
+def _released_lines(samples: list[dict], script: Path) -> None:
+    rows = summarize_trace(samples, CostModel(400.0, 40.0, "test"))["rows"]
+    for marker in ("make_buffer", "make_another"):
+        line = next(n for n, text in enumerate(RELEASED_SCRIPT.splitlines(), 1) if f"# site: {marker}" in text)
+        where = f"{marker} ({script.name}:{line})"
+        assert any(r["site"].endswith(where) and r["bytes"] >= 16 << 20 for r in rows), (where, [r["site"] for r in rows])
+
+
+def _released_script_traced(as_user: bool) -> tuple[list[dict], Path]:
+    folder = Path(tempfile.mkdtemp(prefix="memcost-released-", dir="/tmp"))
+    try:
+        for name in (probe_path(), probe_path().parent / "libmemcost-preload.so"):
+            shutil.copy(name, folder / Path(name).name)
+            (folder / Path(name).name).chmod(0o755)
+        script = folder / "released.py"
+        script.write_text(RELEASED_SCRIPT)
+        script.chmod(0o644)
+        folder.chmod(0o755)
+        user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_user else []
+        result = subprocess.run([*user, str(folder / "memcost-probe"), "trace", "--", PYTHON, str(script)],
+                                capture_output=True, text=True, timeout=120, cwd="/tmp")
+    finally:
+        shutil.rmtree(folder)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"type"')]
+    return [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"], script
+
+
+@needs_tracing
+@pytest.mark.skipif(not Path(PYTHON).exists(), reason="Debian's python3 is not installed")
+def test_an_allocation_made_without_the_gil_is_named_at_its_line_as_root():
+    samples, script = _released_script_traced(as_user=False)
+    _released_lines(samples, script)
+
+
+@pytest.mark.skipif(not Path(PYTHON).exists() or not shutil.which("setpriv"), reason="needs Debian's python3 and setpriv")
+def test_an_allocation_made_without_the_gil_is_named_at_its_line_as_an_ordinary_user():
+    samples, script = _released_script_traced(as_user=True)
+    run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
+    assert "LD_PRELOAD" in run["call_source"] and run["malformed_records"] == 0
+    _released_lines(samples, script)
+
+
 def test_python_frames_name_the_first_line_outside_the_standard_library_and_packages():
     def python(function, file, line):
         return {"kind": "python", "function": function, "file": file, "line": line, "module": file, "address": 0}

@@ -1,0 +1,148 @@
+/* Rewriting other objects' global offset table slots for named functions (see got_hook.h). */
+#define _GNU_SOURCE
+#include "trace/preload/got_hook.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#define SLOT_JUMP R_X86_64_JUMP_SLOT
+#define SLOT_DATA R_X86_64_GLOB_DAT
+#elif defined(__aarch64__)
+#define SLOT_JUMP R_AARCH64_JUMP_SLOT
+#define SLOT_DATA R_AARCH64_GLOB_DAT
+#else
+#error "got_hook.c knows the relocations of x86-64 and arm64"
+#endif
+
+int memcost_got_hook_find(struct memcost_got_hook *hook) {
+  *(void **)&hook->real = dlsym(RTLD_DEFAULT, hook->name); /* POSIX's way to a function from dlsym */
+  return hook->real != NULL;
+}
+
+int memcost_got_slot_relocated(uint64_t value, uint64_t real, uint64_t code_start, uint64_t code_end) {
+  return value == real || (value >= code_start && value < code_end);
+}
+
+struct walk {
+  struct memcost_got_hook *hooks;
+  int count;
+  uintptr_t own;
+  int rewritten;
+  int unrelocated; /* slots of an object the loader has not finished: to be tried again */
+  unsigned long long adds; /* the loader's count of objects added, as this walk found it */
+};
+
+/* A pointer the dynamic section holds: glibc adds the load address in place on x86-64 and arm64;
+   a loader that does not (musl) leaves the file's own address, below it. */
+static uintptr_t dynamic_pointer(ElfW(Addr) value, ElfW(Addr) base) { return value < base ? value + base : value; }
+
+static void rewrite_table(struct walk *walk, const ElfW(Rela) *table, size_t bytes, const ElfW(Sym) *symbols,
+                          const char *names, ElfW(Addr) base, uintptr_t code_start, uintptr_t code_end,
+                          uintptr_t relro_start, uintptr_t relro_end) {
+  for (size_t i = 0; i < bytes / sizeof(ElfW(Rela)); ++i) {
+    const unsigned type = (unsigned)ELF64_R_TYPE(table[i].r_info);
+    if (type != SLOT_JUMP && type != SLOT_DATA) continue;
+    const char *name = names + symbols[ELF64_R_SYM(table[i].r_info)].st_name;
+    for (int h = 0; h < walk->count; ++h) {
+      struct memcost_got_hook *hook = &walk->hooks[h];
+      if (!hook->real || strcmp(name, hook->name) != 0) continue;
+      uintptr_t *slot = (uintptr_t *)(base + table[i].r_offset);
+      if ((uintptr_t)slot >= relro_start && (uintptr_t)slot < relro_end) continue; /* read-only once relocated */
+      const uintptr_t value = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
+      if (value == (uintptr_t)hook->replacement) continue;
+      if (!memcost_got_slot_relocated(value, (uintptr_t)hook->real, code_start, code_end)) {
+        ++walk->unrelocated;
+        continue;
+      }
+      __atomic_store_n(slot, (uintptr_t)hook->replacement, __ATOMIC_SEQ_CST);
+      ++walk->rewritten;
+    }
+  }
+}
+
+/* The objects walked already, by load address: each is walked until its slots were all found
+   relocated (or it was tried MOST_TRIES times), then never again. */
+enum { MOST_OBJECTS = 4096, MOST_TRIES = 8 };
+static struct {
+  uintptr_t base;
+  int tries, done;
+} objects[MOST_OBJECTS];
+static int object_count;
+
+static int *tries_of(uintptr_t base, int **done) {
+  for (int i = 0; i < object_count; ++i) {
+    if (objects[i].base == base) return *done = &objects[i].done, &objects[i].tries;
+  }
+  if (object_count == MOST_OBJECTS) return NULL;
+  objects[object_count].base = base;
+  *done = &objects[object_count].done;
+  return &objects[object_count++].tries;
+}
+
+static int visit(struct dl_phdr_info *info, size_t size, void *data) {
+  struct walk *walk = data;
+  if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds)) walk->adds = info->dlpi_adds;
+  const ElfW(Addr) base = info->dlpi_addr;
+  const ElfW(Dyn) *dynamic = NULL;
+  uintptr_t code_start = 0, code_end = 0, relro_start = 0, relro_end = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr) *header = &info->dlpi_phdr[i];
+    const uintptr_t start = base + header->p_vaddr, end = start + header->p_memsz;
+    if (header->p_type == PT_LOAD && walk->own >= start && walk->own < end) return 0; /* the replacements' own */
+    if (header->p_type == PT_DYNAMIC) dynamic = (const ElfW(Dyn) *)start;
+    if (header->p_type == PT_GNU_RELRO) relro_start = start, relro_end = end;
+    if (header->p_type == PT_LOAD && (header->p_flags & PF_X) && code_end == 0) code_start = start, code_end = end;
+  }
+  if (!dynamic || code_end == 0) return 0;
+  int *done = NULL, *tries = tries_of((uintptr_t)dynamic, &done);
+  if (!tries || *done) return 0;
+  const ElfW(Sym) *symbols = NULL;
+  const char *names = NULL;
+  const ElfW(Rela) *jump = NULL, *data_table = NULL;
+  size_t jump_bytes = 0, data_bytes = 0;
+  int jump_rela = 1;
+  for (const ElfW(Dyn) *entry = dynamic; entry->d_tag != DT_NULL; ++entry) {
+    switch (entry->d_tag) {
+      case DT_SYMTAB: symbols = (const ElfW(Sym) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_STRTAB: names = (const char *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_JMPREL: jump = (const ElfW(Rela) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_PLTRELSZ: jump_bytes = entry->d_un.d_val; break;
+      case DT_PLTREL: jump_rela = entry->d_un.d_val == DT_RELA; break;
+      case DT_RELA: data_table = (const ElfW(Rela) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_RELASZ: data_bytes = entry->d_un.d_val; break;
+      default: break;
+    }
+  }
+  if (!symbols || !names) return 0;
+  const int unrelocated = walk->unrelocated;
+  if (jump && jump_rela) rewrite_table(walk, jump, jump_bytes, symbols, names, base, code_start, code_end, relro_start, relro_end);
+  if (data_table) rewrite_table(walk, data_table, data_bytes, symbols, names, base, code_start, code_end, relro_start, relro_end);
+  if (walk->unrelocated == unrelocated || ++*tries >= MOST_TRIES) *done = 1;
+  return 0;
+}
+
+static pthread_mutex_t applying = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long applied_adds = ~0ULL;
+
+static int count_adds(struct dl_phdr_info *info, size_t size, void *data) {
+  if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds)) *(unsigned long long *)data = info->dlpi_adds;
+  return 1; /* the first object says it */
+}
+
+int memcost_got_hook_apply(struct memcost_got_hook *hooks, int count, const void *own) {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(count_adds, &adds);
+  if (__atomic_load_n(&applied_adds, __ATOMIC_ACQUIRE) == adds && adds != 0) return 0;
+  if (pthread_mutex_trylock(&applying) != 0) return 0; /* another thread is at it */
+  struct walk walk = {hooks, count, (uintptr_t)own, 0, 0, 0};
+  dl_iterate_phdr(visit, &walk);
+  /* An object some of whose slots the loader had not yet relocated is walked again next time. */
+  if (walk.unrelocated == 0) __atomic_store_n(&applied_adds, walk.adds, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&applying);
+  return walk.rewritten;
+}
