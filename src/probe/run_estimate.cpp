@@ -15,7 +15,9 @@ double row_seconds(const EstimatedRow& row, std::size_t bytes, bool value, const
   const double free_s = gb / (row.huge_pages ? rates.free_huge_gb_per_s : rates.free_gb_per_s);
   if (row.serial) return gb / (row.huge_pages ? rates.serial_huge_gb_per_s : rates.serial_gb_per_s) + free_s;
   // In parallel a value is written after the faults: the faulted-in rate's share on top.
-  return gb / rates.parallel_gb_per_s + (value ? gb / rates.faulted_gb_per_s : 0.0) + free_s;
+  const double parallel = row.huge_pages || rates.parallel_base_gb_per_s <= 0 ? rates.parallel_gb_per_s
+                                                                              : rates.parallel_base_gb_per_s;
+  return gb / parallel + (value ? gb / rates.faulted_gb_per_s : 0.0) + free_s;
 }
 
 std::string minutes(double seconds) {
@@ -88,10 +90,10 @@ RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& rates) {
 std::string describe(const RunEstimate& estimate, const MeasuredRates& rates) {
   char rates_text[240];
   std::snprintf(rates_text, sizeof rates_text,
-                "one thread %.1f GB/s on base pages and %.1f on huge pages, every thread %.1f faulting and %.1f writing, "
-                "freeing %.1f and %.1f",
-                rates.serial_gb_per_s, rates.serial_huge_gb_per_s, rates.parallel_gb_per_s, rates.faulted_gb_per_s,
-                rates.free_gb_per_s, rates.free_huge_gb_per_s);
+                "one thread %.1f GB/s on base pages and %.1f on huge pages, every thread %.1f faulting (%.1f on base "
+                "pages) and %.1f writing, freeing %.1f and %.1f",
+                rates.serial_gb_per_s, rates.serial_huge_gb_per_s, rates.parallel_gb_per_s, rates.parallel_base_gb_per_s,
+                rates.faulted_gb_per_s, rates.free_gb_per_s, rates.free_huge_gb_per_s);
   return "about " + minutes(estimate.seconds) + " (the ranked rows " + minutes(estimate.rows_seconds) +
          ", the limit, fills and repeat scenario " + minutes(estimate.fixed_seconds) +
          (estimate.allocator_seconds > 0 ? ", the other allocators " + minutes(estimate.allocator_seconds) : "") +

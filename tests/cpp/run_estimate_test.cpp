@@ -51,6 +51,19 @@ TEST(RunEstimate, ThirtyTwoGiBOnSixteenCoresIsMinutesAndSaysItsBasis) {
   EXPECT_NE(text.find("a model from rates measured just now"), std::string::npos) << text;
 }
 
+// A parallel row on base pages is priced at every thread's base-page rate, not the huge-page one.
+TEST(RunEstimate, AParallelRowOnBasePagesIsPricedAtTheBasePageRate) {
+  MeasuredRates rates{1.0, 5.0, 40.0, 40.0, 1e9, 1e9};
+  const RunShape shape{.bytes = 4 * GiB, .rows = {{.serial = false, .huge_pages = false}}, .inits = 1, .limit_reps = 0,
+                       .repeat = 0, .fixed_reps = true, .reps = 1};
+  const double at_huge_rate = estimate_run(shape, rates).rows_seconds;  // not measured: as on huge pages
+  rates.parallel_base_gb_per_s = 4.0;
+  EXPECT_NEAR(estimate_run(shape, rates).rows_seconds, 10 * at_huge_rate, 1e-6);
+  const RunShape huge{.bytes = 4 * GiB, .rows = {{.serial = false, .huge_pages = true}}, .inits = 1, .limit_reps = 0,
+                      .repeat = 0, .fixed_reps = true, .reps = 1};
+  EXPECT_NEAR(estimate_run(huge, rates).rows_seconds, at_huge_rate, 1e-6);
+}
+
 TEST(RunEstimate, NoRatesNoEstimate) { EXPECT_EQ(estimate_run(RunShape{.bytes = GiB, .rows = {}}, MeasuredRates{}).seconds, 0.0); }
 
 }  // namespace
