@@ -51,6 +51,7 @@ TIMES_FASTER_THAN_HOST_ALLOC = 8.0
 WITHIN_FASTEST = 1.2
 BIGARRAY_MINUTES = 6.0
 TRACED_CALLS = ("cudaHostAlloc", "cudaHostRegister")  # what bench/data/cuda_pinning.cu calls
+CALLED_FROM = {"cudaHostAlloc": "allocate_staging", "cudaHostRegister": "register_buffer"}  # its functions that call them
 
 
 def check(name: str, measured: str, needed: str, passed: Optional[bool]) -> dict:
@@ -123,10 +124,16 @@ def bigarray_checks(summary: dict, wall_s: float) -> list[dict]:
 
 
 def trace_checks(summary: dict) -> list[dict]:
+    """Each pinning call's faults are a site named by the call and, after `←`, the program's own
+    function that made it (not the static runtime's hashed internals), with the pinning advice."""
     named = {advice["call"] for advice in summary.get("pinning", [])}
     sites = [row["site"] for row in summary.get("touching", []) if row["site"].startswith(TRACED_CALLS)]
-    return [check(f"trace names the faults {call} took, with advice", ", ".join(s for s in sites if s.startswith(call))
-                  or "no such site", f"a site named {call} (…) ← …", call in named) for call in TRACED_CALLS]
+
+    def by_its_caller(call: str) -> bool:
+        return any(site.startswith(call) and CALLED_FROM[call] in site.partition(" ← ")[2] for site in sites)
+    return [check(f"trace names the faults {call} took at {CALLED_FROM[call]}, with advice",
+                  ", ".join(s for s in sites if s.startswith(call)) or "no such site",
+                  f"{call} (…) ← {CALLED_FROM[call]} (…)", call in named and by_its_caller(call)) for call in TRACED_CALLS]
 
 
 def machine(documents: list[dict], pinned: Optional[dict]) -> str:

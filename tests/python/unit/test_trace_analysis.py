@@ -542,6 +542,12 @@ def test_the_cuda_runtime_linked_in_by_nvcc_is_skipped_like_the_shared_one():
               _native("cudaHostAlloc", program),
               _native("register_buffer(unsigned long)", program), _native("main", program)]
     assert trace_frames.user_frame(frames)["function"] == "register_buffer(unsigned long)"
+    # At start-up the kernels are registered by code nvcc generates into the program's own object.
+    registering = [_native("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                   _native("libcudart_static_8b73e19b9b6fb2b44091792b23d85fe1faddb831", program),
+                   _native("__cudaRegisterFatBinary", program), _native("__sti____cudaRegisterAll()", program),
+                   _native("call_init", "/usr/lib/x86_64-linux-gnu/libc.so.6"), _native("main", program)]
+    assert trace_frames.user_frame(registering)["function"] == "main"
 
 
 def test_rusts_standard_trait_implementations_inlined_into_the_caller_are_skipped():

@@ -46,12 +46,15 @@ RUNTIME_EXECUTABLES = ("node", "nodejs")
 # ... and of these functions, from language runtimes and standard libraries compiled into the
 # program: C++ standard-library templates, Go's runtime, Rust's alloc, core and std, CPython's
 # and numpy's allocators, and the CUDA runtime linked statically into a program by nvcc (its
-# entry points, its internals named `libcudart_static_<hash>` and `cudart::`), and Rust's standard
+# entry points, its internals named `libcudart_static_<hash>` and `cudart::`, the `__cuda…` calls
+# nvcc's generated code makes to register the program's kernels, and that code itself,
+# `__sti____cudaRegisterAll`: checked against a real nvcc build by bench/cuda_static_names.py), and Rust's standard
 # library's trait implementations for any type (`<u8 as alloc::vec::spec_from_elem::SpecFromElem>`,
 # inlined into the caller) (docs/trace.md lists them; --skip-frames adds, --keep-frames exempts).
 SYSTEM_FUNCTIONS = r"^(std::|__gnu_cxx::|__cxxabiv1::|operator new|operator delete|runtime\.|alloc::|core::|<alloc::|" \
                    r"<core::|_?Py(Mem|Object)_|_PyObject_|PyDataMem_|default_malloc|npy_alloc_cache|__rust_|" \
-                   r"cuda[A-Z]\w*$|__cudart|libcudart_static_|cudart::|cuGetProcAddress|cudaGetDriverEntryPoint|" \
+                   r"cuda[A-Z]\w*$|__cudart|__cuda[A-Z]|__sti____cuda|libcudart_static_|cudart::|cuGetProcAddress|" \
+                   r"cudaGetDriverEntryPoint|" \
                    r"<[^<>]* as (alloc|core|std)::)"
 
 
