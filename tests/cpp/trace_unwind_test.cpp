@@ -251,7 +251,7 @@ TEST(InlineScopes, AgreeWithLibdwsScopesOnThisProgramsCode) {
   Dwfl* dwfl = process.dwfl;
   ASSERT_NE(dwfl, nullptr);
   std::mt19937_64 random(11);
-  std::size_t compared = 0, inlined = 0;
+  std::size_t compared = 0, inlined = 0, nested = 0;  // nested: where libdw finds no scope (above)
   std::map<Dwarf_Off, detail::InlineScopes> units;
   for (const auto& mapping : code_mappings()) {
     if (mapping.path.find("memcost_trace_tests") == std::string::npos) continue;
@@ -281,6 +281,19 @@ TEST(InlineScopes, AgreeWithLibdwsScopesOnThisProgramsCode) {
       if (fresh) index->second = detail::InlineScopes(unit);
       std::vector<Dwarf_Off> ours;
       for (Dwarf_Die& die : index->second.at(address - bias)) ours.push_back(dwarf_dieoffset(&die));
+      if (theirs.empty() && !ours.empty()) {
+        // libdw walks down only through scopes that hold the address, and so never reaches a
+        // function nested in one that does not (a lambda's operator(), inside its closure type
+        // inside the enclosing function): checked on its own, it must hold the address.
+        Dwarf_Addr module_bias = 0;
+        Dwarf* dwarf = dwfl_module_getdwarf(module, &module_bias);
+        Dwarf_Die outer;
+        ASSERT_NE(dwarf_offdie(dwarf, ours.back(), &outer), nullptr);
+        EXPECT_EQ(dwarf_tag(&outer), DW_TAG_subprogram) << "+" << std::hex << address - mapping.start;
+        EXPECT_GT(dwarf_haspc(&outer, address - bias), 0) << "+" << std::hex << address - mapping.start;
+        ++nested;
+        continue;
+      }
       EXPECT_EQ(ours, theirs) << "+" << std::hex << address - mapping.start;
       ++compared;
       inlined += theirs.size() > 1;
@@ -288,6 +301,7 @@ TEST(InlineScopes, AgreeWithLibdwsScopesOnThisProgramsCode) {
   }
   if (compared == 0) GTEST_SKIP() << "this build has no debugging information (make test-asan's has)";
   EXPECT_GT(inlined, 0U);
+  EXPECT_LT(nested, compared / 10);  // the exception stays one
 }
 
 TEST(SymbolTable, TheHoldingSymbolWinsThenTheBestBoundThenTheNearestLabelBeforeIt) {
