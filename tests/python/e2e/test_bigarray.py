@@ -117,8 +117,9 @@ def test_each_allocators_rows_ran_under_it_and_are_right(bigarray_run, allocator
 def test_repetitions_adapt_and_each_row_says_why_it_stopped(bigarray_run):
     """Adaptive repetitions (no --reps): at most 5 rounds, a row stopping once its time is known within
     ±10 % (after 3 or more) or even its fastest round took 3 times the fastest row's median (5 times
-    after only 2); each reason checked here against the row's own times, independently of the probe's
-    arithmetic."""
+    after only 2, 15 times after its first: at this test's small size an allocator's row can be,
+    jemalloc's malloc + memset once at 48 ms); each reason checked here against the row's own times,
+    independently of the probe's arithmetic."""
     import math
 
     from scipy import stats
@@ -136,9 +137,9 @@ def test_repetitions_adapt_and_each_row_says_why_it_stopped(bigarray_run):
                             for (_, allocator, init), v in times.items() if init == "zero" and allocator in ("", "glibc"))
     for key, sample in settled.items():
         seconds, reason = times[key], sample["metrics"]["reason"]
-        assert sample["case"]["rounds"] == len(seconds) and 2 <= len(seconds) <= 5, (key, seconds)
+        assert sample["case"]["rounds"] == len(seconds) and 1 <= len(seconds) <= 5, (key, seconds)
         if reason == "far behind":
-            factor = 5 if len(seconds) == 2 else 3  # the fewer the rounds, the farther behind
+            factor = {1: 15, 2: 5}.get(len(seconds), 3)  # the fewer the rounds, the farther behind
             assert min(seconds) >= factor * sample["metrics"]["fastest_median_s"], (key, seconds, sample["metrics"])
         elif reason == "tight":
             assert len(seconds) >= 3, (key, seconds)
