@@ -117,26 +117,32 @@ def test_without_python_frames_the_site_is_numpys(golden_results, tmp_path):
     assert not [r for r in document["summary"]["rows"] if "arrays.py" in r["site"]]
 
 
-@needs_numpy
-def test_a_numpy_scripts_lines_are_its_allocation_sites_as_an_ordinary_user():
-    folder = Path(tempfile.mkdtemp(prefix="memcost-python-", dir="/tmp"))  # a user can reach /tmp/x, not pytest's
+def _probe_traces(name: str, text: str, *, as_user: bool, environment: dict | None = None):
+    """`text` as the script `name` traced by the probe itself, from a folder an ordinary user can
+    read (/tmp/x, not pytest's), as root or as uid 65534: the run, its samples and the script's path."""
+    folder = Path(tempfile.mkdtemp(prefix="memcost-python-", dir="/tmp"))
     try:
-        for name in (probe_path(), probe_path().parent / "libmemcost-preload.so"):
-            shutil.copy(name, folder / Path(name).name)
-            (folder / Path(name).name).chmod(0o755)
-        script = folder / "arrays.py"
-        script.write_text(SCRIPT)
+        for tool in (probe_path(), probe_path().parent / "libmemcost-preload.so"):
+            shutil.copy(tool, folder / Path(tool).name)
+            (folder / Path(tool).name).chmod(0o755)
+        script = folder / name
+        script.write_text(text)
         script.chmod(0o644)
         folder.chmod(0o755)
-        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
-                                 *(f"{k}={v}" for k, v in ENVIRONMENT.items()),
+        user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_user else []
+        result = subprocess.run([*user, "env", *(f"{k}={v}" for k, v in (environment or {}).items()),
                                  str(folder / "memcost-probe"), "trace", "--", PYTHON, str(script)],
                                 capture_output=True, text=True, timeout=120, cwd="/tmp")
     finally:
         shutil.rmtree(folder)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"type"')]
-    samples = [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"]
+    return result, [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"], script
+
+
+@needs_numpy
+def test_a_numpy_scripts_lines_are_its_allocation_sites_as_an_ordinary_user():
+    result, samples, script = _probe_traces("arrays.py", SCRIPT, as_user=True, environment=ENVIRONMENT)
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert "LD_PRELOAD" in run["call_source"]
     summary = summarize_trace(samples, CostModel(400.0, 40.0, "test"))
@@ -178,36 +184,16 @@ def _released_lines(samples: list[dict], script: Path) -> None:
         assert any(r["site"].endswith(where) and r["bytes"] >= 16 << 20 for r in rows), (where, [r["site"] for r in rows])
 
 
-def _released_script_traced(as_user: bool) -> tuple[list[dict], Path]:
-    folder = Path(tempfile.mkdtemp(prefix="memcost-released-", dir="/tmp"))
-    try:
-        for name in (probe_path(), probe_path().parent / "libmemcost-preload.so"):
-            shutil.copy(name, folder / Path(name).name)
-            (folder / Path(name).name).chmod(0o755)
-        script = folder / "released.py"
-        script.write_text(RELEASED_SCRIPT)
-        script.chmod(0o644)
-        folder.chmod(0o755)
-        user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_user else []
-        result = subprocess.run([*user, str(folder / "memcost-probe"), "trace", "--", PYTHON, str(script)],
-                                capture_output=True, text=True, timeout=120, cwd="/tmp")
-    finally:
-        shutil.rmtree(folder)
-    assert result.returncode == 0, result.stderr
-    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"type"')]
-    return [{"case": r["case"], "metrics": r["metrics"]} for r in records if r["type"] == "sample"], script
-
-
 @needs_tracing
 @pytest.mark.skipif(not Path(PYTHON).exists(), reason="Debian's python3 is not installed")
 def test_an_allocation_made_without_the_gil_is_named_at_its_line_as_root():
-    samples, script = _released_script_traced(as_user=False)
+    _, samples, script = _probe_traces("released.py", RELEASED_SCRIPT, as_user=False)
     _released_lines(samples, script)
 
 
 @pytest.mark.skipif(not Path(PYTHON).exists() or not shutil.which("setpriv"), reason="needs Debian's python3 and setpriv")
 def test_an_allocation_made_without_the_gil_is_named_at_its_line_as_an_ordinary_user():
-    samples, script = _released_script_traced(as_user=True)
+    _, samples, script = _probe_traces("released.py", RELEASED_SCRIPT, as_user=True)
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert "LD_PRELOAD" in run["call_source"] and run["malformed_records"] == 0
     _released_lines(samples, script)
