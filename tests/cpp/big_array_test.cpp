@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -494,12 +495,17 @@ TEST(FillChoice, AutomaticMeasuresOnSlicesOfTheArrayOnceAProcessAndTheArrayIsRig
   };
   if (measurable_bytes() == 0) GTEST_SKIP() << "the last-level cache is unknown or too large for a test-sized array";
   const std::size_t n = measurable_bytes() / sizeof(Item) - 5;
+  const auto started = std::chrono::steady_clock::now();
   auto first = make_big_array<Item>(n, fill(Item{3, 4}));
+  const auto took_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
   const allocation_report& report = first.report();
   EXPECT_EQ(report.fill_method_reason.rfind("measured now: ", 0), 0U) << report.fill_method_reason;
   EXPECT_NE(report.fill_method_reason.find("stores"), std::string::npos);
   EXPECT_TRUE(report.fill_method == "stores" || report.fill_method == "nontemporal") << report.fill_method;
-  EXPECT_GT(report.fill_calibration_ns, 0U);
+  // What measuring added is part of the fill's time; it may be 0, where the candidates ran as fast
+  // as the winner (CI once measured them that close).
+  EXPECT_LE(report.fill_calibration_ns, took_ns);
   EXPECT_TRUE(std::all_of(first.begin(), first.end(), [](const Item& item) { return item.a == 3 && item.b == 4; }));
   auto second = make_big_array<Item>(n, fill(Item{5, 6}));
   EXPECT_EQ(second.report().fill_method_reason.rfind("measured earlier in this process: ", 0), 0U)
