@@ -12,6 +12,9 @@ The steps run one after the other, each in a process of its own, nothing built b
             waits), its estimate and its populate-or-touch choice read back (docs/bigarray.md);
   trace     `memcost trace` of bench/data/cuda_pinning.cu, built here by nvcc: 1 GiB pinned by
             cudaHostAlloc, 1 GiB by malloc + cudaHostRegister; its sites must be named by the calls.
+  torch     `memcost trace --verify 3` of bench/data/torch_pinning.py (PyTorch, this Python): its
+            pinning named at the script's own function, and the pinned-memory advice measured
+            through memcost's preloaded stand-in for the runtime's calls (docs/trace.md).
 Then one table: each check of the done-when, what was measured, what it needed, and whether it
 passed, under the machine's name; kept as OUT/gpu-host.md and OUT/gpu-host.json beside each step's
 results document (OUT/pinned.json, ...) and its output (OUT/pinned.log, ...).
@@ -44,7 +47,7 @@ from memcost.experiments.info import headline  # noqa: E402
 from memcost.results import machine_label  # noqa: E402
 from memcost.units import parse_size  # noqa: E402
 
-STEPS = ("pinned", "bigarray", "trace")
+STEPS = ("pinned", "bigarray", "trace", "torch")
 # The done-when (issue 41): memcost's pinned memory in at most 1/8 of cudaHostAlloc's time and within
 # 1.2x of the fastest way; bigarray at its defaults within 6 minutes on a 16-core host.
 TIMES_FASTER_THAN_HOST_ALLOC = 8.0
@@ -134,6 +137,24 @@ def trace_checks(summary: dict) -> list[dict]:
     return [check(f"trace names the faults {call} took at {CALLED_FROM[call]}, with advice",
                   ", ".join(s for s in sites if s.startswith(call)) or "no such site",
                   f"{call} (…) ← {CALLED_FROM[call]} (…)", call in named and by_its_caller(call)) for call in TRACED_CALLS]
+
+
+TORCH_CALLED_FROM = "staging_buffer (torch_pinning.py"  # the script's function whose tensor PyTorch pins
+
+
+def torch_checks(summary: dict) -> list[dict]:
+    """The PyTorch script's cudaHostAlloc named at its own function, and the pinned-memory advice
+    measured by --verify through the stand-in (a saving shown)."""
+    items = [item for item in summary.get("pinning", []) if item["call"] == "cudaHostAlloc"]
+    named = [item["site"] for item in items if TORCH_CALLED_FROM in item["site"].partition(" ← ")[2]]
+    variants = [v for v in (summary.get("verification") or {}).get("variants", []) if v["kind"] == "pinned_memory"]
+    measured = "; ".join(f"{v['verdict']}, {v['measured_saving_ms']:,.0f} ms saved" for v in variants
+                         if v.get("measured_saving_ms") is not None) or "no pinned-memory variant ran"
+    return [check("trace names PyTorch's cudaHostAlloc at the script's function, with advice",
+                  ", ".join(item["site"] for item in items) or "no such site", f"cudaHostAlloc (…) ← {TORCH_CALLED_FROM}…)",
+                  bool(named)),
+            check("--verify measures the pinned-memory advice through the stand-in", measured, "saving shown",
+                  any(v["verdict"] == "saving shown" for v in variants))]
 
 
 def machine(documents: list[dict], pinned: Optional[dict]) -> str:
@@ -263,6 +284,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                 else:
                     documents.append(document)
                     checks += trace_checks(document["summary"])
+        if "torch" in steps:
+            code, _, document = runner.memcost("torch", "trace", "--verify", "3", "--", sys.executable,
+                                               str(ROOT / "bench" / "data" / "torch_pinning.py"), args.trace_bytes)
+            if document is None:
+                checks.append(check("memcost trace --verify of a PyTorch script ran",
+                                    f"exit {code} (see {args.out / 'torch.log'})", "exit 0", False))
+            else:
+                documents.append(document)
+                checks += torch_checks(document["summary"])
     except KeyboardInterrupt:
         print("bench/gpu_host.py: interrupted; the steps that ended are in " + str(args.out), file=sys.stderr)
         return 130

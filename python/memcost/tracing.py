@@ -23,7 +23,7 @@ from .analysis.trace import frames as trace_frames
 from .analysis.trace import records as trace_records
 from .analysis.trace import summary as trace_summary
 from .analysis.trace.advice import pinning_advice
-from .analysis.verify import correct_estimates, learned_ratios
+from .analysis.verify import PINNED, correct_estimates, learned_ratios
 from .console import console
 from .errors import MemcostError
 from .experiments.shared import finish
@@ -163,6 +163,12 @@ def _verify(document: dict, trace: trace_records.Trace, values: dict) -> None:
                     item.update(measured_saving_ms=found["measured_saving_ms"],
                                 measured_saving_interval_ms=found["measured_saving_interval_ms"],
                                 verdict=found["verdict"])
+        for item in document["summary"].get("pinning", []):
+            found = measured.get((item["site"], PINNED))
+            item["verified"] = bool(found and found["verified"])
+            if found:
+                item.update(measured_saving_ms=found["measured_saving_ms"],
+                            measured_saving_interval_ms=found["measured_saving_interval_ms"], verdict=found["verdict"])
         stored = {key: value for key, value in document.items() if key != "path"}
         write_atomically(Path(document["path"]), document_text(stored))
         learned = {"host": document["context"].get("host"), "command": document["summary"]["totals"].get("command"),

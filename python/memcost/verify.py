@@ -30,6 +30,11 @@ def preload_library() -> Path:
     return probe_path().parent / "libmemcost-preload.so"
 
 
+def pinning_library() -> Path:
+    """The stand-in for the CUDA runtime's pinning calls (src/trace/preload/pinning_standin.c)."""
+    return probe_path().parent / "libmemcost-pinning.so"
+
+
 def dynamically_linked(command: list[str]) -> Optional[str]:
     """None when the command's program loads shared libraries (the preload library can enter it),
     else why not. A script is judged by its interpreter."""
@@ -122,15 +127,21 @@ def verify(trace: Trace, summary: dict, params: dict, progress: Callable[[str], 
         spec, plain_spec = Path(folder) / "advice", Path(folder) / "no-advice"
         # Without advice, every site is still looked for (and left alone): the search costs the same.
         plain_spec.write_text("\n".join(line for v in variants for line in v.spec_lines("none")) + "\n")
-        base_env = {**os.environ, "LD_PRELOAD": " ".join(filter(None, [str(preload_library()),
+        # The pinning stand-in, where an advice needs it, is loaded into every run: without its
+        # configuration it passes each call to the runtime, so the plain runs pay for the same lookups.
+        pinning = [str(pinning_library())] if any(v.action == "pinned" for v in variants) else []
+        base_env = {**os.environ, "LD_PRELOAD": " ".join(filter(None, [str(preload_library()), *pinning,
                                                                        os.environ.get("LD_PRELOAD")])),
                     "MEMCOST_PRELOAD_PYTHON": "0"}
-        for key in ("MEMCOST_PRELOAD_FD", "MEMCOST_APPLY_FILE", "MEMCOST_APPLY_REPORT"):
+        for key in ("MEMCOST_PRELOAD_FD", "MEMCOST_APPLY_FILE", "MEMCOST_APPLY_REPORT", "MEMCOST_PINNING"):
             base_env.pop(key, None)
 
         def env_for(variant: Optional[analysis.Variant], report: Path) -> dict:
             if variant is None:
                 return {**base_env, "MEMCOST_APPLY_FILE": str(plain_spec)}
+            if variant.action == "pinned":  # the stand-in reports what it served
+                return {**base_env, **variant.environment, "MEMCOST_APPLY_FILE": str(plain_spec),
+                        "MEMCOST_APPLY_REPORT": str(report)}
             if variant.environment:
                 return {**base_env, **variant.environment, "MEMCOST_APPLY_FILE": str(plain_spec)}
             spec.write_text("\n".join(variant.spec_lines()) + "\n")
@@ -153,8 +164,8 @@ def verify(trace: Trace, summary: dict, params: dict, progress: Callable[[str], 
                      f"{'no advice' if variant is None else variant.kind + ' at ' + variant.site})")
             report = Path(folder) / f"report-{number}"
             run = run_once(command, env_for(variant, report), stdin_path)
-            if variant is not None and (variant.environment or (report.exists() and
-                                                                f"applied {variant_id} " in report.read_text())):
+            if variant is not None and (variant.action == "tunable" or (report.exists() and
+                                                                      f"applied {variant_id} " in report.read_text())):
                 applied.add(variant_id)  # a tunable is glibc's to apply: its faults saved say whether it did
             if variant is not None and report.exists() and f"overridden {variant_id} " in report.read_text():
                 overridden.add(variant_id)

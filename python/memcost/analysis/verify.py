@@ -24,8 +24,11 @@ SPREAD_LIMIT = 0.20       # the baseline's interquartile range over its median, 
 MIN_BYTES = 64 << 10      # calls smaller than this are never advised (the preload library's reporting floor)
 HUGE_MIN_BYTES = 4 << 20  # huge pages are advised for mappings of two huge pages or more
 POPULATE_MIN_BYTES = 64 << 20
-# What the preload library does for each kind of advice (apply_advice.h).
+# What the preload library does for each kind of advice (apply_advice.h); the pinned-memory
+# advice is the pinning stand-in's (src/trace/preload/pinning_standin.c).
 ACTIONS = {"huge_pages": "huge", "reuse": "reuse", "parallel": "populate"}
+PINNED = "pinned_memory"
+PINNING_MIN_BYTES = 4 << 20  # two huge pages: a smaller pinning call gains little from them
 WHAT_IS_APPLIED = {
     "huge": "MADV_HUGEPAGE on the site's blocks, started on a 2 MiB boundary as make_big_array starts them "
             "(a calloc block: its 2 MiB-aligned inside)",
@@ -34,6 +37,9 @@ WHAT_IS_APPLIED = {
     "populate": "the site's blocks faulted in at allocation with MADV_POPULATE_WRITE on {threads} threads",
     "tunable": "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 for the whole command: glibc's malloc asks for huge pages "
                "(madvise) on the memory it maps, no code changed",
+    "pinned": "every cudaHostAlloc, cudaMallocHost and cudaHostRegister of 4 MiB or more served by memcost's preloaded "
+              "stand-in: mapped on 2 MiB huge pages, faulted in on {threads} threads, then registered with the "
+              "runtime's cudaHostRegister",
 }
 MALLOC_CALLS = ("malloc", "realloc")  # the site's memory came through malloc: a malloc tunable may do the job
 MALLOC_FUNCTIONS = ("malloc", "calloc", "realloc", "__libc_malloc", "__libc_calloc", "__libc_realloc", "sysmalloc",
@@ -47,7 +53,7 @@ class Variant:
     site: str
     kind: str
     action: str
-    estimated_saving_ms: float
+    estimated_saving_ms: Optional[float]  # None: no estimate (pinning, where `memcost pinned` has not run)
     page_kind: str            # the site's: base or thp (its row's "kind")
     min_bytes: int
     threads: int
@@ -63,7 +69,13 @@ class Variant:
 
     @property
     def environment(self) -> dict:
-        return {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"} if self.action == "tunable" else {}
+        """What the variant's runs add to the environment: a malloc tunable, or the pinning
+        stand-in's configuration."""
+        if self.action == "tunable":
+            return {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+        if self.action == "pinned":
+            return {"MEMCOST_PINNING": f"{self.id} {self.min_bytes} {self.threads}"}
+        return {}
 
 
 def call_path_key(frames: list) -> Optional[list[str]]:
@@ -117,6 +129,17 @@ def plan(trace: Trace, summary: dict, params: dict, threads: int) -> tuple[list[
             if item["kind"] == "huge_pages" and _through_malloc(row, [trace.stacks.get(s, []) for s in stacks_of[row["site"]]]):
                 variants.append(Variant(len(variants) + 1, row["site"], item["kind"], "tunable", item["saving_ms"],
                                         row["kind"], least, threads, []))
+    for item in summary.get("pinning", []):
+        # The call's own time bounds what the fast way can save; the estimate, where `memcost
+        # pinned` has run on this host, is its share of that.
+        if item["call_ms"] < MIN_SAVING_MS:
+            continue
+        if not item.get("verifiable"):
+            unverifiable.append({"site": item["site"], "kind": PINNED, "estimated_saving_ms": item.get("saving_ms"),
+                                 "verified": False, "reason": item["verify"].removeprefix("not applied by --verify: ")})
+            continue
+        variants.append(Variant(len(variants) + 1, item["site"], PINNED, "pinned", item.get("saving_ms"), "base",
+                                PINNING_MIN_BYTES, threads))
     return variants, unverifiable
 
 
@@ -211,7 +234,8 @@ def evaluate(variant: Variant, baseline: dict[int, dict], advised: dict[int, dic
         result.update(verified=False, verdict="not shown by measurement")
     measured = result["measured_saving_ms"]
     result["estimate_ratio"] = (variant.estimated_saving_ms / measured
-                                if result["verified"] and measured and measured > 0 else None)
+                                if result["verified"] and measured and measured > 0 and variant.estimated_saving_ms
+                                else None)
     return result
 
 

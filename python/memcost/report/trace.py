@@ -136,7 +136,8 @@ def verification_lines(summary: dict) -> list[str]:
     return [f"How it was verified: {verification['rounds']} rounds, each running the command once without advice and "
             f"once per advice (the order shuffled each round from seed {verification['seed']}), after one run that "
             "timed it; every run untraced with memcost's preload library loaded, the advice its only difference, the "
-            "site found by its call path (the return addresses the trace saw); its standard output hashed and compared, "
+            "site found by its call path (the return addresses the trace saw; pinned memory: the runtime's calls, by "
+            "size); its standard output hashed and compared, "
             f"its standard error dropped. Without advice it ran {min(baseline['wall_ms']):,.0f}–"
             f"{max(baseline['wall_ms']):,.0f} ms (spread {baseline['spread']:.0%}). What was applied: {applied}."] \
         + unverified
@@ -154,15 +155,16 @@ def advice_lines(summary: dict) -> list[str]:
     advice = [(readable(row["site"]), item) for row in summary["rows"] for item in row["advice"]]
     lines = []
     for site, item in sorted(advice, key=lambda pair: _ranked_saving(pair[1]), reverse=True):
-        line = f"{site}: {item['text']}"
-        if "verdict" in item:
-            interval = _interval(item.get("measured_saving_interval_ms"))
-            line += (f"; measured: {item['verdict']}, {item['measured_saving_ms']:,.1f} ms {interval}"
-                     if item.get("measured_saving_ms") is not None else f"; {item['verdict']}")
-            if item["verdict"].startswith("unsafe"):
-                line += " — do not apply"
-        lines.append(line)
+        lines.append(f"{site}: {item['text']}" + (_measured(item) if "verdict" in item else ""))
     return lines
+
+
+def _measured(item: dict) -> str:
+    """What --verify measured of an advice: its verdict and saving."""
+    interval = _interval(item.get("measured_saving_interval_ms"))
+    text = (f"; measured: {item['verdict']}, {item['measured_saving_ms']:,.1f} ms {interval}"
+            if item.get("measured_saving_ms") is not None else f"; {item['verdict']}")
+    return text + (" — do not apply" if item["verdict"].startswith("unsafe") else "")
 
 
 def totals_lines(summary: dict) -> list[str]:
@@ -233,8 +235,10 @@ def fault_time_lines(totals: dict) -> str:
 
 
 def pinning_lines(summary: dict) -> list[str]:
-    """Memory a CUDA call pinned, the fast way, and why --verify leaves it (analysis/trace/advice.py)."""
-    return [f"{readable(item['site'])}: {item['text']}; {item['verify']}" for item in summary.get("pinning", [])]
+    """Memory a CUDA call pinned, the fast way, and what --verify measured of it, or whether it
+    can (analysis/trace/advice.py)."""
+    return [f"{readable(item['site'])}: {item['text']}" + (_measured(item) if "verdict" in item else f"; {item['verify']}")
+            for item in summary.get("pinning", [])]
 
 
 def notes(summary: dict) -> list[str]:

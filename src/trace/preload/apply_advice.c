@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include "trace/preload/apply_advice.h"
 
+#include "trace/preload/first_touch.h"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -26,9 +28,8 @@ extern void *__libc_calloc(size_t count, size_t size);
 extern void *__libc_memalign(size_t alignment, size_t size);
 extern void __libc_free(void *pointer);
 
-enum { MAX_ADVICE = 64, KEPT_PER_ADVICE = 2, MAX_OUTSTANDING = 1024, STACK_FRAMES = 24, MAX_THREADS = 64 };
-enum { PAGE_BYTES = 4096 };
-static const size_t HUGE_BYTES = 2u << 20;
+enum { MAX_ADVICE = 64, KEPT_PER_ADVICE = 2, MAX_OUTSTANDING = 1024, STACK_FRAMES = 24 };
+static const size_t HUGE_BYTES = MEMCOST_HUGE_PAGE_BYTES;
 
 enum action { HUGE, REUSE, POPULATE, NONE };
 
@@ -288,48 +289,11 @@ static int keep(void *pointer, size_t size, int whole) {
   return kept;
 }
 
-struct part {
-  char *start;
-  size_t bytes;
-  pthread_t thread;
-};
-
-static void *populate_part(void *argument) {
-  struct part *part = argument;
-  (void)syscall(SYS_madvise, part->start, part->bytes, MADV_POPULATE_WRITE);
-  return NULL;
-}
-
-/* First touch on `threads` threads: MADV_POPULATE_WRITE over the whole pages of the block. */
+/* First touch on `threads` threads; the threads' own calls (pthread_create's) go straight through. */
 static void populate(void *pointer, size_t size, int threads) {
-  uintptr_t start = ((uintptr_t)pointer + PAGE_BYTES - 1) & ~(uintptr_t)(PAGE_BYTES - 1);
-  uintptr_t end = ((uintptr_t)pointer + size) & ~(uintptr_t)(PAGE_BYTES - 1);
-  if (end <= start) return;
-  threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
-  size_t pages = (end - start) / PAGE_BYTES, each = (pages + (size_t)threads - 1) / (size_t)threads;
-  struct part parts[MAX_THREADS];
-  int started[MAX_THREADS] = {0}, parts_count = 0;
   applying = 1;
-  for (size_t first = 0; first < pages; first += each, ++parts_count) {
-    size_t last = first + each < pages ? first + each : pages;
-    parts[parts_count] = (struct part){(char *)start + first * PAGE_BYTES, (last - first) * PAGE_BYTES, 0};
-    /* The first part is this thread's; a thread that cannot start leaves its part to this one. */
-    if (parts_count > 0) started[parts_count] = pthread_create(&parts[parts_count].thread, NULL, populate_part,
-                                                               &parts[parts_count]) == 0;
-  }
-  for (int t = 0; t < parts_count; ++t) {
-    if (!started[t]) populate_part(&parts[t]);
-  }
-  for (int t = 1; t < parts_count; ++t) {
-    if (started[t]) pthread_join(parts[t].thread, NULL);
-  }
+  (void)memcost_populate_parallel(pointer, size, threads);
   applying = 0;
-}
-
-static void advise_huge_inside(void *pointer, size_t size) {
-  uintptr_t start = ((uintptr_t)pointer + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1);
-  uintptr_t end = ((uintptr_t)pointer + size) & ~(uintptr_t)(HUGE_BYTES - 1);
-  if (end > start) (void)syscall(SYS_madvise, (void *)start, end - start, MADV_HUGEPAGE);
 }
 
 void *memcost_apply_mmap(size_t length, int prot, int flags) {
@@ -379,7 +343,7 @@ void *memcost_apply_malloc(size_t size, int zero) {
   if (!result) result = zero ? __libc_calloc(1, size) : __libc_malloc(size);
   if (!result) return NULL;
   if (advice[a].action == REUSE || advice[a].action == HUGE) hand_out(result, size, -1, a);
-  if (advice[a].action == HUGE) advise_huge_inside(result, size);
+  if (advice[a].action == HUGE) memcost_advise_huge_inside(result, size);
   if (advice[a].action == POPULATE) populate(result, size, advice[a].threads);
   applied(a);
   return result;

@@ -352,6 +352,14 @@ def test_the_gpu_host_bench_judges_each_figure_of_the_done_when():
     hashed = {"pinning": [{"call": "cudaHostAlloc"}],
               "touching": [{"site": "cudaHostAlloc (ioctl) ← libcudart_static_8b73e19b9b6fb2b44091792b23d85fe1faddb831"}]}
     assert [c["passed"] for c in bench.trace_checks(hashed)] == [False, False]
+    # The PyTorch script: named at its function, and its advice measured through the stand-in.
+    site = "cudaHostAlloc (ioctl) ← staging_buffer (torch_pinning.py:12)"
+    measured = {"pinning": [{"call": "cudaHostAlloc", "site": site}],
+                "verification": {"variants": [{"kind": "pinned_memory", "verdict": "saving shown",
+                                               "measured_saving_ms": 900.0}]}}
+    assert [c["passed"] for c in bench.torch_checks(measured)] == [True, True]
+    internal = {"pinning": [{"call": "cudaHostAlloc", "site": "cudaHostAlloc (ioctl) ← c10::alloc_cpu(…)"}]}
+    assert [c["passed"] for c in bench.torch_checks(internal)] == [False, False]
     assert "| FAILED |" in bench.table(checks, "a host", quick=False)
 
 

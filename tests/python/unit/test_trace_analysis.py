@@ -463,13 +463,24 @@ def test_faults_a_gpu_driver_takes_pinning_are_named_by_the_cuda_call():
     from memcost.analysis.trace.advice import pinning_advice
     unpriced = pinning_advice(rows, None)
     assert [item["call"] for item in sorted(unpriced, key=lambda i: i["call"])] == ["cuMemHostRegister", "cudaHostAlloc"]
-    assert all("run `memcost pinned` on this host" in item["text"] and "not applied by --verify" in item["verify"]
-               for item in unpriced)
+    assert all("run `memcost pinned` on this host" in item["text"] and item["saving_ms"] is None for item in unpriced)
+    # The runtime's call, made through libcudart.so, is one --verify can stand in for; the driver's,
+    # made by the program itself, is not, and says why.
+    by_call = {item["call"]: item for item in unpriced}
+    assert by_call["cudaHostAlloc"]["verifiable"] and by_call["cudaHostAlloc"]["verify"].startswith("--verify applies it")
+    assert not by_call["cuMemHostRegister"]["verifiable"]
+    assert "the driver's cuMemHostRegister itself" in by_call["cuMemHostRegister"]["verify"]
     pinned = {"size_bytes": 32 << 30, "memcost_against_host_alloc": {"times_faster": 9.7, "memcost_s": 1.45,
                                                                       "cuda_host_alloc_s": 14.1}}
     priced = next(item for item in pinning_advice(rows, pinned) if item["call"] == "cudaHostAlloc")
     assert "8,192 pages" in priced["text"] and "9.7× faster than cudaHostAlloc" in priced["text"]
     assert priced["times_faster"] == 9.7
+    # Priced: the call's 1 ms, less what the fast way would take of it.
+    assert priced["saving_ms"] == pytest.approx(1.0 * (1 - 1 / 9.7)) and "would save ≈ 0.9 ms" in priced["text"]
+    # The same call in a program that links the runtime in (nvcc's default): no stand-in can enter.
+    linked_in = [dict(row, pinning_module="cuda_app") for row in rows]
+    static = next(item for item in pinning_advice(linked_in, None) if item["call"] == "cudaHostAlloc")
+    assert not static["verifiable"] and "linked into the program" in static["verify"] and "cuda_app" in static["verify"]
 
 
 # A PyTorch program's stacks, as the tracer sends them: the preload library's Python block merged

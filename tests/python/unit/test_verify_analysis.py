@@ -153,3 +153,31 @@ def test_huge_pages_that_saved_no_faults_did_not_take_effect_and_the_verdict_say
     # Taking effect: 96 faults left of 49,200, and the time shown.
     took = verify.evaluate(_huge_variant(), baseline, {r: _run(150 + r, faults=96) for r in range(7)}, True, 1)
     assert took["verdict"] == "saving shown" and took["measured_faults_saved"] == 49_104
+
+
+def _pinning_item(site, call_ms, verifiable, saving_ms=None):
+    return {"site": site, "call": site.split(" (")[0], "faults": 8192, "call_ms": call_ms, "saving_ms": saving_ms,
+            "verifiable": verifiable, "verify": "--verify applies it" if verifiable else
+            "not applied by --verify: the CUDA runtime is linked into the program"}
+
+
+def test_pinning_advice_is_one_variant_for_the_stand_in_and_a_linked_in_runtime_says_why_not():
+    from memcost.analysis.trace.records import Trace
+    summary = {"rows": [], "pinning": [_pinning_item("cudaHostAlloc (ioctl) ← load_batch (app.c:4)", 120.0, True),
+                                       _pinning_item("cudaHostRegister (ioctl) ← stage (app.c:9)", 40.0, False, 30.0),
+                                       _pinning_item("cudaMallocHost (ioctl) ← tiny (app.c:12)", 0.5, True)]}
+    variants, unverifiable = verify.plan(Trace({}, [], [], {}), summary, {}, threads=4)
+    # The call below 1 ms is not worth a rerun; the other two are one variant and one reason.
+    assert len(variants) == 1 and len(unverifiable) == 1
+    pinned = variants[0]
+    assert (pinned.kind, pinned.action, pinned.keys, pinned.estimated_saving_ms) == (verify.PINNED, "pinned", [], None)
+    assert pinned.environment == {"MEMCOST_PINNING": f"{pinned.id} {verify.PINNING_MIN_BYTES} 4"}
+    assert pinned.spec_lines() == []  # found by the runtime's calls, not by a call path
+    assert unverifiable[0]["reason"].startswith("the CUDA runtime is linked into the program")
+    assert unverifiable[0]["estimated_saving_ms"] == 30.0
+    # Measured without an estimate: the verdict stands, with no estimate to correct.
+    baseline = {r: _run(200 + r) for r in range(5)}
+    advised = {r: _run(120 + r, faults=10) for r in range(5)}
+    result = verify.evaluate(pinned, baseline, advised, applied=True, seed=3)
+    assert result["verdict"] == "saving shown" and result["estimate_ratio"] is None
+    assert "4 threads" in result["applied"]

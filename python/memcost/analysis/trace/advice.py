@@ -110,11 +110,31 @@ def _size(size: int) -> str:
 
 
 
+# The runtime's pinning calls the stand-in serves (src/trace/preload/pinning_standin.c).
+STANDIN_CALLS = ("cudaHostAlloc", "cudaMallocHost", "cudaHostRegister")
+
+
+def pinning_verification(call: str, module: str) -> tuple[bool, str]:
+    """Whether --verify can apply the pinning advice to a call made through `module` (the file its
+    frame was in), and what it does or why not."""
+    if call in STANDIN_CALLS and module.startswith("libcudart"):
+        return True, ("--verify applies it: a preloaded stand-in for the CUDA runtime's pinning calls "
+                      "(libmemcost-pinning.so) serves each of 4 MiB or more the fast way, and the runs are compared")
+    if call not in STANDIN_CALLS:
+        return False, (f"not applied by --verify: the program calls the driver's {call} itself, and memcost stands in "
+                       "for the runtime's calls only (cudaHostAlloc, cudaMallocHost, cudaHostRegister); change the "
+                       "allocation in the program")
+    return False, ("not applied by --verify: the CUDA runtime is linked into the program (nvcc's default: its "
+                   f"{call} is in {module or 'the program'}, not in libcudart.so), where no preloaded library can stand in for "
+                   "the call (and the runtime reaches the driver through its own table of entry points); link it as a "
+                   "library (nvcc -cudart shared) for --verify, or change the allocation in the program")
+
+
 def pinning_advice(touching: list[dict], pinned: Optional[dict]) -> list[dict]:
     """For each touching site where a CUDA call pinned host memory (sites.call_name: "cudaHostAlloc
     (ioctl) ← …"): what it cost in the call, the fast way, and what that way measured on this host
-    (`pinned`: the newest `memcost pinned` summary of the traced machine, or None). `--verify`
-    cannot apply it (the reason is given)."""
+    (`pinned`: the newest `memcost pinned` summary of the traced machine, or None), with its
+    estimated saving where that is known; whether `--verify` can apply it (pinning_verification)."""
     advice = []
     for row in touching:
         call = row["site"].split(" (", 1)[0]
@@ -125,17 +145,18 @@ def pinning_advice(touching: list[dict], pinned: Optional[dict]) -> list[dict]:
                 "registers it (memcost::make_big_array(..., {.pinned = true}), or memcost.pinned_memory.pinned_tensor "
                 "from Python)")
         versus = (pinned or {}).get("memcost_against_host_alloc")
+        saving = None
         if versus:
+            saving = row["call_ms"] * (1 - 1 / versus["times_faster"]) if versus["times_faster"] > 0 else None
             text += (f": `memcost pinned` measured it {versus['times_faster']:.1f}× faster than cudaHostAlloc on this "
                      f"host ({versus['memcost_s']:.2f} s against {versus['cuda_host_alloc_s']:.2f} s for "
                      f"{pinned['size_bytes'] / (1 << 30):g} GiB)")
+            if saving is not None:
+                text += f", which would save ≈ {saving:,.1f} ms of the call's"
         else:
             text += ": run `memcost pinned` on this host for what it would save"
+        verifiable, verify = pinning_verification(call, row.get("pinning_module", ""))
         advice.append({"site": row["site"], "call": call, "faults": row["faults"], "call_ms": row["call_ms"],
                        "text": text, "times_faster": versus["times_faster"] if versus else None,
-                       "verify": "not applied by --verify: nvcc links the CUDA runtime into the program by default, "
-                                 "where no preloaded library can stand in for the call (and the runtime reaches the "
-                                 "driver through its own table of entry points); for a program that loads the runtime "
-                                 "as a library (PyTorch), a preloaded stand-in could, but none is built, as none could "
-                                 "be checked on a GPU; change the allocation in the program"})
+                       "saving_ms": saving, "verifiable": verifiable, "verify": verify})
     return advice

@@ -28,14 +28,19 @@ PINNING_CALLS = ("cudaHostAlloc", "cudaMallocHost", "cudaHostRegister", "cuMemHo
                  "cuMemHostRegister")
 
 
-def pinning_call(frames: list) -> Optional[str]:
-    """The outermost CUDA pinning call in a stack (innermost frame first), or None."""
+def pinning_frame(frames: list) -> Optional[dict]:
+    """The outermost CUDA pinning call's frame in a stack (innermost frame first), or None."""
     found = None
     for frame in frames:
-        function = re.sub(r"_v\d+$", "", (frame.get("function") or "").split("(")[0].strip())
-        if function in PINNING_CALLS:
-            found = function
+        if re.sub(r"_v\d+$", "", (frame.get("function") or "").split("(")[0].strip()) in PINNING_CALLS:
+            found = frame
     return found
+
+
+def pinning_call(frames: list) -> Optional[str]:
+    """The outermost CUDA pinning call in a stack, by its name without a version, or None."""
+    frame = pinning_frame(frames)
+    return re.sub(r"_v\d+$", "", frame["function"].split("(")[0].strip()) if frame else None
 
 
 def call_name(call: str, frames: list) -> str:

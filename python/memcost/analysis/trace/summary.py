@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Optional
 
 from ...errors import MemcostError
@@ -23,7 +24,7 @@ from ..derived import MB
 from .advice import advise, fault_us
 from .frames import DEFAULT_FRAMES, FrameFilter, frames_of, runtime_flags_missing, runtime_of, user_frame
 from .records import KERNEL_TIME, Site, Trace, ms, read, touch_rows
-from .sites import SiteNames, allocation_names, allocation_site, call_name, readable, touching_names
+from .sites import SiteNames, allocation_names, allocation_site, call_name, pinning_frame, readable, touching_names
 
 
 def processes_table(trace: Trace) -> list[dict]:
@@ -269,6 +270,13 @@ def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[d
     # A system call's faults are touched by the call: named by it ("madvise ← by_madv_populate"), or
     # by the CUDA call that made it ("cudaHostAlloc (ioctl) ← load_batch").
     calls_at = {row["stack"]: call_name(row["call"], trace.stacks.get(row["stack"], [])) for row in trace.call_faults}
+    # The module of a CUDA call's frame: the runtime as a shared library (libcudart.so) or linked
+    # into the program (nvcc's default) decides whether --verify can stand in for it.
+    pinning_modules = {}
+    for row in trace.call_faults:
+        frame = pinning_frame(trace.stacks.get(row["stack"], []))
+        if frame:
+            pinning_modules[row["stack"]] = Path(frame.get("module") or "").name
 
     def touching_site(stack: int) -> str:
         return f"{calls_at[stack]} ← {touching.plain(stack)}" if stack in calls_at else touching(stack)
@@ -286,7 +294,8 @@ def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[d
         if "samples" not in row:
             exact[site] += faults
     rows = [{"site": site, "stack": stack_of[site], "faults": round(sum(c.values())), "fault_ms": fault_ms[site],
-             "allocation_site": c.most_common(1)[0][0], **({"call_ms": call_ms[site]} if site in call_ms else {})}
+             "allocation_site": c.most_common(1)[0][0], **({"call_ms": call_ms[site]} if site in call_ms else {}),
+             **({"pinning_module": pinning_modules[stack_of[site]]} if stack_of[site] in pinning_modules else {})}
             for site, c in counts.items()]
     if trace.touch_samples:
         # Sampled stacks: a site's share is a proportion estimated from its samples (binomial error);
