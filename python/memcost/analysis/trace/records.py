@@ -26,6 +26,9 @@ class Trace:
     # The system calls that took faults without an exception (MAP_POPULATE, mlock, pinning): dicts
     # call, stack (their touching stack in `faults`), calls, faults, call_ns.
     call_faults: list = field(default_factory=list)
+    # What is worked out from the records once and asked for again (the site names of each role,
+    # sites.allocation_names and touching_names): keyed by what it is.
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def period(self) -> int:

@@ -214,15 +214,19 @@ def allocation_site(names: SiteNames, stack_id: int, call: str) -> str:
 
 
 def allocation_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
-    names = SiteNames(trace.stacks, [origin["stack"] for origin in trace.origins], which)
-    for origin in trace.origins:
-        if (runtime := go_runtime_mapping(trace.stacks.get(origin["stack"], []))) is not None:
-            names.rename(origin["stack"], runtime)
-    return names
+    if ("allocation", which) not in trace.memo:
+        names = SiteNames(trace.stacks, [origin["stack"] for origin in trace.origins], which)
+        for origin in trace.origins:
+            if (runtime := go_runtime_mapping(trace.stacks.get(origin["stack"], []))) is not None:
+                names.rename(origin["stack"], runtime)
+        trace.memo[("allocation", which)] = names
+    return trace.memo[("allocation", which)]
 
 
 def touching_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
-    return SiteNames(trace.stacks, [row["touch_stack"] for row in touch_rows(trace)], which)
+    if ("touching", which) not in trace.memo:
+        trace.memo[("touching", which)] = SiteNames(trace.stacks, [row["touch_stack"] for row in touch_rows(trace)], which)
+    return trace.memo[("touching", which)]
 
 
 def folded(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> list[str]:
