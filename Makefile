@@ -26,7 +26,7 @@ prerequisites:
 $(VENV)/.deps: Makefile | prerequisites
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "scikit-build-core>=0.8" "rich>=13" "numpy>=1.24" "matplotlib>=3.7" "jinja2>=3.1" "scipy>=1.10" "prometheus_client>=0.16" "orjson>=3.9" "pytest>=7" "hypothesis>=6" "protobuf>=4"
+	$(PIP) install -q "scikit-build-core>=0.8" "rich>=13" "numpy>=1.24" "matplotlib>=3.7" "jinja2>=3.1" "scipy>=1.10" "prometheus_client>=0.16" "pytest>=7" "hypothesis>=6" "protobuf>=4"
 	touch $@
 
 # Reinstalled whenever a source changes; the wheel build directory keeps it incremental.

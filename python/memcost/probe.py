@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import exit_codes, fast_json, kernel
+from . import exit_codes, kernel
 from .errors import MemcostError
 
 PROBE_ENV = "MEMCOST_PROBE"
@@ -202,7 +202,7 @@ def read_capture(path: Path) -> ProbeRun:
 
 def _parse_line(line: str) -> dict:
     try:
-        record = fast_json.loads(line)
+        record = json.loads(line)
     except json.JSONDecodeError as error:
         raise ProbeFailed(exit_codes.FAILURE, "protocol",
                           f"memcost-probe printed a line that is not JSON: {line.strip()[:200]!r}") from error

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Optional
 
-from . import __version__, fast_json
+from . import __version__
 from .errors import MemcostError
 
 SCHEMA_VERSION = 1
@@ -110,7 +110,7 @@ def document_text(document: dict) -> str:
     if not isinstance(document.get("samples"), list):
         return json.dumps(document, indent=1) + "\n"
     text = json.dumps({**document, "samples": _SAMPLES_HERE}, indent=1)
-    samples = ",\n".join("  " + fast_json.dumps(sample) for sample in document["samples"])
+    samples = ",\n".join("  " + json.dumps(sample) for sample in document["samples"])
     return text.replace(json.dumps(_SAMPLES_HERE), f"[\n{samples}\n ]" if samples else "[]", 1) + "\n"
 
 
@@ -131,7 +131,7 @@ def load_document(path: Path) -> dict:
     """A results document, checked for the fields every reader relies on and their types."""
     path = Path(path)
     try:
-        document = fast_json.loads(path.read_bytes())
+        document = json.loads(path.read_bytes())
     except FileNotFoundError as error:
         raise ResultsError(f"{path}: no such results file") from error
     except IsADirectoryError as error:

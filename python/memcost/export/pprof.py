@@ -191,6 +191,7 @@ class Windows:
     def __init__(self, folder: Path, cost, which, host: str, traced: str):
         self.folder, self.cost, self.which, self.host, self.traced = Path(folder), cost, which, host, traced
         self.stacks: dict = {}
+        self.frames_by_id: dict = {}  # the stack records' frames, each sent once (records.stack_frames)
         self.names: dict[int, str] = {}
         self.period = 1
         self.previous_faults: dict[tuple, int] = {}
@@ -204,7 +205,7 @@ class Windows:
         """One probe record as it streams; True when it belongs to a window (and is not kept)."""
         record, metrics = sample["case"]["record"], sample["metrics"]
         if record == "stack":
-            self.stacks[metrics["stack"]] = metrics["frames"]
+            self.stacks[metrics["stack"]] = trace_records.stack_frames(metrics, self.frames_by_id)
         elif record == "process" and metrics.get("name"):
             self.names[metrics["pid"]] = metrics["name"]
         if "window" not in sample["case"]:

@@ -6,6 +6,7 @@ render through it."""
 from __future__ import annotations
 
 from ..analysis.trace.frames import frame_name
+from ..analysis.trace.records import stacks_of
 from ..analysis.trace.sites import readable
 from ..analysis.trace.summary import fault_time_answer
 from ..experiments.base import Table, number
@@ -257,10 +258,7 @@ def interpret(summary: dict) -> list[str]:
 
 def drawings(document: dict) -> list[str]:
     """Estimated fault time by allocation stack (each site's stack, root first)."""
-    stacks = {}
-    for sample in document["samples"]:
-        if sample["case"].get("record") == "stack":
-            stacks[sample["metrics"]["stack"]] = sample["metrics"]["frames"]
+    stacks = stacks_of(document["samples"])
     flames = [([frame_name(frame) for frame in reversed(stacks.get(row["stack"], []))], row["fault_ms"])
               for row in document["summary"]["rows"]]
     return [flamegraph.svg(flames, "Estimated fault time by allocation stack (ms); hover for figures", "ms")]

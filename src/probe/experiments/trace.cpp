@@ -4,7 +4,8 @@
 // Statistics and advice are the Python side's.
 //
 // Records (all `sample` lines, told apart by case.record):
-//   stack       — one unwound, symbolized call stack, once, before anything refers to its id;
+//   stack       — one unwound, symbolized call stack, once, before anything refers to its id: its
+//                 frames by id, each frame sent once, with the first stack that holds it;
 //   process     — a process of the traced tree started, forked, exec'd or exited, with its name;
 //   faults      — the fault counts per (allocation stack and call, touching stack, process,
 //                 program, page kind), as parallel arrays; counted in the kernel, their touching
@@ -20,6 +21,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "memcost/measure.hpp"
@@ -53,18 +56,44 @@ struct Settings {
   double window_seconds = 0;          // 0: one aggregate at the end only
 };
 
-// Stacks and processes go out as they come: few, and the aggregate refers to them.
+// A frame as a key: every field, so that two frames are one only where everything shown is the same.
+struct FrameHash {
+  std::size_t operator()(const trace::Frame& frame) const noexcept {
+    std::size_t hash = std::hash<std::string>{}(frame.function);
+    for (std::size_t part : {std::hash<std::string>{}(frame.module), std::hash<std::string>{}(frame.file),
+                             static_cast<std::size_t>(frame.address), static_cast<std::size_t>(frame.line),
+                             static_cast<std::size_t>(frame.kind)}) {
+      hash ^= part + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
+    }
+    return hash;
+  }
+};
+struct FrameEqual {
+  bool operator()(const trace::Frame& a, const trace::Frame& b) const noexcept {
+    return std::tie(a.kind, a.address, a.line, a.module_offset, a.function, a.file, a.module) ==
+           std::tie(b.kind, b.address, b.line, b.module_offset, b.function, b.file, b.module);
+  }
+};
+
+// Stacks and processes go out as they come: few, and the aggregate refers to them. A stack is its
+// frames' ids, each frame sent once with the first stack that holds it: stacks share most of their
+// frames (a PyTorch import: 133,544 frames in 4,710 stacks, 30 MB of JSON sent whole).
 class JsonSink : public trace::Sink {
  public:
   explicit JsonSink(Emitter& emitter) : emitter_(emitter) {}
 
   void stack(std::uint32_t id, const std::vector<trace::Frame>& frames) override {
-    json list = json::array();
+    json ids = json::array(), first_seen = json::array();
     for (const auto& frame : frames) {
-      list.push_back({{"kind", trace::frame_kind_name(frame.kind)}, {"address", frame.address}, {"function", frame.function}, {"file", frame.file},
-                      {"line", frame.line}, {"module", frame.module}, {"module_offset", frame.module_offset}});
+      const auto [found, added] = frame_ids_.try_emplace(frame, static_cast<std::uint32_t>(frame_ids_.size()));
+      if (added) {
+        first_seen.push_back({{"id", found->second}, {"kind", trace::frame_kind_name(frame.kind)},
+                              {"address", frame.address}, {"function", frame.function}, {"file", frame.file},
+                              {"line", frame.line}, {"module", frame.module}, {"module_offset", frame.module_offset}});
+      }
+      ids.push_back(found->second);
     }
-    emitter_.sample({{"record", "stack"}}, {{"stack", id}, {"frames", std::move(list)}});
+    emitter_.sample({{"record", "stack"}}, {{"stack", id}, {"frame_ids", std::move(ids)}, {"new_frames", std::move(first_seen)}});
   }
 
   void process(const trace::ProcessEvent& event) override {
@@ -77,6 +106,7 @@ class JsonSink : public trace::Sink {
 
  private:
   Emitter& emitter_;
+  std::unordered_map<trace::Frame, std::uint32_t, FrameHash, FrameEqual> frame_ids_;
 };
 
 const char* origin_name(int call) {

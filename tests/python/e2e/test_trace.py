@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from memcost import exit_codes
+from memcost.analysis.trace.records import stacks_of
 from memcost.results import load_document
 
 from conftest import DATA, finish, needs_tracing, run_memcost, start_memcost, summarize_trace
@@ -474,8 +475,7 @@ def test_a_vector_grown_by_push_back_is_charged_to_the_function_that_grew_it(res
     top = document["summary"]["rows"][0]
     assert top["site"].startswith("grow_samples") and top["faults"] >= 65536
     # push_back is inlined into grow_samples: its frame is there, marked, and the site is the line that called it.
-    frames = next(s["metrics"]["frames"] for s in document["samples"]
-                  if s["case"]["record"] == "stack" and s["metrics"]["stack"] == top["stack"])
+    frames = stacks_of(document["samples"])[top["stack"]]
     assert any(f["kind"] == "inlined" and "push_back" in f["function"] for f in frames)
     assert top["site"].endswith(f"(vector_growth.cpp:{_line_of('vector_growth.cpp', 'samples.push_back')})")
     growth = [item for item in top["advice"] if item["kind"] == "growth"]

@@ -13,6 +13,7 @@ import pytest
 
 from memcost.analysis.trace import frames as trace_frames
 from memcost.analysis.cost_model import CostModel
+from memcost.analysis.trace.records import stacks_of
 from memcost.probe import probe_path
 from memcost.results import load_document
 
@@ -102,7 +103,7 @@ def test_a_numpy_scripts_lines_are_its_allocation_sites_as_root(golden_results, 
     assert "tracepoints" in document["summary"]["totals"]["call_source"]
     _check_sites(document["summary"]["rows"], _kernel_counts(result.stdout), script)
     # The full stack stays in the results: the script's frames, numpy's C code inside them, the interpreter outside.
-    stacks = {s["metrics"]["stack"]: s["metrics"]["frames"] for s in document["samples"] if s["case"]["record"] == "stack"}
+    stacks = stacks_of(document["samples"])
     # The site is the script's line, after numpy's C function that it called (the line's detail).
     row = next(r for r in document["summary"]["rows"] if re.search(r"(^| ← )filled \(", r["site"]))
     kinds = [frame["kind"] for frame in stacks[row["stack"]]]

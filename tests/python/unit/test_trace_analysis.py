@@ -582,3 +582,17 @@ def test_a_tracer_that_costs_more_than_a_tenth_of_the_commands_cpu_says_so():
     assert warned(79.0) == []
     message, = warned(120.0)
     assert "120 ms of CPU, 15% of the command's 800 ms" in message
+
+
+def test_stack_records_name_their_frames_by_id_each_frame_sent_once_and_old_results_read_as_before():
+    main = {"kind": "native", "address": 16, "function": "main", "file": "app.c", "line": 9, "module": "/app",
+            "module_offset": 16}
+    helper = {**main, "address": 32, "function": "helper", "line": 4, "module_offset": 32}
+    samples = [{"case": {"record": "stack"}, "metrics": {"stack": 1, "frame_ids": [1, 0],
+                                                         "new_frames": [{"id": 0, **main}, {"id": 1, **helper}]}},
+               {"case": {"record": "stack"}, "metrics": {"stack": 2, "frame_ids": [0], "new_frames": []}},
+               {"case": {"record": "stack"}, "metrics": {"stack": 3, "frames": [helper]}},  # results made before ids
+               run()]
+    stacks = trace_records.stacks_of(samples)
+    assert stacks == {1: [helper, main], 2: [main], 3: [helper]}
+    assert trace_records.read(samples).stacks == stacks

@@ -43,13 +43,35 @@ FAULT_KEY = ("allocation_stack", "allocation_call", "touch_stack", "pid", "progr
 KERNEL_TIME = ("timed_faults", "timings_ended", "kernel_ns", "kernel_ns_squares")
 
 
+def stack_frames(metrics: dict, frames_by_id: dict) -> list:
+    """A `stack` record's frames, innermost first: by id (`frame_ids`), each frame sent once, with
+    the first record that holds it (`new_frames`, kept in `frames_by_id` for the records after);
+    or listed whole (`frames`: results made before frames had ids)."""
+    if "frames" in metrics:
+        return metrics["frames"]
+    for frame in metrics["new_frames"]:
+        frames_by_id[frame["id"]] = {key: value for key, value in frame.items() if key != "id"}
+    return [frames_by_id[frame_id] for frame_id in metrics["frame_ids"]]
+
+
+def stacks_of(samples: list) -> dict:
+    """The stacks of a trace's records, by id."""
+    stacks: dict = {}
+    frames_by_id: dict = {}
+    for sample in samples:
+        if sample["case"].get("record") == "stack":
+            stacks[sample["metrics"]["stack"]] = stack_frames(sample["metrics"], frames_by_id)
+    return stacks
+
+
 def read(samples: list) -> Trace:
     stacks, faults, origins, processes, fault_time, touch_samples, call_faults = {}, [], [], [], [], [], []
     run: dict = {}
+    frames_by_id: dict = {}
     for sample in samples:
         record, metrics = sample["case"]["record"], sample["metrics"]
         if record == "stack":
-            stacks[metrics["stack"]] = metrics["frames"]
+            stacks[metrics["stack"]] = stack_frames(metrics, frames_by_id)
         elif record == "faults":
             columns = (*FAULT_KEY, "faults")
             faults.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
