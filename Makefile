@@ -44,8 +44,8 @@ test-cpp: | prerequisites
 # programs of every runtime included, with the probe built the same way.
 test-asan: setup
 	cmake -S . -B build/asan -G Ninja -DMEMCOST_BUILD_TESTS=ON -DMEMCOST_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build build/asan --target memcost_tests memcost_trace_tests memcost_tracer_tests memcost_fault_counter_tests memcost_pinned_tests memcost_got_hook_tests memcost_c_api_test memcost-probe memcost-preload
-	cd build/asan && ctest --output-on-failure -R "BigArray|CApi|Attribution|Unwind|SymbolNames|SymbolTable|InlineScopes|PerfMap|FaultCounter\.|RecordReader|ProcessTree|PreloadReader|PythonFrames|GotHook|Raw\.|Workload|EventList|Pacing|FaultSources|TraceLoop|Pinned|RegistrationChunks|FaultMethod|RunEstimate|Rounds"
+	cmake --build build/asan --target memcost_tests memcost_trace_tests memcost_tracer_tests memcost_fault_counter_tests memcost_pinned_tests memcost_got_hook_tests memcost_block_table_tests memcost_c_api_test memcost-probe memcost-preload
+	cd build/asan && ctest --output-on-failure -R "BigArray|CApi|Attribution|Unwind|SymbolNames|SymbolTable|InlineScopes|PerfMap|FaultCounter\.|RecordReader|ProcessTree|PreloadReader|PythonFrames|GotHook|BlockTable|Raw\.|Workload|EventList|Pacing|FaultSources|TraceLoop|Pinned|RegistrationChunks|FaultMethod|RunEstimate|Rounds"
 	MEMCOST_PROBE=$(CURDIR)/build/asan/memcost-probe $(REQUIRE_TRACING) $(VENV)/bin/pytest -q \
 	  tests/python/e2e/test_trace.py tests/python/e2e/test_trace_processes.py tests/python/e2e/test_trace_runtimes.py
 

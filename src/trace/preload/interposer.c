@@ -42,10 +42,11 @@ extern void __libc_free(void *pointer);
 
 #include "trace/preload/abi.h"
 #include "trace/preload/apply_advice.h"
+#include "trace/preload/block_table.h"
 #include "trace/preload/got_hook.h"
 #include "trace/preload/safe_primitives.h"
 
-enum { MAX_FRAMES = MEMCOST_PRELOAD_MAX_FRAMES, SKIPPED_FRAMES = 2, TABLE_SIZE = 1 << 16 };
+enum { MAX_FRAMES = MEMCOST_PRELOAD_MAX_FRAMES, SKIPPED_FRAMES = 2 };
 enum { PYTHON_FILE_BYTES = 120, PYTHON_FUNCTION_BYTES = 80 };
 /* The Python stack (preload/abi.h), with room for its frames. */
 struct python_block {
@@ -65,30 +66,6 @@ _Static_assert(offsetof(struct record, pcs) == sizeof(struct memcost_preload_hea
 static int out_fd = -1;
 static size_t min_bytes = 64 * 1024;
 static MEMCOST_THREAD_LOCAL int inside; /* the unwinder may allocate the first time it runs */
-
-/* The big blocks handed out, so that free() knows which to report: open addressing. */
-static uintptr_t table[TABLE_SIZE];
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static size_t slot_of(uintptr_t key) { return (key >> 4) * 0x9E3779B97F4A7C15ULL >> 48; }
-
-static void remember(void *pointer) {
-  pthread_mutex_lock(&table_lock);
-  for (size_t i = slot_of((uintptr_t)pointer), n = 0; n < TABLE_SIZE; i = (i + 1) % TABLE_SIZE, ++n) {
-    if (table[i] == 0 || table[i] == 1) { table[i] = (uintptr_t)pointer; break; }
-  }
-  pthread_mutex_unlock(&table_lock);
-}
-
-static int forget(void *pointer) {
-  int found = 0;
-  pthread_mutex_lock(&table_lock);
-  for (size_t i = slot_of((uintptr_t)pointer), n = 0; n < TABLE_SIZE && table[i] != 0; i = (i + 1) % TABLE_SIZE, ++n) {
-    if (table[i] == (uintptr_t)pointer) { table[i] = 1; found = 1; break; } /* 1: a tombstone */
-  }
-  pthread_mutex_unlock(&table_lock);
-  return found;
-}
 
 /* CPython's public API, found in the process when it is a Python interpreter (3.9 to 3.13). */
 typedef struct object object;
@@ -558,7 +535,7 @@ static void heap_grew(void *before, void *after) {
 
 static void allocated(void *pointer, size_t size, uint64_t enter, const struct python_block *python) {
   if (pointer && !inside) {
-    remember(pointer);
+    memcost_block_remember(pointer);
     emit(MEMCOST_CALL_MALLOC, enter, now_ns(), 0, size, 0, 0, (int64_t)(uintptr_t)pointer, python);
   }
 }
@@ -594,7 +571,7 @@ int posix_memalign(void **out, size_t alignment, size_t size) {
 
 void free(void *pointer) {
   if (memcost_apply_free(pointer)) return; /* kept for the advice's next call */
-  if (out_fd >= 0 && pointer && forget(pointer)) {
+  if (out_fd >= 0 && pointer && memcost_block_forget(pointer)) {
     uint64_t enter = now_ns();
     __libc_free(pointer);
     emit(MEMCOST_CALL_FREE, enter, now_ns(), (uint64_t)(uintptr_t)pointer, 0, 0, 0, 0, NULL);
@@ -605,15 +582,15 @@ void free(void *pointer) {
 
 static void reallocated(void *old, size_t size, int tracked, void *result, uint64_t enter,
                         const struct python_block *python) {
-  if (result && size >= min_bytes) remember(result);
-  else if (!result && tracked) remember(old); /* failed: the old block stays */
+  if (result && size >= min_bytes) memcost_block_remember(result);
+  else if (!result && tracked) memcost_block_remember(old); /* failed: the old block stays */
   emit(MEMCOST_CALL_REALLOC, enter, now_ns(), (uint64_t)(uintptr_t)old, 0, size, (uint64_t)tracked,
        (int64_t)(uintptr_t)result, python);
 }
 
 void *realloc(void *pointer, size_t size) {
   memcost_apply_forget(pointer);
-  int tracked = out_fd >= 0 && pointer && forget(pointer);
+  int tracked = out_fd >= 0 && pointer && memcost_block_forget(pointer);
   if (!tracked && size < min_bytes) SMALL_CALL(__libc_realloc(pointer, size));
   BIG_CALL(__libc_realloc(pointer, size), reallocated(pointer, size, tracked, result, enter, &python));
 }
