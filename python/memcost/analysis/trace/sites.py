@@ -28,11 +28,16 @@ PINNING_CALLS = ("cudaHostAlloc", "cudaMallocHost", "cudaHostRegister", "cuMemHo
                  "cuMemHostRegister")
 
 
+def _unversioned(frame: dict) -> str:
+    """A frame's function without its parameters or its version (`cuMemHostRegister_v2`)."""
+    return re.sub(r"_v\d+$", "", (frame.get("function") or "").split("(")[0].strip())
+
+
 def pinning_frame(frames: list) -> Optional[dict]:
     """The outermost CUDA pinning call's frame in a stack (innermost frame first), or None."""
     found = None
     for frame in frames:
-        if re.sub(r"_v\d+$", "", (frame.get("function") or "").split("(")[0].strip()) in PINNING_CALLS:
+        if _unversioned(frame) in PINNING_CALLS:
             found = frame
     return found
 
@@ -40,7 +45,7 @@ def pinning_frame(frames: list) -> Optional[dict]:
 def pinning_call(frames: list) -> Optional[str]:
     """The outermost CUDA pinning call in a stack, by its name without a version, or None."""
     frame = pinning_frame(frames)
-    return re.sub(r"_v\d+$", "", frame["function"].split("(")[0].strip()) if frame else None
+    return _unversioned(frame) if frame else None
 
 
 def call_name(call: str, frames: list) -> str:
