@@ -156,24 +156,23 @@ def _verify(document: dict, trace: trace_records.Trace, values: dict) -> None:
         measured = {(v["site"], v["kind"]): v for v in verification["variants"] if v["action"] != "tunable"}
         for row in document["summary"]["rows"]:
             for item in row["advice"]:
-                found = measured.get((row["site"], item["kind"]))
                 item["estimated_saving_ms"] = item["saving_ms"]
-                item["verified"] = bool(found and found["verified"])
-                if found:
-                    item.update(measured_saving_ms=found["measured_saving_ms"],
-                                measured_saving_interval_ms=found["measured_saving_interval_ms"],
-                                verdict=found["verdict"])
+                _take_measured(item, measured.get((row["site"], item["kind"])))
         for item in document["summary"].get("pinning", []):
-            found = measured.get((item["site"], PINNED))
-            item["verified"] = bool(found and found["verified"])
-            if found:
-                item.update(measured_saving_ms=found["measured_saving_ms"],
-                            measured_saving_interval_ms=found["measured_saving_interval_ms"], verdict=found["verdict"])
+            _take_measured(item, measured.get((item["site"], PINNED)))
         stored = {key: value for key, value in document.items() if key != "path"}
         write_atomically(Path(document["path"]), document_text(stored))
         learned = {"host": document["context"].get("host"), "command": document["summary"]["totals"].get("command"),
                    "verification": verification}
         write_atomically(Path(document["path"]).parent / VERIFIED_NAME, json.dumps(learned) + "\n")
+
+
+def _take_measured(item: dict, found: Optional[dict]) -> None:
+    """An advice item with what its variant measured, where one ran."""
+    item["verified"] = bool(found and found["verified"])
+    if found:
+        item.update(measured_saving_ms=found["measured_saving_ms"],
+                    measured_saving_interval_ms=found["measured_saving_interval_ms"], verdict=found["verdict"])
 
 
 def _store(values: dict, directory, run, trace: trace_records.Trace, cost, raw, windows, notes: list) -> dict:
