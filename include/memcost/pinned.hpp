@@ -9,6 +9,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -39,12 +42,25 @@ struct registration_chunk {
 // Why memory cannot be pinned here, in one sentence; "" where it can (a driver and a GPU).
 [[nodiscard]] std::string pinning_unavailable();
 
+// How a registration is cut and made: chunks of at most `chunk_bytes`, registered (and later
+// unregistered) by `threads` threads at once. The driver copies at pinned speed only within one
+// registration (docs/pinned.md), so the default is one chunk, from one thread.
+struct registration_plan {
+  std::size_t chunk_bytes = max_registration_bytes;
+  unsigned threads = 1;
+};
+
 // [data, data + bytes) registered with the driver, chunk by chunk, until destroyed or released.
 class pinned_registration {
  public:
   pinned_registration() = default;
   // Throws pinning_error (what was registered is unregistered first).
-  pinned_registration(void* data, std::size_t bytes);
+  pinned_registration(void* data, std::size_t bytes, registration_plan plan = {});
+  // Nothing registered yet: add() registers [data + offset, data + offset + bytes), from any
+  // thread, as soon as its pages are in (faulting and registering overlapped). Throws
+  // pinning_error where there is no driver.
+  [[nodiscard]] static pinned_registration in_parts(void* data, std::size_t bytes, unsigned release_threads);
+  void add(registration_chunk chunk);  // throws pinning_error (the chunk is not registered)
   ~pinned_registration() { release(); }
   pinned_registration(pinned_registration&& other) noexcept { swap(other); }
   pinned_registration& operator=(pinned_registration&& other) noexcept {
@@ -57,8 +73,11 @@ class pinned_registration {
   pinned_registration(const pinned_registration&) = delete;
   pinned_registration& operator=(const pinned_registration&) = delete;
 
-  // Unregisters every chunk (the memory stays mapped).
-  void release() noexcept;
+  // Unregisters every chunk (the memory stays mapped), from the plan's threads.
+  void release() noexcept { release({}); }
+  // The same, calling after_each(chunk) on the unregistering thread as each chunk is unregistered:
+  // the caller unmaps it there, unpinning and unmapping overlapped.
+  void release(const std::function<void(const registration_chunk&)>& after_each) noexcept;
   [[nodiscard]] bool pinned() const { return !chunks_.empty(); }
   [[nodiscard]] std::size_t chunks() const { return chunks_.size(); }
   [[nodiscard]] std::size_t bytes() const { return bytes_; }
@@ -70,11 +89,15 @@ class pinned_registration {
     std::swap(bytes_, other.bytes_);
     std::swap(chunks_, other.chunks_);
     std::swap(register_seconds_, other.register_seconds_);
+    std::swap(release_threads_, other.release_threads_);
+    std::swap(adding_, other.adding_);
   }
   char* data_ = nullptr;
   std::size_t bytes_ = 0;
   std::vector<registration_chunk> chunks_;
   double register_seconds_ = 0;
+  unsigned release_threads_ = 1;
+  std::unique_ptr<std::mutex> adding_;  // add() from many threads
 };
 
 }  // namespace memcost

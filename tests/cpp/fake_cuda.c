@@ -7,6 +7,7 @@
    pinned allocation is memory mapped and faulted in, the GPU's memory is the process's own, and a
    copy is a memcpy; from memory neither registered nor allocated pinned it goes through a staging
    buffer first, as the real driver's copies of ordinary memory do (and so runs slower). */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +23,9 @@ static struct {
 } registered[MOST];
 static int registrations, unregistrations, live;
 static int context_current;
+/* Registrations come from many threads at once (pinned_registration's plan): the record is kept
+   under this lock; the pages are faulted in outside it, in parallel, as the real driver pins them. */
+static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int cuInit(unsigned flags) { return flags == 0 && !getenv("FAKE_CUDA_NO_DEVICE") ? SUCCESS : NO_DEVICE; }
 int cuDeviceGet(int *device, int ordinal) {
@@ -39,28 +43,37 @@ int cuCtxSetCurrent(void *context) {
 }
 int cuMemHostRegister_v2(void *start, size_t bytes, unsigned flags) {
   const char *most = getenv("FAKE_CUDA_MAX_BYTES");
-  if (!context_current || registrations >= MOST || (most && bytes > strtoull(most, NULL, 10))) return INVALID_VALUE;
-  for (int i = 0; i < registrations; ++i) {
-    if (registered[i].bytes && registered[i].start == start) return HOST_MEMORY_ALREADY_REGISTERED;
-  }
+  if (!context_current || (most && bytes > strtoull(most, NULL, 10))) return INVALID_VALUE;
   for (size_t page = 0; page < bytes; page += 4096) ((volatile char *)start)[page] += 0;  /* faulted in for writing */
-  registered[registrations].start = start;
-  registered[registrations].bytes = bytes;
-  registered[registrations].flags = flags;
-  ++registrations;
-  ++live;
-  return SUCCESS;
+  int result = SUCCESS;
+  pthread_mutex_lock(&record_lock);
+  for (int i = 0; i < registrations; ++i) {
+    if (registered[i].bytes && registered[i].start == start) result = HOST_MEMORY_ALREADY_REGISTERED;
+  }
+  if (result == SUCCESS && registrations >= MOST) result = INVALID_VALUE;
+  if (result == SUCCESS) {
+    registered[registrations].start = start;
+    registered[registrations].bytes = bytes;
+    registered[registrations].flags = flags;
+    ++registrations;
+    ++live;
+  }
+  pthread_mutex_unlock(&record_lock);
+  return result;
 }
 int cuMemHostUnregister(void *start) {
-  for (int i = 0; i < registrations; ++i) {
+  int result = INVALID_VALUE;
+  pthread_mutex_lock(&record_lock);
+  for (int i = 0; i < registrations && result != SUCCESS; ++i) {
     if (registered[i].bytes && registered[i].start == start) {
       registered[i].bytes = 0;
       ++unregistrations;
       --live;
-      return SUCCESS;
+      result = SUCCESS;
     }
   }
-  return INVALID_VALUE;
+  pthread_mutex_unlock(&record_lock);
+  return result;
 }
 int cuDeviceGetName(char *name, int length, int device) {
   (void)device;
@@ -76,25 +89,33 @@ static struct {
 int cuMemHostAlloc(void **data, size_t bytes, unsigned flags) {
   (void)flags;
   if (!context_current) return INVALID_VALUE;
-  for (int i = 0; i < MOST; ++i) {
+  void *mapped = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mapped == MAP_FAILED) return OUT_OF_MEMORY;
+  int result = OUT_OF_MEMORY;
+  pthread_mutex_lock(&record_lock);
+  for (int i = 0; i < MOST && result != SUCCESS; ++i) {
     if (host_allocated[i].start) continue;
-    void *mapped = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (mapped == MAP_FAILED) return OUT_OF_MEMORY;
     host_allocated[i].start = *data = mapped;
     host_allocated[i].bytes = bytes;
-    return SUCCESS;
+    result = SUCCESS;
   }
-  return OUT_OF_MEMORY;
+  pthread_mutex_unlock(&record_lock);
+  if (result != SUCCESS) munmap(mapped, bytes);
+  return result;
 }
 int cuMemFreeHost(void *data) {
-  for (int i = 0; i < MOST; ++i) {
+  size_t bytes = 0;
+  pthread_mutex_lock(&record_lock);
+  for (int i = 0; i < MOST && !bytes; ++i) {
     if (host_allocated[i].start == data) {
-      munmap(data, host_allocated[i].bytes);
+      bytes = host_allocated[i].bytes;
       host_allocated[i].start = NULL;
-      return SUCCESS;
     }
   }
-  return INVALID_VALUE;
+  pthread_mutex_unlock(&record_lock);
+  if (!bytes) return INVALID_VALUE;
+  munmap(data, bytes);
+  return SUCCESS;
 }
 int cuMemAlloc_v2(unsigned long long *device, size_t bytes) {
   void *memory = malloc(bytes);
@@ -106,15 +127,18 @@ int cuMemFree_v2(unsigned long long device) {
   return SUCCESS;
 }
 static int pinned_source(const char *data, size_t bytes) {
-  for (int i = 0; i < registrations; ++i) {
+  int pinned = 0;
+  pthread_mutex_lock(&record_lock);
+  for (int i = 0; i < registrations && !pinned; ++i) {
     const char *start = registered[i].start;
-    if (registered[i].bytes && data >= start && data + bytes <= start + registered[i].bytes) return 1;
+    pinned = registered[i].bytes && data >= start && data + bytes <= start + registered[i].bytes;
   }
-  for (int i = 0; i < MOST; ++i) {
+  for (int i = 0; i < MOST && !pinned; ++i) {
     const char *start = host_allocated[i].start;
-    if (start && data >= start && data + bytes <= start + host_allocated[i].bytes) return 1;
+    pinned = start && data >= start && data + bytes <= start + host_allocated[i].bytes;
   }
-  return 0;
+  pthread_mutex_unlock(&record_lock);
+  return pinned;
 }
 int cuMemcpyHtoD_v2(unsigned long long device, const void *data, size_t bytes) {
   static char staging[1 << 20];

@@ -8,7 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "big_array/cuda_driver.hpp"
 #include "memcost/allocator.hpp"
@@ -138,6 +142,80 @@ TEST(PinnedWithADriver, MemoryOfYourOwnAndTheDriversRefusalInOneSentence) {
   }
   unsetenv("FAKE_CUDA_MAX_BYTES");
   EXPECT_EQ(driver.live(), 0) << "nothing left registered";
+}
+
+// A plan of chunks registered by several threads: every chunk once, each unregistered, and the
+// caller told of each as it goes (to unmap it there).
+TEST(PinnedWithADriver, ChunksRegisteredByThreadsAreEachUnregisteredAndHandedBack) {
+  FakeDriver driver;
+  ASSERT_NE(driver.library, nullptr);
+  constexpr std::size_t chunk = 64 << 10, bytes = 37 * chunk + 4096;
+  std::vector<char> memory(bytes);
+  const int before = driver.registrations();
+  std::vector<std::size_t> handed_back;
+  std::mutex handing;
+  {
+    pinned_registration pinned(memory.data(), bytes, {.chunk_bytes = chunk, .threads = 4});
+    EXPECT_EQ(pinned.chunks(), 38U);
+    EXPECT_EQ(driver.live(), 38);
+    ASSERT_EQ(driver.registrations(), before + 38);
+    std::vector<std::pair<char*, std::size_t>> made;
+    for (int i = before; i < driver.registrations(); ++i) made.emplace_back(static_cast<char*>(driver.start(i)), driver.bytes(i));
+    std::sort(made.begin(), made.end());
+    std::size_t covered = 0;
+    for (const auto& [start, length] : made) {
+      EXPECT_EQ(start, memory.data() + covered) << "side by side, none twice";
+      covered += length;
+    }
+    EXPECT_EQ(covered, bytes);
+    pinned.release([&](const registration_chunk& done) {
+      std::lock_guard guard(handing);
+      handed_back.push_back(done.offset);
+    });
+    EXPECT_FALSE(pinned.pinned());
+  }
+  EXPECT_EQ(driver.live(), 0);
+  std::sort(handed_back.begin(), handed_back.end());
+  ASSERT_EQ(handed_back.size(), 38U);
+  for (std::size_t i = 0; i < handed_back.size(); ++i) EXPECT_EQ(handed_back[i], i * chunk);
+}
+
+// Registered a part at a time, from threads that fault each part in first; a refusal mid-way
+// leaves what was added registered until the whole is released, and nothing after.
+TEST(PinnedWithADriver, PartsAddedFromManyThreadsAndARefusalInOneSentence) {
+  FakeDriver driver;
+  constexpr std::size_t part = 256 << 10, parts = 16;
+  std::vector<char> memory(part * parts);
+  {
+    auto pinned = pinned_registration::in_parts(memory.data(), memory.size(), 3);
+    EXPECT_FALSE(pinned.pinned());
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (std::size_t i = t; i < parts; i += 4) pinned.add({i * part, part});
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    EXPECT_EQ(pinned.chunks(), parts);
+    EXPECT_EQ(driver.live(), static_cast<int>(parts));
+  }
+  EXPECT_EQ(driver.live(), 0);
+  setenv("FAKE_CUDA_MAX_BYTES", std::to_string(part).c_str(), 1);
+  {
+    auto pinned = pinned_registration::in_parts(memory.data(), memory.size(), 2);
+    pinned.add({0, part});
+    try {
+      pinned.add({part, 2 * part});
+      ADD_FAILURE() << "the driver refused, and the part was taken";
+    } catch (const pinning_error& error) {
+      EXPECT_NE(std::string(error.what()).find("would not pin 524288 bytes at offset 262144"), std::string::npos) << error.what();
+    }
+    EXPECT_EQ(pinned.chunks(), 1U);
+    EXPECT_THROW(pinned_registration(memory.data(), memory.size(), {.chunk_bytes = 2 * part, .threads = 3}), pinning_error);
+    EXPECT_EQ(driver.live(), 1) << "a refused plan leaves none of its own chunks registered";
+  }
+  unsetenv("FAKE_CUDA_MAX_BYTES");
+  EXPECT_EQ(driver.live(), 0);
 }
 
 TEST(PinnedWithADriver, TheCApiPinsAndUnpins) {

@@ -26,6 +26,12 @@ def _median(values: list) -> Optional[float]:
     return float(np.median(numbers)) if numbers else None
 
 
+def _release_s(metrics: dict) -> Optional[float]:
+    """Unregistering and freeing together: until the memory is unpinned and gone."""
+    phases = [metrics.get(p) for p in ("unregister_s", "free_s") if isinstance(metrics.get(p), (int, float))]
+    return sum(phases) if phases else None
+
+
 def _rows(samples: list) -> list[dict]:
     by_way: dict[str, list] = {}
     for sample in samples:
@@ -41,6 +47,9 @@ def _rows(samples: list) -> list[dict]:
                "registrations": runs[0]["metrics"].get("registrations"),
                "ready_s_by_round": {s["case"]["round"]: s["metrics"]["ready_s"] for s in runs},
                "copy_gb_per_s": _median([s["metrics"].get("copy_gb_per_s") for s in runs]),
+               "copy_across_registrations_gb_per_s": _median(
+                   [s["metrics"].get("copy_across_registrations_gb_per_s") for s in runs]),
+               "release_s": _median([_release_s(s["metrics"]) for s in runs]),
                "minor_faults": _median([s["metrics"].get("minor_faults") for s in runs])}
         for phase in PHASES:
             row[phase] = _median([s["metrics"].get(phase) for s in runs])
@@ -81,16 +90,31 @@ def _rank(ranked: list[dict]) -> None:
 
 
 def _limits(rows: list[dict]) -> dict:
-    """The machine's fault rate (the fastest fault phase of the ways that fault by touching) and the
-    driver's registration rate (the fastest registration of memory already faulted in)."""
+    """The machine's fault rate (the fastest fault phase of the ways that fault by touching), the
+    driver's registration rate (the fastest registration of memory already faulted in, from one
+    thread or several), and the rate of the two one after the other (their times' sum)."""
     touched = [r for r in rows if r["fault_s"] and r["way"].startswith(("mmap", "hugetlb"))]
     registered = [r for r in touched if r["register_s"]]
     fault = max(touched, key=lambda r: r["size_bytes"] / r["fault_s"], default=None)
     register = max(registered, key=lambda r: r["size_bytes"] / r["register_s"], default=None)
-    return {"fault_gb_per_s": fault["size_bytes"] / fault["fault_s"] / 1e9 if fault else None,
-            "fault_way": fault["way"] if fault else None,
-            "register_gb_per_s": register["size_bytes"] / register["register_s"] / 1e9 if register else None,
-            "register_way": register["way"] if register else None}
+    fault_rate = fault["size_bytes"] / fault["fault_s"] / 1e9 if fault else None
+    register_rate = register["size_bytes"] / register["register_s"] / 1e9 if register else None
+    return {"fault_gb_per_s": fault_rate, "fault_way": fault["way"] if fault else None,
+            "register_gb_per_s": register_rate, "register_way": register["way"] if register else None,
+            "one_after_the_other_gb_per_s": 1 / (1 / fault_rate + 1 / register_rate) if fault and register else None}
+
+
+def _fastest_release(rows: list[dict]) -> Optional[dict]:
+    """The pinned way whose memory was unpinned and freed soonest, against cudaFreeHost's time for
+    cudaHostAlloc's memory (item 2 of issue 48: a small fraction of it)."""
+    released = [r for r in rows if r["pinned"] and r["release_s"] and r["way"] != HOST_ALLOC_WAY]
+    host_alloc = next((r for r in rows if r["way"] == HOST_ALLOC_WAY and r["release_s"]), None)
+    if not released:
+        return None
+    fastest = min(released, key=lambda r: r["release_s"])
+    return {"way": fastest["way"], "release_s": fastest["release_s"],
+            "cuda_free_host_s": host_alloc["release_s"] if host_alloc else None,
+            "of_cuda_free_host": fastest["release_s"] / host_alloc["release_s"] if host_alloc else None}
 
 
 def _copy_verdicts(rows: list[dict]) -> Optional[float]:
@@ -124,6 +148,7 @@ def summarize(samples: list) -> dict:
     return {"device": device.get("name"), "driver_library": device.get("driver_library"),
             "size_bytes": device.get("size_bytes"), "copy_bytes": device.get("copy_bytes"),
             "rows": rows, "limits": _limits(rows), "ordinary_copy_gb_per_s": control_copy,
+            "fastest_release": _fastest_release(rows),
             "memcost_against_host_alloc": versus, "headline": _headline(rows, versus)}
 
 

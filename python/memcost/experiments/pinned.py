@@ -24,6 +24,8 @@ OPTIONS = [
            parse=arguments.size, metavar="SIZE"),
     Option("host_alloc_chunk", "the chunk of the chunked cuMemHostAlloc way (default 1G)", parse=arguments.size,
            metavar="SIZE"),
+    Option("register_chunks", "chunk sizes of the ways that register from every thread (default: 256M and --size "
+           "over the threads)", parse=arguments.size_list, metavar="LIST", to_probe=comma_list),
     Option("ways", "only the ways whose names contain one of these", parse=arguments.name_parts, metavar="LIST",
            to_probe=comma_list),
     Option("rounds", "rounds: every way once a round, in an order shuffled each round (default 3)",
@@ -142,8 +144,16 @@ def tables(summary: dict) -> list[Table]:
                    [["faulting memory in (the machine)", number(limits["fault_gb_per_s"], 1), limits["fault_way"] or "—"],
                     ["registering memory already in (the driver)", number(limits["register_gb_per_s"], 1),
                      limits["register_way"] or "—"],
+                    ["one after the other (the two times' sum)", number(limits.get("one_after_the_other_gb_per_s"), 1),
+                     "the two above"],
                     ["copying ordinary memory to the GPU", number(summary["ordinary_copy_gb_per_s"], 1),
                      "the control: malloc, touched, not pinned"]]))
+    crossing = [r for r in rows if r.get("copy_across_registrations_gb_per_s")]
+    if crossing:
+        result.append(("Memory registered in chunks side by side: a copy within one chunk, and one that crosses from "
+                       "one chunk into the next (GB/s, medians)", ["way", "registrations", "within", "across"],
+                       [[r["way"], str(r["registrations"]), _copy(r), number(r["copy_across_registrations_gb_per_s"], 1)]
+                        for r in crossing]))
     return result
 
 
@@ -166,8 +176,12 @@ def interpret(summary: dict) -> list[str]:
     if limits["fault_gb_per_s"] and limits["register_gb_per_s"]:
         lines.append(f"Faulting the memory in runs at {limits['fault_gb_per_s']:.1f} GB/s here and the driver registers "
                      f"memory already in at {limits['register_gb_per_s']:.1f} GB/s: one after the other, pinning can go "
-                     f"no faster than {1 / (1 / limits['fault_gb_per_s'] + 1 / limits['register_gb_per_s']):.1f} GB/s; "
-                     "the overlapped way shows whether doing both at once beats that.")
+                     f"no faster than {limits['one_after_the_other_gb_per_s']:.1f} GB/s; "
+                     "the overlapped ways show whether doing both at once beats that.")
+    release = summary.get("fastest_release")
+    if release and release["of_cuda_free_host"]:
+        lines.append(f"Unpinned and freed soonest: {release['way']}, in {release['release_s']:.3f} s, "
+                     f"{release['of_cuda_free_host']:.2f} of cudaFreeHost's {release['cuda_free_host_s']:.3f} s.")
     return lines
 
 

@@ -3,9 +3,11 @@
 // that memory that is not really pinned shows (docs/pinned.md). The CUDA driver is loaded at run
 // time (big_array/cuda_driver.hpp); without one, or without a GPU, the run is one sentence, exit 4.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "big_array/cuda_driver.hpp"
@@ -26,6 +28,7 @@ struct Settings {
   std::size_t size = std::size_t{1} << 30;
   std::size_t copy_size = std::size_t{1} << 30;
   std::size_t host_alloc_chunk = std::size_t{1} << 30;
+  std::vector<std::string> register_chunks;  // sizes; empty: default_register_chunks
   std::vector<std::string> ways_filter;
   int rounds = 3;
   unsigned threads = 0;
@@ -42,6 +45,7 @@ struct PinnedMemory {
   std::string page_kind;
   std::function<void(json& phases)> release;  // times unregister_s and free_s into `phases`
   std::size_t contiguous_bytes = 0;           // how much from `data` on is one block (0: all of it)
+  std::size_t adjoining_bytes = 0;            // registrations of copy_piece each, side by side over this many
 };
 
 struct WayInputs {
@@ -84,10 +88,20 @@ std::size_t overlap_chunk_bytes(std::size_t bytes) {
   return std::max(std::size_t{64} << 20, (bytes / 16 + huge - 1) / huge * huge);
 }
 
-// Mapped by the OS as `kind`, faulted in by every thread, then registered in chunks of at most
-// 64 GiB; with `overlapped`, each chunk of overlap_chunk_bytes is registered as soon as its pages
-// are in, while the threads fault the next ones in.
-PinnedMemory mapped_and_registered(const WayInputs& inputs, json& phases, os::PageKind kind, bool overlapped) {
+// How a mapped way registers its memory:
+// - after: once every page is in, in one registration (chunks of at most 64 GiB) from one thread;
+// - overlapped: one thread registers chunks of overlap_chunk_bytes as the touching threads finish
+//   them;
+// - threads_after: once every page is in, chunks of `chunk_bytes` registered by every thread;
+// - threads_each: every thread touches a chunk of `chunk_bytes`, registers it, and takes the next
+//   (faulting and registering overlapped, with no thread waiting on another).
+// The chunked ways are unregistered by every thread too, each chunk unmapped as soon as it is
+// unpinned (unpinning and unmapping overlapped).
+enum class Registering { after, overlapped, threads_after, threads_each };
+
+// Mapped by the OS as `kind`, faulted in by every thread and registered as `registering` says.
+PinnedMemory mapped_and_registered(const WayInputs& inputs, json& phases, os::PageKind kind, Registering registering,
+                                   std::size_t chunk_bytes = 0) {
   const std::size_t page = os::page_kind_bytes(kind);
   const std::size_t mapped = (inputs.bytes + page - 1) / page * page;
   os::MapRequest request{mapped, kind};
@@ -97,27 +111,52 @@ PinnedMemory mapped_and_registered(const WayInputs& inputs, json& phases, os::Pa
   if (!mapping.status.ok()) throw ProbeError(exit_failure, "map_failed", mapping.status.message());
   auto* data = static_cast<unsigned char*>(mapping.address);
   auto registration = std::make_shared<std::vector<pinned_registration>>();
+  const std::size_t step = os::base_page_size();
   try {
-    if (!overlapped) {
-      phases["fault_s"] = seconds_of([&] { start_touch(data, mapped, page, inputs.threads)->wait(); });
-      phases["register_s"] = seconds_of([&] { registration->emplace_back(data, mapped); });
-    } else {
-      // One span from the first touch to the last registration: the phases overlap, so they
-      // are not told apart (fault_s is when the last page was in).
-      const auto chunks = registration_chunks(mapped, overlap_chunk_bytes(mapped), page);
-      const std::size_t step = os::base_page_size();
-      phases["register_s"] = seconds_of([&] {
-        auto job = start_touch(data, mapped, page, inputs.threads);
-        std::size_t next_page = 0;
-        for (const registration_chunk& chunk : chunks) {
-          for (const std::size_t end = (chunk.offset + chunk.bytes) / step; next_page < end;) {
-            if (job->ready(next_page)) ++next_page;
-            else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    switch (registering) {
+      case Registering::after:
+        phases["fault_s"] = seconds_of([&] { start_touch(data, mapped, page, inputs.threads)->wait(); });
+        phases["register_s"] = seconds_of([&] { registration->emplace_back(data, mapped); });
+        break;
+      case Registering::threads_after:
+        phases["fault_s"] = seconds_of([&] { start_touch(data, mapped, page, inputs.threads)->wait(); });
+        phases["register_s"] = seconds_of([&] {
+          registration->emplace_back(data, mapped, registration_plan{chunk_bytes, inputs.threads});
+        });
+        break;
+      case Registering::overlapped: {
+        // One span from the first touch to the last registration: the phases overlap, so they
+        // are not told apart (fault_s is when the last page was in).
+        const auto chunks = registration_chunks(mapped, overlap_chunk_bytes(mapped), page);
+        phases["register_s"] = seconds_of([&] {
+          auto job = start_touch(data, mapped, page, inputs.threads);
+          std::size_t next_page = 0;
+          for (const registration_chunk& chunk : chunks) {
+            for (const std::size_t end = (chunk.offset + chunk.bytes) / step; next_page < end;) {
+              if (job->ready(next_page)) ++next_page;
+              else std::this_thread::sleep_for(std::chrono::microseconds(50));
+            }
+            registration->emplace_back(data + chunk.offset, chunk.bytes);
           }
-          registration->emplace_back(data + chunk.offset, chunk.bytes);
-        }
-        job->wait();
-      });
+          job->wait();
+        });
+        break;
+      }
+      case Registering::threads_each: {
+        const auto chunks = registration_chunks(mapped, chunk_bytes, page);
+        registration->push_back(pinned_registration::in_parts(data, mapped, inputs.threads));
+        pinned_registration& parts = registration->back();
+        phases["register_s"] = seconds_of([&] {
+          detail::fill_job job(chunks.size(), 1, 1, inputs.threads, [&](std::size_t first, std::size_t last) {
+            for (std::size_t i = first; i < last; ++i) {
+              detail::fault_in(data + chunks[i].offset, chunks[i].bytes, detail::fault_method::touch);
+              parts.add(chunks[i]);
+            }
+          });
+          job.wait();
+        });
+        break;
+      }
     }
   } catch (const pinning_error& error) {
     registration->clear();
@@ -129,10 +168,31 @@ PinnedMemory mapped_and_registered(const WayInputs& inputs, json& phases, os::Pa
     pieces += r.chunks();
     smallest = std::min(smallest, r.bytes() / std::max<std::size_t>(r.chunks(), 1));
   }
-  return {data, smallest, pieces, os::page_kind_name(kind), [registration, mapping](json& release_phases) {
-            release_phases["unregister_s"] = seconds_of([&] { registration->clear(); });
-            release_phases["free_s"] = seconds_of([&] { (void)os::release(mapping.address, mapping.size_bytes); });
-          }};
+  PinnedMemory made{data, smallest, pieces, os::page_kind_name(kind), nullptr};
+  if (registering == Registering::threads_after || registering == Registering::threads_each) {
+    made.copy_piece = std::min(chunk_bytes, mapped);
+    made.adjoining_bytes = mapped;
+    made.release = [registration, mapping](json& release_phases) {
+      // One span: each chunk unpinned, then unmapped by the thread that unpinned it. Where the OS
+      // cannot unmap part of a mapping (Windows), the whole goes at the end, within the span.
+      release_phases["free_s"] = seconds_of([&] {
+        std::atomic<bool> whole_left{false};
+        auto* base = static_cast<unsigned char*>(mapping.address);
+        for (pinned_registration& r : *registration) {
+          r.release([&](const registration_chunk& chunk) {
+            if (!os::release(base + chunk.offset, chunk.bytes).ok()) whole_left = true;
+          });
+        }
+        if (whole_left) (void)os::release(mapping.address, mapping.size_bytes);
+      });
+    };
+  } else {
+    made.release = [registration, mapping](json& release_phases) {
+      release_phases["unregister_s"] = seconds_of([&] { registration->clear(); });
+      release_phases["free_s"] = seconds_of([&] { (void)os::release(mapping.address, mapping.size_bytes); });
+    };
+  }
+  return made;
 }
 
 // cudaHostAlloc's way: the driver maps, faults in and pins in one call.
@@ -234,27 +294,35 @@ PinnedMemory unpinned_control(const WayInputs& inputs, json& phases) {
                       }};
 }
 
-// A way of mapped_and_registered's, for one page kind, one after the other or overlapped.
-Way mapped_way(std::string name, os::PageKind kind, bool overlapped) {
-  return {std::move(name), true, [kind, overlapped](const WayInputs& inputs, json& phases) {
-            return mapped_and_registered(inputs, phases, kind, overlapped);
+// A way of mapped_and_registered's, for one page kind.
+Way mapped_way(std::string name, os::PageKind kind, Registering registering, std::size_t chunk_bytes = 0) {
+  return {std::move(name), true, [kind, registering, chunk_bytes](const WayInputs& inputs, json& phases) {
+            return mapped_and_registered(inputs, phases, kind, registering, chunk_bytes);
           }};
 }
 
-std::vector<Way> all_ways(unsigned threads, std::size_t host_alloc_chunk) {
+std::vector<Way> all_ways(unsigned threads, std::size_t host_alloc_chunk, const std::vector<std::size_t>& register_chunks) {
   const std::string cpus = std::to_string(threads) + "-thread";
-  return {
+  std::vector<Way> ways{
       {"cuMemHostAlloc (cudaHostAlloc)", true, driver_host_alloc},
       {"cuMemHostAlloc, " + human_size(host_alloc_chunk) + " chunks from " + std::to_string(threads) + " threads", true,
        driver_host_alloc_in_chunks},
       {"malloc + cuMemHostRegister (the driver faults the pages in)", true, malloc_then_register},
-      mapped_way("mmap base pages + " + cpus + " touch + register", os::PageKind::base, false),
-      mapped_way("mmap + MADV_HUGEPAGE + " + cpus + " touch + register", os::PageKind::thp, false),
-      mapped_way("hugetlb 2 MB + " + cpus + " touch + register", os::PageKind::huge_2mb, false),
-      mapped_way("mmap + MADV_HUGEPAGE, touch and register overlapped", os::PageKind::thp, true),
-      {"make_big_array pinned (memcost)", true, make_big_array_pinned},
-      {"malloc + " + cpus + " touch, not pinned (the copy's control)", false, unpinned_control},
+      mapped_way("mmap base pages + " + cpus + " touch + register", os::PageKind::base, Registering::after),
+      mapped_way("mmap + MADV_HUGEPAGE + " + cpus + " touch + register", os::PageKind::thp, Registering::after),
+      mapped_way("hugetlb 2 MB + " + cpus + " touch + register", os::PageKind::huge_2mb, Registering::after),
+      mapped_way("mmap + MADV_HUGEPAGE, touch and register overlapped", os::PageKind::thp, Registering::overlapped),
   };
+  for (const std::size_t chunk : register_chunks) {
+    const std::string size = human_size(chunk), each = std::to_string(threads) + " threads";
+    ways.push_back(mapped_way("mmap + MADV_HUGEPAGE + " + cpus + " touch, then " + size + " chunks registered by " + each,
+                              os::PageKind::thp, Registering::threads_after, chunk));
+    ways.push_back(mapped_way("mmap + MADV_HUGEPAGE, " + each + " each touch a " + size + " chunk and register it",
+                              os::PageKind::thp, Registering::threads_each, chunk));
+  }
+  ways.push_back({"make_big_array pinned (memcost)", true, make_big_array_pinned});
+  ways.push_back({"malloc + " + cpus + " touch, not pinned (the copy's control)", false, unpinned_control});
+  return ways;
 }
 
 // Copies of the first `copy_bytes` to the GPU (at most one block of the way's memory), in pieces no
@@ -295,6 +363,10 @@ void declare(CLI::App& command, Settings& settings) {
   add_size_option(command, "--size", settings.size, "1G", "bytes to pin (capped by the budget unless given)");
   add_size_option(command, "--copy-size", settings.copy_size, "1G", "bytes copied to the GPU from each way's memory (at most --size)");
   add_size_option(command, "--host-alloc-chunk", settings.host_alloc_chunk, "1G", "the chunk of the chunked cuMemHostAlloc way");
+  command.add_option("--register-chunks", settings.register_chunks,
+                     "chunk sizes of the ways that register from every thread (default: 256M, under the driver's "
+                     "512 MiB table, and --size over the threads)")
+      ->delimiter(',');
   command.add_option("--ways", settings.ways_filter, "only the ways whose names contain one of these")->delimiter(',');
   command.add_option("--rounds", settings.rounds, "rounds: every way once a round, in an order shuffled each round")
       ->check(CLI::Range(1, 50));
@@ -303,9 +375,29 @@ void declare(CLI::App& command, Settings& settings) {
   command.add_option("--order-seed", settings.order_seed, "seed of the order the ways run in, shuffled each round");
 }
 
+// The chunk sizes the threaded registrations are measured at: --register-chunks, or 256 MiB (below
+// 512 MiB, where NVIDIA's driver makes its page table one 2 MiB allocation that can stall in
+// compaction) and one chunk a thread; on 2 MiB borders, smaller than the memory, each once.
+std::vector<std::size_t> register_chunk_sizes(const Settings& settings, unsigned threads, std::size_t bytes) {
+  const std::size_t huge = std::size_t{2} << 20;
+  std::vector<std::size_t> sizes;
+  if (settings.register_chunks.empty()) {
+    sizes = {std::size_t{256} << 20, (bytes + threads - 1) / threads};
+  } else {
+    for (const std::string& text : settings.register_chunks) sizes.push_back(parse_size(text, "--register-chunks"));
+  }
+  std::vector<std::size_t> chosen;
+  for (std::size_t size : sizes) {
+    size = (size + huge - 1) / huge * huge;
+    if (size >= bytes) continue;  // one chunk: the way that registers after faulting, from one thread
+    if (std::find(chosen.begin(), chosen.end(), size) == chosen.end()) chosen.push_back(size);
+  }
+  return chosen;
+}
+
 std::vector<Way> chosen_ways(const Settings& settings, unsigned threads, std::size_t bytes, Emitter& emitter) {
   std::vector<Way> chosen;
-  for (Way& way : all_ways(threads, settings.host_alloc_chunk)) {
+  for (Way& way : all_ways(threads, settings.host_alloc_chunk, register_chunk_sizes(settings, threads, bytes))) {
     const bool wanted = settings.ways_filter.empty() || std::any_of(settings.ways_filter.begin(), settings.ways_filter.end(), [&](const std::string& part) {
                           return way.name.find(part) != std::string::npos;
                         });
@@ -344,6 +436,18 @@ void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, 
   }
   const auto made_at = measure::take_snapshot({.machine = false});
   const double copy = copy_gb_per_s(*run.driver, run.device_buffer, made, copy_bytes);
+  // Where the memory is registered in chunks side by side, one copy that crosses from one into the
+  // next: whether the driver copies across two registrations at pinned speed decides whether
+  // chunked registration can serve an array that is copied whole.
+  std::optional<double> across;
+  if (made.adjoining_bytes > made.copy_piece && made.registrations > 1) {
+    const std::size_t length = std::min(copy_bytes, made.adjoining_bytes), page = os::base_page_size();
+    const std::size_t start = made.copy_piece > length / 2 ? (made.copy_piece - length / 2) / page * page : 0;
+    PinnedMemory crossing = made;  // the first border in its middle
+    crossing.data += start;
+    crossing.copy_piece = std::min(length, made.adjoining_bytes - start);
+    across = copy_gb_per_s(*run.driver, run.device_buffer, crossing, crossing.copy_piece);
+  }
   made.release(phases);
   const auto interval = measure::between(before, made_at);
   double ready_s = 0;
@@ -353,6 +457,7 @@ void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, 
   json metrics = phases;
   metrics["ready_s"] = ready_s;
   metrics["copy_gb_per_s"] = copy;
+  metrics["copy_across_registrations_gb_per_s"] = across ? json(*across) : json(nullptr);
   metrics["registrations"] = made.registrations;
   metrics["page_kind"] = made.page_kind;
   metrics["minor_faults"] = interval.faults_counted ? json(interval.minor_faults) : json(nullptr);

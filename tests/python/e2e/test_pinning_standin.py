@@ -33,7 +33,7 @@ def program(tmp_path_factory) -> Path:
     if not compiler:
         pytest.skip("no C compiler to build the stand-in CUDA runtime")
     folder = tmp_path_factory.mktemp("cuda")
-    build = [compiler, "-O2", "-g", "-fno-optimize-sibling-calls"]
+    build = [compiler, "-O2", "-g", "-pthread", "-fno-optimize-sibling-calls"]
     subprocess.run([*build, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so.1"),
                     str(ROOT / "tests" / "cpp" / "fake_cuda.c")], check=True)
     subprocess.run([*build, "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", str(folder / "libcudart.so.13"),
