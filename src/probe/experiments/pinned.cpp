@@ -418,6 +418,7 @@ struct Run {
   detail::cuda_driver* driver = nullptr;
   unsigned long long device_buffer = 0;
   std::vector<bool> failed;
+  bool crossing_refused = false;  // said once
 };
 
 void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, const WayInputs& inputs, std::size_t copy_bytes,
@@ -446,7 +447,13 @@ void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, 
     PinnedMemory crossing = made;  // the first border in its middle
     crossing.data += start;
     crossing.copy_piece = std::min(length, made.adjoining_bytes - start);
-    across = copy_gb_per_s(*run.driver, run.device_buffer, crossing, crossing.copy_piece);
+    try {
+      across = copy_gb_per_s(*run.driver, run.device_buffer, crossing, crossing.copy_piece);
+    } catch (const ProbeError& error) {  // the driver may refuse a copy over two registrations: a finding, not a failure
+      if (error.code() != "driver_refused") throw;
+      if (!run.crossing_refused) emitter.warning("copy_across_refused", way.name + ": " + error.what());
+      run.crossing_refused = true;
+    }
   }
   made.release(phases);
   const auto interval = measure::between(before, made_at);
