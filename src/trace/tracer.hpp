@@ -48,9 +48,11 @@
 //   then SIGTERM after 3 s more, then SIGKILL after 5 s more. Result.interrupted says it came.
 #pragma once
 
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -218,17 +220,26 @@ struct CallFaults {
   std::uint64_t enter_ns = 0;  // CLOCK_MONOTONIC
   std::uint64_t exit_ns = 0;
   long syscall = -1;           // its number (x86-64)
-  std::uint64_t start = 0;     // the range its arguments name (length 0: they name none: ioctl, mlockall)
+  std::uint64_t start = 0;     // the range it works on (length 0: unknown: mlockall, an ioctl of an unknown driver)
   std::uint64_t length = 0;
   std::uint64_t faults = 0;
   std::uint32_t stack = 0;
+  // Further ranges, where a call names several (io_uring's buffer registration): length 0 where none.
+  struct Range {
+    std::uint64_t start = 0, length = 0;
+  };
+  std::array<Range, 3> further{};
 };
 
-// The range a call that faults pages in works on, by its number and arguments (x86-64): mmap and
-// mremap the mapping they return, madvise, mlock and mlock2 their arguments; none for the others.
-// Its name for the reports ("syscall N" for one without).
-void call_range(long syscall, const std::uint64_t (&args)[6], std::int64_t result, std::uint64_t& start,
-                std::uint64_t& length);
+// The range a call that faults pages in works on, set in `call` (x86-64): mmap and mremap the
+// mapping they return; madvise, mlock and mlock2 their arguments; an NVIDIA driver's pinning ioctl
+// the memory its parameters name (an OS descriptor: cudaHostRegister, and cudaHostAlloc's memory
+// where the driver pins memory it mapped), read from `argument`, the structure its third argument
+// points to as it entered, and `inner`, the one that points to in turn; io_uring's buffer
+// registration the iovecs in `argument`. None for the others. Bytes from the traced process:
+// every length is checked before it is read.
+void set_call_range(CallFaults& call, const std::uint64_t (&args)[6], std::int64_t result,
+                    std::span<const std::uint8_t> argument = {}, std::span<const std::uint8_t> inner = {});
 [[nodiscard]] std::string syscall_name(long syscall);
 
 // One sample of CPU time (cpu-clock, every cpu_sample_period_ns of a thread's CPU time) taken in

@@ -286,15 +286,17 @@ void Attribution::charge(const trace::CallFaults& call) {
   };
   std::vector<Part> parts;
   std::uint64_t covered = 0;
-  const std::uint64_t end = call.start + call.length;
-  if (auto space = spaces_.find(call.pid); space != spaces_.end() && call.length > 0 && end > call.start) {
+  const auto cover = [&](std::uint64_t start, std::uint64_t length) {
+    const std::uint64_t end = start + length;
+    auto space = spaces_.find(call.pid);
+    if (space == spaces_.end() || length == 0 || end <= start) return;
     auto& pieces = space->second.pieces;
-    auto first = pieces.upper_bound(call.start);
+    auto first = pieces.upper_bound(start);
     if (first != pieces.begin()) --first;
     for (auto it = first; it != pieces.end() && it->first < end; ++it) {
       const Piece& piece = it->second;
-      if (piece.end <= call.start) continue;
-      const std::uint64_t from = std::max(it->first, call.start), to = std::min(piece.end, end);
+      if (piece.end <= start) continue;
+      const std::uint64_t from = std::max(it->first, start), to = std::min(piece.end, end);
       for (std::uint64_t at = from; at < to;) {
         const std::uint64_t region_end = std::min(to, (at / huge_bytes_ + 1) * huge_bytes_);
         parts.push_back({&live_[piece.mapping], at / huge_bytes_, region_end - at});
@@ -302,7 +304,9 @@ void Attribution::charge(const trace::CallFaults& call) {
         at = region_end;
       }
     }
-  }
+  };
+  cover(call.start, call.length);
+  for (const trace::CallFaults::Range& range : call.further) cover(range.start, range.length);
   if (parts.empty() && makes_its_range(call) && awaiting_mapping_.size() < kAwaitingMappingKept) {
     // The mapping this call made and faulted in (MAP_POPULATE): its own record of the same return
     // can come a few microseconds later (another program on the same tracepoint). Charged when it

@@ -187,7 +187,11 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
       CallFaults faults{pid, tid, record.enter_ns, time, static_cast<long>(record.syscall), 0, 0, record.faults, 0};
       std::uint64_t call_args[6];
       std::copy(std::begin(record.args), std::end(record.args), std::begin(call_args));
-      call_range(faults.syscall, call_args, record.result, faults.start, faults.length);
+      const std::span<const std::uint8_t> argument(record.argument, MEMCOST_CALL_ARGUMENT_BYTES);
+      set_call_range(faults, call_args, record.result,
+                     argument.first(std::min<std::size_t>(record.argument_bytes, MEMCOST_CALL_INNER_AT)),
+                     argument.subspan(MEMCOST_CALL_INNER_AT,
+                                      std::min<std::size_t>(record.inner_bytes, MEMCOST_CALL_ARGUMENT_BYTES - MEMCOST_CALL_INNER_AT)));
       call_faults = faults;
     } else if (event.touch_in_raw) {
       unreadable = true;  // not the counter's (never expected): counted, not read

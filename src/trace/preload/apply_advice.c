@@ -92,14 +92,7 @@ static int runtime_module(const char *name) {
   return 0;
 }
 
-static void append_report(const char *line, int length) {
-  if (!report_path[0] || length <= 0) return;
-  int fd = open(report_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  ssize_t ignored = write(fd, line, (size_t)length);
-  (void)ignored;
-  close(fd);
-}
+static void append_report(const char *line, int length) { memcost_append_report(report_path, line, length); }
 
 static void parse(char *text) {
   for (char *line = strtok(text, "\n"); line && advice_count < MAX_ADVICE; line = strtok(NULL, "\n")) {
@@ -292,7 +285,7 @@ static int keep(void *pointer, size_t size, int whole) {
 /* First touch on `threads` threads; the threads' own calls (pthread_create's) go straight through. */
 static void populate(void *pointer, size_t size, int threads) {
   applying = 1;
-  (void)memcost_populate_parallel(pointer, size, threads);
+  memcost_populate_parallel(pointer, size, threads);
   applying = 0;
 }
 
@@ -310,13 +303,8 @@ void *memcost_apply_mmap(size_t length, int prot, int flags) {
     hand_out(result, length, prot, a);
   } else if (advice[a].action == HUGE) {
     /* As make_big_array does: a 2 MiB-aligned range, the slack unmapped, huge pages asked for. */
-    long mapped = syscall(SYS_mmap, NULL, length + HUGE_BYTES, prot, flags, -1, 0);
-    if (mapped < 0 && mapped > -4096) return NULL;
-    uintptr_t start = (uintptr_t)mapped, aligned = (start + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1);
-    if (aligned > start) (void)syscall(SYS_munmap, (void *)start, aligned - start);
-    if (start + HUGE_BYTES > aligned) (void)syscall(SYS_munmap, (void *)(aligned + length), start + HUGE_BYTES - aligned);
-    (void)syscall(SYS_madvise, (void *)aligned, length, MADV_HUGEPAGE);
-    result = (void *)aligned;
+    result = memcost_map_huge_aligned(length, prot, flags);
+    if (!result) return NULL;
     hand_out(result, length, prot, a);
   } else {
     long mapped = syscall(SYS_mmap, NULL, length, prot, flags, -1, 0);

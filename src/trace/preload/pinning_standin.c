@@ -70,12 +70,7 @@ static void report_applied(void) {
   int pid = (int)getpid();
   if (!report_path[0] || __atomic_exchange_n(&reported_pid, pid, __ATOMIC_RELAXED) == pid) return;
   char line[64];
-  int length = snprintf(line, sizeof(line), "applied %d %d\n", advice_id, pid);
-  int fd = open(report_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  ssize_t ignored = write(fd, line, (size_t)length);
-  (void)ignored;
-  close(fd);
+  memcost_append_report(report_path, line, snprintf(line, sizeof(line), "applied %d %d\n", advice_id, pid));
 }
 
 static int runtime_object(struct dl_phdr_info *info, size_t size, void *found) {
@@ -145,14 +140,9 @@ static int fast_host_alloc(void **host, size_t size, unsigned flags) {
   host_register_fn register_memory = runtime_cudaHostRegister();
   if (!register_memory) return CUDA_ERROR_INITIALIZATION;
   const size_t huge = MEMCOST_HUGE_PAGE_BYTES, bytes = (size + huge - 1) / huge * huge;
-  long mapped = syscall(SYS_mmap, NULL, bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapped < 0 && mapped > -4096) return CUDA_ERROR_MEMORY_ALLOCATION;
-  uintptr_t first = (uintptr_t)mapped, aligned = (first + huge - 1) & ~(uintptr_t)(huge - 1);
-  if (aligned > first) (void)syscall(SYS_munmap, (void *)first, aligned - first);
-  if (first + huge > aligned) (void)syscall(SYS_munmap, (void *)(aligned + bytes), first + huge - aligned);
-  void *block = (void *)aligned;
-  memcost_advise_huge_inside(block, bytes);
-  (void)memcost_populate_parallel(block, bytes, threads);  /* where it cannot, the driver faults them in */
+  void *block = memcost_map_huge_aligned(bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+  if (!block) return CUDA_ERROR_MEMORY_ALLOCATION;
+  memcost_populate_parallel(block, bytes, threads);  /* where it cannot, the driver faults them in */
   int status = register_memory(block, bytes, flags & (HOST_ALLOC_PORTABLE | HOST_ALLOC_MAPPED));
   if (status == CUDA_SUCCESS && !remember(block, bytes)) {
     pointer_fn unregister = runtime_cudaHostUnregister();
@@ -194,7 +184,7 @@ EXPORT int cudaHostRegister(void *host, size_t size, unsigned flags) {
   if (!runtime) return CUDA_ERROR_INITIALIZATION;
   if (fast && host && size >= min_bytes && !(flags & (HOST_REGISTER_IO_MEMORY | HOST_REGISTER_READ_ONLY))) {
     memcost_advise_huge_inside(host, size);
-    (void)memcost_populate_parallel(host, size, threads);
+    memcost_populate_parallel(host, size, threads);
     report_applied();
   }
   return runtime(host, size, flags);

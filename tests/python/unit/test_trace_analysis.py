@@ -458,7 +458,7 @@ def test_faults_a_gpu_driver_takes_pinning_are_named_by_the_cuda_call():
     assert "cudaHostAlloc (ioctl) ← load_batch (app.c:40)" in touching, touching
     assert "cuMemHostRegister (ioctl) ← stage (app.c:60)" in touching, touching
     assert "madvise ← prefault (app.c:70)" in touching, touching
-    assert trace_sites.pinning_call(populating) is None
+    assert trace_sites.pinning_frame(populating) is None
     # Advice for each pinning site, with what `memcost pinned` measured on this host when it has run.
     from memcost.analysis.trace.advice import pinning_advice
     unpriced = pinning_advice(rows, None)

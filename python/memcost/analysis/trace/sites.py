@@ -42,17 +42,11 @@ def pinning_frame(frames: list) -> Optional[dict]:
     return found
 
 
-def pinning_call(frames: list) -> Optional[str]:
-    """The outermost CUDA pinning call in a stack, by its name without a version, or None."""
-    frame = pinning_frame(frames)
-    return _unversioned(frame) if frame else None
-
-
-def call_name(call: str, frames: list) -> str:
-    """A system call that took faults, as a touching site names it: by the CUDA call that made it
-    where there is one ("cudaHostAlloc (ioctl)"), else by itself ("madvise")."""
-    pinning = pinning_call(frames)
-    return f"{pinning} ({call})" if pinning else call
+def call_name(call: str, pinning: Optional[dict]) -> str:
+    """A system call that took faults, as a touching site names it: by the CUDA call whose frame
+    `pinning` is (pinning_frame) where there is one ("cudaHostAlloc (ioctl)"), else by itself
+    ("madvise")."""
+    return f"{_unversioned(pinning)} ({call})" if pinning else call
 
 
 def readable(site: str) -> str:

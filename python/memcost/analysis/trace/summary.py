@@ -269,12 +269,12 @@ def _touching_sites(trace: Trace, cost: CostModel, which: FrameFilter) -> list[d
     allocations, touching = allocation_names(trace, which), touching_names(trace, which)
     # A system call's faults are touched by the call: named by it ("madvise ← by_madv_populate"), or
     # by the CUDA call that made it ("cudaHostAlloc (ioctl) ← load_batch").
-    calls_at = {row["stack"]: call_name(row["call"], trace.stacks.get(row["stack"], [])) for row in trace.call_faults}
-    # The module of a CUDA call's frame: the runtime as a shared library (libcudart.so) or linked
-    # into the program (nvcc's default) decides whether --verify can stand in for it.
-    pinning_modules = {}
+    # The module of a CUDA call's frame, the runtime as a shared library (libcudart.so) or linked
+    # into the program (nvcc's default), decides whether --verify can stand in for it.
+    calls_at, pinning_modules = {}, {}
     for row in trace.call_faults:
         frame = pinning_frame(trace.stacks.get(row["stack"], []))
+        calls_at[row["stack"]] = call_name(row["call"], frame)
         if frame:
             pinning_modules[row["stack"]] = Path(frame.get("module") or "").name
 

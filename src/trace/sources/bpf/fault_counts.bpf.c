@@ -97,6 +97,8 @@ struct call_state {
   __u64 args[6];
   __u32 syscall;
   __u32 open;  // 1 between its entry and its return
+  __u32 argument_bytes, inner_bytes;                 // memcost_call_faults.argument, read as it entered
+  unsigned char argument[MEMCOST_CALL_ARGUMENT_BYTES];
 };
 
 struct {
@@ -336,6 +338,56 @@ static __always_inline void next_generation(__u32 tgid) {
 #define MADV_FREE_ADVICE 8
 #define MADV_REMOVE_ADVICE 9
 
+#define NR_IOCTL 16
+#define NR_IO_URING_REGISTER 427
+#define NV_IOCTL_TYPE 'F'
+#define NV_ESC_RM_ALLOC 0x2b
+#define NV01_MEMORY_SYSTEM_OS_DESCRIPTOR 0x71
+#define IORING_REGISTER_BUFFERS 0
+#define IORING_REGISTER_USE_REGISTERED_RING (1u << 31)
+
+// The structure a call names its memory in, where its arguments name none themselves
+// (memcost_call_faults.argument): an NVIDIA ioctl's parameters (type 'F', as many bytes as its
+// size says, 80 at most) and, for an OS descriptor's allocation, the parameters they point to;
+// io_uring's buffer registration, its first four iovecs. Read as the call enters: the driver
+// writes its own pointers over them before it returns.
+static __always_inline void read_argument(struct call_state* call, long id) {
+  const void* at = (const void*)call->args[2];
+  if (id == NR_IOCTL) {
+    __u64 command = call->args[1];
+    if (((command >> 8) & 0xff) != NV_IOCTL_TYPE) return;
+    __u32 size = (command >> 16) & 0x3fff;
+    if (size >= 80) {
+      if (bpf_probe_read_user(call->argument, 80, at) == 0) call->argument_bytes = 80;
+    } else if (size >= 56) {
+      if (bpf_probe_read_user(call->argument, 56, at) == 0) call->argument_bytes = 56;
+    } else if (size >= 32) {
+      if (bpf_probe_read_user(call->argument, 32, at) == 0) call->argument_bytes = 32;
+    }
+    if ((command & 0xff) == NV_ESC_RM_ALLOC && call->argument_bytes >= 32) {
+      __u32 object_class = 0;
+      __u64 inner = 0;
+      __builtin_memcpy(&object_class, call->argument + 12, sizeof(object_class));  // NVOS21/64: hClass
+      __builtin_memcpy(&inner, call->argument + 16, sizeof(inner));                // pAllocParms
+      if (object_class == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR &&
+          bpf_probe_read_user(call->argument + MEMCOST_CALL_INNER_AT, 32, (const void*)inner) == 0) {
+        call->inner_bytes = 32;
+      }
+    }
+  } else if (id == NR_IO_URING_REGISTER && (call->args[1] & ~(__u64)IORING_REGISTER_USE_REGISTERED_RING) == IORING_REGISTER_BUFFERS) {
+    __u64 count = call->args[3];
+    if (count >= 4) {
+      if (bpf_probe_read_user(call->argument, 64, at) == 0) call->argument_bytes = 64;
+    } else if (count == 3) {
+      if (bpf_probe_read_user(call->argument, 48, at) == 0) call->argument_bytes = 48;
+    } else if (count == 2) {
+      if (bpf_probe_read_user(call->argument, 32, at) == 0) call->argument_bytes = 32;
+    } else if (count == 1) {
+      if (bpf_probe_read_user(call->argument, 16, at) == 0) call->argument_bytes = 16;
+    }
+  }
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_syscall, struct pt_regs* regs, long id) {
   // A thread making a system call has finished its fault: a page count it updates in the call
@@ -360,6 +412,8 @@ int BPF_PROG(on_syscall, struct pt_regs* regs, long id) {
     call->args[4] = BPF_CORE_READ(regs, r8);
     call->args[5] = BPF_CORE_READ(regs, r9);
     call->open = 1;
+    call->argument_bytes = call->inner_bytes = 0;
+    if (id == NR_IOCTL || id == NR_IO_URING_REGISTER) read_argument(call, id);
     call->enter_ns = bpf_ktime_get_ns();
   }
   if (id != NR_MUNMAP && id != NR_MREMAP && id != NR_BRK && id != NR_MADVISE && id != NR_MMAP) return 0;
@@ -384,6 +438,9 @@ static __always_inline void call_returned(void* ctx, long ret) {
                                        .enter_ns = call->enter_ns, .faults = risen - call->exception_faults,
                                        .result = ret};
   for (int i = 0; i < 6; ++i) record.args[i] = call->args[i];
+  record.argument_bytes = call->argument_bytes;
+  record.inner_bytes = call->inner_bytes;
+  if (call->argument_bytes || call->inner_bytes) __builtin_memcpy(record.argument, call->argument, sizeof(record.argument));
   add_total(MEMCOST_TOTAL_IN_CALLS, record.faults);
   bpf_perf_event_output(ctx, &touch_samples, BPF_F_CURRENT_CPU, &record, sizeof(record));
 }

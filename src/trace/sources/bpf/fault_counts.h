@@ -45,6 +45,11 @@ struct memcost_region_counts {
 
 /* What the counter sends to perf's BPF-output event on each CPU, each behind its kind. perf puts
    the sample's own thread, time, user registers and a copy of the user stack beside it. */
+/* The bytes of a call's argument structure kept (memcost_call_faults.argument): the outer one in
+   the first MEMCOST_CALL_INNER_AT, a structure it points to after. */
+#define MEMCOST_CALL_ARGUMENT_BYTES 112
+#define MEMCOST_CALL_INNER_AT 80
+
 enum memcost_output_kind {
   MEMCOST_OUTPUT_TOUCH = 1,       /* struct memcost_touch_sample */
   MEMCOST_OUTPUT_CALL_FAULTS = 2, /* struct memcost_call_faults */
@@ -71,6 +76,15 @@ struct memcost_call_faults {
   unsigned long long faults;
   unsigned long long args[6];
   long long result;
+  /* Where a call names the memory it pins only inside a structure its third argument points to,
+     that structure as the call entered (the driver may write over it before it returns), for the
+     calls trace/attribution/faulting_syscalls.cpp reads it for: NVIDIA's pinning ioctls (type 'F';
+     for NV_ESC_RM_ALLOC of an OS descriptor, the allocation parameters it points to follow at
+     MEMCOST_CALL_INNER_AT) and io_uring's buffer registration (its first iovecs). argument_bytes:
+     how many bytes of the outer structure were read (0: none). */
+  unsigned int argument_bytes;
+  unsigned int inner_bytes;
+  unsigned char argument[MEMCOST_CALL_ARGUMENT_BYTES];
 };
 
 /* Totals kept beside the regions: what could not be counted is said, never dropped silently. */
