@@ -13,7 +13,9 @@ std::unique_ptr<InCallFaults> InCallFaults::open(const RunSetting& run, FaultCou
 void InCallFaults::describe(Result& result, const EventList&) const {
   result.fault_source += "; faults taken inside system calls without an exception (MAP_POPULATE, MADV_POPULATE_*, "
                          "mlock, a driver pinning) counted per call on raw_syscalls sys_enter and sys_exit from the "
-                         "thread's own fault counters, with the call's stack";
+                         "thread's own fault counters, with the call's stack, and charged to the memory it names (for "
+                         "NVIDIA's pinning ioctls and io_uring's buffer registration, in the structure its argument "
+                         "points to, read as it enters)";
   result.kernel_faults_in_calls = counter_.in_calls();
 }
 

@@ -22,6 +22,7 @@ from memcost.probe import probe_path
 
 MMAP_POPULATE, MADVISE_POPULATE, MLOCKED, TOUCHED = 16384, 16384, 1024, 16384  # populate_ways.c, base pages
 HOST_ALLOCATED, HOST_REGISTERED = 8192, 4096  # cuda_pinning_standin.c, base pages
+IO_URING_REGISTERED = 16384  # io_uring_buffers.c: two buffers of 32 MiB, base pages
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="counting in the kernel needs root")
 drops_to_a_user = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                                      reason="needs root to drop to an ordinary user")
@@ -111,6 +112,30 @@ def test_a_cuda_programs_pinning_counted_in_the_kernel_is_named_by_its_call(c_pr
 @drops_to_a_user
 def test_a_cuda_programs_pinning_counted_by_the_preload_library_is_named_by_its_call(c_program):
     check_pinning_named(c_program, as_user=True)
+
+
+@as_root
+@needs_tracing
+def test_pinning_that_names_its_memory_only_in_a_structure_is_charged_to_that_memory(c_program):
+    """io_uring's buffer registration pins two untouched buffers: its arguments name only a pointer
+    to iovecs, read in the kernel as the call enters. Every fault is charged to the buffers' mapping,
+    made at make_buffer, and the touching site is the call at register_buffers; none is left outside
+    the traced mappings. (NVIDIA's pinning ioctls take the same path with their own structures:
+    tests/cpp/faulting_syscalls_test.cpp.)"""
+    program = c_program("io_uring_buffers")
+    first = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
+    if "unavailable" in first.stdout:
+        pytest.skip(first.stdout.strip())
+    summary = summarize_trace(trace(program, as_user=False), CostModel(400.0, 40.0, "test"))
+    touching = {re.sub(r" \([^)]*\)", "", row["site"]): row for row in summary["touching"]}
+    row = touching.get("io_uring_register ← register_buffers")
+    assert row, sorted(touching)
+    assert abs(row["faults"] - IO_URING_REGISTERED) <= 0.005 * IO_URING_REGISTERED and row["call_ms"] > 0, row
+    assert row["allocation_site"].startswith("make_buffer"), row
+    buffers = [r for r in summary["rows"] if r["site"].startswith("make_buffer")]
+    assert sum(r["faults_base"] for r in buffers) >= 0.995 * IO_URING_REGISTERED, buffers
+    outside = [r for r in summary["rows"] if r["site"].startswith("(outside")]
+    assert sum(r["faults_base"] + r["faults_thp"] for r in outside) < 0.01 * IO_URING_REGISTERED, outside
 
 
 @drops_to_a_user
