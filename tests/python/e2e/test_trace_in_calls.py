@@ -96,6 +96,11 @@ def check_pinning_named(c_program, as_user: bool) -> None:
         row = touching.get(site)
         assert row, (site, sorted(touching))
         assert abs(row["faults"] - faults) <= 0.005 * faults and row["call_ms"] > 0, (site, row)
+    # The memory cudaHostAlloc's driver mapped is named by the call and the program's function, with
+    # its bytes; memory the program mapped itself and then registered, by the program's function.
+    made = {re.sub(r" \([^)]*\)", "", row["site"]): row for row in summary["rows"]}
+    assert made["cudaHostAlloc ← load_batch"]["bytes"] == HOST_ALLOCATED * 4096, sorted(made)
+    assert "register_staging" in made, sorted(made)
     advice = {item["call"]: item for item in pinning_advice(summary["touching"], None)}
     assert sorted(advice) == ["cudaHostAlloc", "cudaHostRegister"]
     assert f"{HOST_ALLOCATED:,} pages" in advice["cudaHostAlloc"]["text"]

@@ -160,6 +160,10 @@ class SiteNames:
         self._names[stack_id] = name
         self._details.pop(stack_id, None)
 
+    def call_first(self, stack_id: int, call: str) -> None:
+        """The site named by the call it was made in first (`cudaHostAlloc ← load_batch (loader.cu:40)`)."""
+        self._details[stack_id] = call
+
 
 # Go maps its heap on the system stack (runtime.systemstack), where no frame of the goroutine that
 # asked for memory is left: an allocation stack of the runtime's frames alone is an arena or the
@@ -216,8 +220,12 @@ def allocation_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteN
     if ("allocation", which) not in trace.memo:
         names = SiteNames(trace.stacks, [origin["stack"] for origin in trace.origins], which)
         for origin in trace.origins:
-            if (runtime := go_runtime_mapping(trace.stacks.get(origin["stack"], []))) is not None:
+            frames = trace.stacks.get(origin["stack"], [])
+            if (runtime := go_runtime_mapping(frames)) is not None:
                 names.rename(origin["stack"], runtime)
+            elif (pinning := pinning_frame(frames)) is not None:
+                # Memory a CUDA call's driver mapped for it (cudaHostAlloc's): named by the call.
+                names.call_first(origin["stack"], _unversioned(pinning))
         trace.memo[("allocation", which)] = names
     return trace.memo[("allocation", which)]
 
