@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter, defaultdict
+from functools import lru_cache
 from typing import Optional
 
 from .frames import DEFAULT_FRAMES, FrameFilter, frame_name, library_call, user_frame_index
@@ -28,16 +29,27 @@ PINNING_CALLS = ("cudaHostAlloc", "cudaMallocHost", "cudaHostRegister", "cuMemHo
                  "cuMemHostRegister")
 
 
+@lru_cache(maxsize=None)
+def _unversioned_name(function: str) -> str:
+    return re.sub(r"_v\d+$", "", function.split("(")[0].strip())
+
+
 def _unversioned(frame: dict) -> str:
     """A frame's function without its parameters or its version (`cuMemHostRegister_v2`)."""
-    return re.sub(r"_v\d+$", "", (frame.get("function") or "").split("(")[0].strip())
+    return _unversioned_name(frame.get("function") or "")
+
+
+@lru_cache(maxsize=None)
+def _pins(function: str) -> bool:
+    return _unversioned_name(function) in PINNING_CALLS
 
 
 def pinning_frame(frames: list) -> Optional[dict]:
-    """The outermost CUDA pinning call's frame in a stack (innermost frame first), or None."""
+    """The outermost CUDA pinning call's frame in a stack (innermost frame first), or None. (A trace
+    has tens of thousands of frames, few distinct names: each name is judged once.)"""
     found = None
     for frame in frames:
-        if _unversioned(frame) in PINNING_CALLS:
+        if _pins(frame.get("function") or ""):
             found = frame
     return found
 
