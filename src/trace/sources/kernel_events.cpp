@@ -54,6 +54,7 @@ CpuSampler::CpuSampler(const RunSetting& run, Result& result) : run_(run), resul
     result_.cpu_sampling = "not possible: /proc/kallsyms shows no kernel addresses to this user (kernel.kptr_restrict)";
   } else {
     on_ = true;
+    kernel_->read_ahead();
   }
 }
 

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <unordered_set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -37,11 +38,21 @@ inline bool is_tracing_function(std::string_view name) {
          name.rfind("bpf_trace_run", 0) == 0;
 }
 
-// The table is read on the first question, not when made: the kernel formats every symbol of
-// /proc/kallsyms (hundreds of thousands) for a reader, tens of milliseconds that a command whose
-// trace has no CPU sample in the kernel (a short one) should not pay.
+// The kernel formats every symbol of /proc/kallsyms (hundreds of thousands) for a reader: 40 ms
+// here, which the first question would wait for after the command has ended. read_ahead() reads
+// it on a thread of its own while the events are opened and the command runs (a `trace -- true`
+// asks as soon as it starts draining); without it, the first question reads it.
 class KernelSymbols {
  public:
+  KernelSymbols() = default;
+  KernelSymbols(const KernelSymbols&) = delete;
+  KernelSymbols& operator=(const KernelSymbols&) = delete;
+  ~KernelSymbols() {
+    if (reader_.joinable()) reader_.join();
+  }
+  void read_ahead() {
+    if (!read_ && !reader_.joinable()) reader_ = std::thread([this] { table_ = read(); });
+  }
   // Whether the addresses are hidden (kptr_restrict) or absent: the first line says.
   [[nodiscard]] bool empty() const {
     std::ifstream in("/proc/kallsyms");
@@ -60,8 +71,9 @@ class KernelSymbols {
 
   const Table& ranges() const {
     if (!read_) {
+      if (reader_.joinable()) reader_.join();
+      else table_ = read();
       read_ = true;
-      table_ = read();
     }
     return table_;
   }
@@ -101,6 +113,7 @@ class KernelSymbols {
 
   mutable bool read_ = false;
   mutable Table table_;
+  mutable std::thread reader_;  // read_ahead's, joined by the first question
 };
 
 }  // namespace memcost::trace::detail
