@@ -3,8 +3,8 @@
 command and checked: a benchmark, not a test (CI has no GPU, and no session that built these issues
 was lent one). Run it where a GPU is:
 
-    python3 bench/gpu_host.py [--size 32G] [--bundle DIR] [--out DIR] [--steps pinned,bigarray,trace]
-        [--hugetlb] [--quick]
+    python3 bench/gpu_host.py [--size 32G] [--bundle DIR] [--out DIR] [--steps pinned,bigarray,trace,torch,overhead]
+        [--hugetlb] [--quick] [--python PYTHON] [--order-seed N]
 
 The steps run one after the other, each in a process of its own, nothing built beside them:
   pinned    `memcost pinned --size SIZE`: every way to pin SIZE, ranked (docs/pinned.md); with
@@ -16,6 +16,11 @@ The steps run one after the other, each in a process of its own, nothing built b
   torch     `memcost trace --verify 3` of bench/data/torch_pinning.py (PyTorch, this Python): its
             pinning named at the script's own function, and the pinned-memory advice measured
             through memcost's preloaded stand-in for the runtime's calls (docs/trace.md).
+  overhead  `import torch`, that PyTorch script and a fault storm on every CPU (bench/data/fault_storm.c:
+            256 MiB a thread, eight times), each untraced and traced by the whole `memcost trace`
+            command, 3 rounds in an order shuffled each round (--order-seed): each within 1.3x by
+            the medians, and the script's pinned bytes at an allocation site named by
+            cudaHostAlloc and its function.
 Then one table: each check of the done-when, what was measured, what it needed, and whether it
 passed, under the machine's name; kept as OUT/gpu-host.md and OUT/gpu-host.json beside each step's
 results document (OUT/pinned.json, ...) and its output (OUT/pinned.log, ...).
@@ -34,7 +39,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -48,7 +55,7 @@ from memcost.experiments.info import headline  # noqa: E402
 from memcost.results import machine_label  # noqa: E402
 from memcost.units import parse_size  # noqa: E402
 
-STEPS = ("pinned", "bigarray", "trace", "torch")
+STEPS = ("pinned", "bigarray", "trace", "torch", "overhead")
 # The done-when (issue 48): memcost's pinned memory in at most 1/14 of cudaHostAlloc's time, first or
 # tied among the ways, and unpinned and freed in at most 1/10 of cudaFreeHost's time; bigarray at its
 # defaults within 6 minutes on a 16-core host.
@@ -160,6 +167,10 @@ def trace_checks(summary: dict) -> list[dict]:
 
 
 TORCH_CALLED_FROM = "staging_buffer (torch_pinning.py"  # the script's function whose tensor PyTorch pins
+# Issue 49's GPU rows: each command traced within 1.3x of itself untraced, medians over the rounds.
+TRACED_WITHIN = 1.3
+OVERHEAD_ROUNDS = 3
+STORM_MIB, STORM_ROUNDS = 256, 8  # per thread, as the issue's storm (16 threads: 8.4 M faults)
 
 
 def torch_checks(summary: dict) -> list[dict]:
@@ -175,6 +186,81 @@ def torch_checks(summary: dict) -> list[dict]:
                   bool(named)),
             check("--verify measures the pinned-memory advice through the stand-in", measured, "saving shown",
                   any(v["verdict"] == "saving shown" for v in variants))]
+
+
+def overhead_checks(timings: dict[str, dict[str, list[float]]]) -> list[dict]:
+    """Each command's whole traced run against its untraced run: the medians of the interleaved
+    rounds, within TRACED_WITHIN."""
+    result = []
+    for name, runs in timings.items():
+        if not runs["untraced"] or not runs["traced"]:
+            result.append(check(f"{name}: traced within {TRACED_WITHIN:g}× of untraced", "not measured",
+                                f"≤ {TRACED_WITHIN:g}×", False))
+            continue
+        untraced, traced = statistics.median(runs["untraced"]), statistics.median(runs["traced"])
+        result.append(check(f"{name}: traced within {TRACED_WITHIN:g}× of untraced",
+                            f"{traced:.2f} s against {untraced:.2f} s: {traced / untraced:.2f}× "
+                            f"(medians of {len(runs['traced'])} interleaved rounds)",
+                            f"≤ {TRACED_WITHIN:g}×", traced / untraced <= TRACED_WITHIN))
+    return result
+
+
+def torch_allocation_check(summary: dict, pinned_bytes: int) -> dict:
+    """The memory PyTorch's cudaHostAlloc pinned for the script, at an allocation site named by the
+    call and the script's function, with its bytes."""
+    rows = [row for row in summary.get("rows", []) if row["site"].startswith("cudaHostAlloc")
+            and TORCH_CALLED_FROM in row["site"].partition(" ← ")[2]]
+    found = max((row.get("bytes") or 0 for row in rows), default=0)
+    return check("the script's pinned bytes at their allocation site",
+                 ", ".join(f"{row['site']}: {row.get('bytes') or 0:,} bytes" for row in rows) or "no such site",
+                 f"cudaHostAlloc ← {TORCH_CALLED_FROM}…), ≥ {pinned_bytes:,} bytes", found >= pinned_bytes)
+
+
+def build_fault_storm(out: Path) -> tuple[Optional[Path], str]:
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not compiler:
+        return None, "no C compiler here: the fault storm cannot be built"
+    binary = out / "fault_storm"
+    built = subprocess.run([compiler, "-O2", "-pthread", "-o", str(binary), str(ROOT / "bench" / "data" / "fault_storm.c")],
+                           capture_output=True, text=True)
+    return (binary, "") if built.returncode == 0 else (None, f"the fault storm did not build: {built.stderr.strip()[-300:]}")
+
+
+def measure_overhead(runner: "Runner", python: str, trace_bytes: str, storm: Optional[Path], rounds: int,
+                     seed: int) -> tuple[dict[str, dict[str, list[float]]], Optional[dict], Optional[dict]]:
+    """import torch, the PyTorch pinning script and the fault storm on every CPU, each untraced and
+    traced (the whole `memcost trace` command), in an order shuffled each round. Returns each
+    command's seconds, the last traced script's summary, and a traced run's document (it names the
+    machine)."""
+    threads = os.cpu_count() or 1
+    commands = {"import torch": [python, "-c", "import torch"],
+                "the PyTorch pinning script": [python, str(ROOT / "bench" / "data" / "torch_pinning.py"), trace_bytes]}
+    if storm:
+        commands[f"a fault storm on {threads} threads"] = [str(storm), str(threads), str(STORM_MIB), str(STORM_ROUNDS)]
+    timings = {name: {"untraced": [], "traced": []} for name in commands}
+    script_summary, any_document = None, None
+    order = random.Random(seed)
+    for round_ in range(rounds):
+        runs = [(name, traced) for name in commands for traced in (False, True)]
+        order.shuffle(runs)
+        for name, traced in runs:
+            if traced:
+                step = f"overhead-{len(timings[name]['traced'])}-" + name.split()[1]
+                code, wall_s, document = runner.memcost(step, "trace", "--", *commands[name])
+                if code != 0 or document is None:
+                    continue
+                any_document = document
+                if name == "the PyTorch pinning script":
+                    script_summary = document["summary"]
+            else:
+                started = time.monotonic()
+                code = subprocess.run(commands[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+                wall_s = time.monotonic() - started
+                if code != 0:
+                    continue
+            timings[name]["traced" if traced else "untraced"].append(wall_s)
+        print(f"overhead: round {round_ + 1} of {rounds} done", flush=True)
+    return timings, script_summary, any_document
 
 
 def machine(documents: list[dict], pinned: Optional[dict]) -> str:
@@ -255,6 +341,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--hugetlb", action="store_true", help="as root: the hugetlb way of `memcost pinned` too")
     parser.add_argument("--quick", action="store_true", help="a rehearsal: fewer rounds, `bigarray --quick`")
     parser.add_argument("--trace-bytes", default="1073741824", help="bytes the traced CUDA program pins each way")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the Python with PyTorch that the torch and overhead steps run (default: this one)")
+    parser.add_argument("--order-seed", type=int, default=int(time.time()),
+                        help="seed of the overhead step's order, shuffled each round (default: the time)")
     args = parser.parse_args(argv)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     if not steps or set(steps) - set(STEPS):
@@ -305,7 +395,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     documents.append(document)
                     checks += trace_checks(document["summary"])
         if "torch" in steps:
-            code, _, document = runner.memcost("torch", "trace", "--verify", "3", "--", sys.executable,
+            code, _, document = runner.memcost("torch", "trace", "--verify", "3", "--", args.python,
                                                str(ROOT / "bench" / "data" / "torch_pinning.py"), args.trace_bytes)
             if document is None:
                 checks.append(check("memcost trace --verify of a PyTorch script ran",
@@ -313,6 +403,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             else:
                 documents.append(document)
                 checks += torch_checks(document["summary"])
+        if "overhead" in steps:
+            storm, why_not = build_fault_storm(args.out)
+            if storm is None:
+                checks.append(check("the fault storm", why_not, "a C compiler", False))
+            timings, script, document = measure_overhead(runner, args.python, args.trace_bytes, storm,
+                                                         1 if args.quick else OVERHEAD_ROUNDS, args.order_seed)
+            if document:
+                documents.append(document)
+            checks += overhead_checks(timings)
+            checks.append(torch_allocation_check(script or {}, int(args.trace_bytes)))
     except KeyboardInterrupt:
         print("bench/gpu_host.py: interrupted; the steps that ended are in " + str(args.out), file=sys.stderr)
         return 130

@@ -377,6 +377,18 @@ def test_the_gpu_host_bench_judges_each_figure_of_the_done_when():
     assert [c["passed"] for c in bench.torch_checks(measured)] == [True, True]
     internal = {"pinning": [{"call": "cudaHostAlloc", "site": "cudaHostAlloc (ioctl) ← c10::alloc_cpu(…)"}]}
     assert [c["passed"] for c in bench.torch_checks(internal)] == [False, False]
+    # Issue 49's GPU rows: each command traced within 1.3x of itself untraced, by the medians; one
+    # never measured (it failed every time) is a failed check, said.
+    overhead = bench.overhead_checks({"import torch": {"untraced": [3.5, 3.7, 3.6], "traced": [4.4, 4.9, 4.6]},
+                                      "a fault storm on 16 threads": {"untraced": [2.0, 1.7, 1.9], "traced": [2.8, 2.7, 2.9]},
+                                      "the PyTorch pinning script": {"untraced": [7.0], "traced": []}})
+    assert [c["passed"] for c in overhead] == [True, False, False], overhead
+    assert "1.28×" in overhead[0]["measured"] and overhead[2]["measured"] == "not measured"
+    rows = {"rows": [{"site": "cudaHostAlloc ← staging_buffer (torch_pinning.py:12)", "bytes": 1 << 30},
+                     {"site": "c10::alloc_cpu(…) ← pin_copy (torch_pinning.py:18)", "bytes": 1 << 28}]}
+    assert bench.torch_allocation_check(rows, 1 << 30)["passed"]
+    assert not bench.torch_allocation_check({"rows": [{"site": "cudaHostAlloc ← c10::alloc_cpu(…)", "bytes": 1 << 30}]},
+                                            1 << 30)["passed"]
     assert "| FAILED |" in bench.table(checks, "a host", quick=False)
 
 
