@@ -245,7 +245,7 @@ def measure_overhead(runner: "Runner", python: str, trace_bytes: str, storm: Opt
         order.shuffle(runs)
         for name, traced in runs:
             if traced:
-                step = f"overhead-{len(timings[name]['traced'])}-" + name.split()[1]
+                step = f"overhead-{round_}-" + name.split()[1]
                 code, wall_s, document = runner.memcost(step, "trace", "--", *commands[name])
                 if code != 0 or document is None:
                     continue

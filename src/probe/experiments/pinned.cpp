@@ -28,7 +28,7 @@ struct Settings {
   std::size_t size = std::size_t{1} << 30;
   std::size_t copy_size = std::size_t{1} << 30;
   std::size_t host_alloc_chunk = std::size_t{1} << 30;
-  std::vector<std::string> register_chunks;  // sizes; empty: default_register_chunks
+  std::vector<std::string> register_chunks;  // sizes; empty: register_chunk_sizes' defaults
   std::vector<std::string> ways_filter;
   int rounds = 3;
   unsigned threads = 0;

@@ -286,9 +286,9 @@ void Attribution::charge(const trace::CallFaults& call) {
   };
   std::vector<Part> parts;
   std::uint64_t covered = 0;
+  const auto space = spaces_.find(call.pid);
   const auto cover = [&](std::uint64_t start, std::uint64_t length) {
     const std::uint64_t end = start + length;
-    auto space = spaces_.find(call.pid);
     if (space == spaces_.end() || length == 0 || end <= start) return;
     auto& pieces = space->second.pieces;
     auto first = pieces.upper_bound(start);

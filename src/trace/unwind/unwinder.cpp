@@ -98,6 +98,10 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
     key.append(reinterpret_cast<const char*>(&value), sizeof(value));
   }
   code_ranges(process);
+  // From the first code range's start to the last one's end: most stack words (counts, heap and
+  // stack pointers) fall outside, and one comparison rules them out before the search.
+  const std::uint64_t code_low = process.code.empty() ? 0 : process.code.front().first;
+  const std::uint64_t code_bytes = process.code.empty() ? 0 : process.code.back().second - code_low;
   for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
     std::uint64_t word = 0;
     std::memcpy(&word, stack + offset, sizeof(word));
@@ -111,9 +115,7 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
       const std::uint64_t block = offset + sizeof(link);
       resolve_python(pid, link.release, python_block_at(stack + block, stack_bytes - block));
     }
-    // Most words are no code address (counts, heap and stack pointers): one comparison rules out
-    // those below the first module and above the last (the stack's own addresses) before the search.
-    if (word - process.code_low >= process.code_bytes) continue;
+    if (word - code_low >= code_bytes) continue;
     auto above = std::upper_bound(process.code.begin(), process.code.end(), std::make_pair(word, UINT64_MAX));
     if (above != process.code.begin() && word < std::prev(above)->second) {
       key.append(reinterpret_cast<const char*>(&offset), 2);
@@ -247,8 +249,6 @@ void Unwinder::code_ranges(Process& process) {
     }
   }
   process.code.resize(kept);
-  process.code_low = process.code.empty() ? 0 : process.code.front().first;
-  process.code_bytes = process.code.empty() ? 0 : process.code.back().second - process.code_low;
   process.code_known = process.mappings.size();
 }
 

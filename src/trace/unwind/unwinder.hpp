@@ -57,7 +57,6 @@ struct Process {
   std::set<std::string> reported;  // files given to libdwfl, each once, at its first load bias
   std::vector<FileMapping> mappings;  // every executable file mapping seen
   std::vector<std::pair<std::uint64_t, std::uint64_t>> code;  // their ranges, sorted, touching ones joined
-  std::uint64_t code_low = 0, code_bytes = 0;                  // from the first range's start to the last's end
   std::size_t code_known = static_cast<std::size_t>(-1);
   UnwindInput input;
   bool read_proc_maps = false;
