@@ -90,6 +90,7 @@ class Tracing {
     for (int fd : preload_pipe_) {
       if (fd >= 0) close(fd);
     }
+    if (python_releases_fd_ >= 0) close(python_releases_fd_);
   }
 
   // Tracepoints for the mapping calls, or else the interposer; decided by the failure's kind.
@@ -119,6 +120,13 @@ class Tracing {
   // The command, forked and waiting at the door until the events are on it (a process attached to is already).
   bool start_workload() {
     if (!run_.attaching) {
+      // The number the BPF counter's array of GIL releases will have in this process, taken now
+      // (the command's environment names it) and filled once the counter is open (open_events).
+      // A CPython process maps the array through pidfd_getfd, which needs the rights of a
+      // tracer over this process: root, as the counter does.
+      if (geteuid() == 0 && options_.python_frames && !options_.preload_library.empty()) {
+        python_releases_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      }
       if (!workload_.start(options_.command, command_environment(), options_.command_stdout_fd, preload_pipe_[1], status_)) {
         return false;
       }
@@ -142,6 +150,11 @@ class Tracing {
     for (const auto& source : sources_) pages = source->buffer_pages(pages);
     events_.emplace(reader_.events, reader_.buffers, pages);
     for (const auto& source : sources_) source->sized(events_->buffer_bytes());
+    for (const auto& source : sources_) {
+      if (const int slots = source->python_release_slots(); slots >= 0 && python_releases_fd_ >= 0) {
+        (void)dup3(slots, python_releases_fd_, O_CLOEXEC);  // failing, the processes find /dev/null and go without
+      }
+    }
     cpu_.emplace(run_, result_);  // after the counter: the kernel's symbols then name its programs too
     reader_.kernel = cpu_->kernel();
     const long cpus = sysconf(_SC_NPROCESSORS_CONF);
@@ -231,6 +244,9 @@ class Tracing {
       // that called it; older versions ignore the variable. What the user set stays.
       if (getenv("PYTHONPERFSUPPORT") == nullptr) changes.push_back({"PYTHONPERFSUPPORT", "1"});
     }
+    if (python_releases_fd_ >= 0) {
+      changes.push_back({"MEMCOST_PYTHON_RELEASES", std::to_string(getpid()) + ":" + std::to_string(python_releases_fd_)});
+    }
     changes.push_back({"MEMCOST_PRELOAD_MIN_BYTES", std::to_string(options_.preload_min_bytes)});
     changes.push_back({"MEMCOST_PRELOAD_PYTHON", options_.python_frames ? "1" : "0"});
     return changes;
@@ -316,6 +332,7 @@ class Tracing {
   RecordReader reader_;
   CallTracepoints calls_;
   int preload_pipe_[2] = {-1, -1};
+  int python_releases_fd_ = -1;  // the counter's GIL releases (MEMCOST_PYTHON_RELEASES), or /dev/null until it opens
   std::optional<PreloadReader> preload_;
   Workload workload_;
   std::vector<std::unique_ptr<FaultSource>> sources_;  // before the events: the counter outlives its outputs' use

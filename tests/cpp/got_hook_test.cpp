@@ -2,7 +2,10 @@
 // as the preload library does with the extension modules' PyEval_SaveThread and RestoreThread.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <cstdint>
+#include <cstring>
 
 extern "C" {
 #include "trace/preload/got_hook.h"
@@ -22,7 +25,7 @@ extern "C" int replacement(void) {
 
 TEST(GotHook, AnotherLibrarysCallsGoToTheReplacementWhichReachesTheReal) {
   ASSERT_EQ(memcost_got_call_target(), 1);  // bound (lazily or not) before the hook
-  memcost_got_hook hook{"memcost_got_target", reinterpret_cast<memcost_function>(replacement), nullptr};
+  memcost_got_hook hook{"memcost_got_target", reinterpret_cast<memcost_function>(replacement), nullptr, {}};
   ASSERT_TRUE(memcost_got_hook_find(&hook));
   real_target = hook.real;
   EXPECT_GE(memcost_got_hook_apply(&hook, 1, &data_of_this_program), 1);
@@ -33,8 +36,36 @@ TEST(GotHook, AnotherLibrarysCallsGoToTheReplacementWhichReachesTheReal) {
 }
 
 TEST(GotHook, AFunctionTheProcessLacksIsNotFound) {
-  memcost_got_hook hook{"memcost_no_such_function", nullptr, nullptr};
+  memcost_got_hook hook{"memcost_no_such_function", nullptr, nullptr, {}};
   EXPECT_FALSE(memcost_got_hook_find(&hook));
+}
+
+// A library loaded with RTLD_LOCAL (PyTorch's own libgomp) is out of dlsym(RTLD_DEFAULT)'s reach:
+// its function is read from its own symbol table, and its soname kept.
+TEST(GotHook, AFunctionIsFoundInTheLibraryThatDefinesItWithItsSoname) {
+  memcost_got_hook hook{"memcost_got_target", nullptr, nullptr, {}};
+  ASSERT_TRUE(memcost_got_hook_find_in(&hook, "libmemcost_got_target"));
+  EXPECT_EQ(reinterpret_cast<void*>(hook.real), dlsym(RTLD_DEFAULT, "memcost_got_target"));
+  EXPECT_STREQ(hook.needed, "libmemcost_got_target.so");
+  memcost_got_hook caller{"memcost_got_target", nullptr, nullptr, {}};
+  EXPECT_FALSE(memcost_got_hook_find_in(&caller, "libmemcost_got_caller"));  // it calls it, it does not define it
+  EXPECT_FALSE(memcost_got_hook_find_in(&caller, "libno_such_library"));
+}
+
+// Hooked for one copy of a library, the objects that need another copy keep their own: a
+// wheel's bundled libgomp is never mixed with PyTorch's.
+TEST(GotHook, AHookForOneCopyOfALibraryLeavesTheObjectsThatNeedAnother) {
+  ASSERT_EQ(memcost_got_call_target(), 1);
+  memcost_got_hook hook{"memcost_got_target", reinterpret_cast<memcost_function>(replacement), nullptr, {}};
+  ASSERT_TRUE(memcost_got_hook_find(&hook));
+  real_target = hook.real;
+  std::strcpy(hook.needed, "libanother_copy.so.1");
+  EXPECT_EQ(memcost_got_hook_apply(&hook, 1, &data_of_this_program), 0);
+  EXPECT_EQ(memcost_got_call_target(), 1);
+  memcost_got_hook_forget();  // every object walked again, now for the copy the caller needs
+  std::strcpy(hook.needed, "libmemcost_got_target.so");
+  EXPECT_GE(memcost_got_hook_apply(&hook, 1, &data_of_this_program), 1);
+  EXPECT_EQ(memcost_got_call_target(), 10);
 }
 
 // A slot is rewritten only once relocated: the real function, or (bound lazily) a stub inside its

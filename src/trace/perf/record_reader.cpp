@@ -169,6 +169,7 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
   std::optional<CallKind> call;
   std::optional<CallFaults> call_faults;
   bool unreadable = false;
+  std::uint64_t python_release = 0;  // the GIL release the sampled thread was in (bpf/fault_counts.h)
   if (event.sample_type & PERF_SAMPLE_RAW) {
     auto size = in.take<std::uint32_t>();
     const std::uint8_t* raw = in.at;
@@ -181,6 +182,7 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
       address = touch.address;
       period = touch.faults;
       user = touch.user != 0;
+      python_release = touch.python_release;
     } else if (kind == MEMCOST_OUTPUT_CALL_FAULTS && size >= sizeof(memcost_call_faults)) {
       memcost_call_faults record{};
       std::memcpy(&record, raw, sizeof(record));
@@ -193,6 +195,7 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
                      argument.subspan(MEMCOST_CALL_INNER_AT,
                                       std::min<std::size_t>(record.inner_bytes, MEMCOST_CALL_ARGUMENT_BYTES - MEMCOST_CALL_INNER_AT)));
       call_faults = faults;
+      python_release = record.python_release;
     } else if (event.touch_in_raw) {
       unreadable = true;  // not the counter's (never expected): counted, not read
       ++malformed;
@@ -220,7 +223,9 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
     const std::uint8_t* bytes = in.at;
     in.skip(size);
     std::uint64_t dynamic = size ? in.take<std::uint64_t>() : 0;
-    if (abi != PERF_SAMPLE_REGS_ABI_NONE) stack = unwinder_.stack(pid, tid, bp, sp, user_ip, bytes, std::min(dynamic, size), time);
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+      stack = unwinder_.stack(pid, tid, bp, sp, user_ip, bytes, std::min(dynamic, size), time, python_release);
+    }
   }
   switch (event.kind) {
     case EventKind::fault:

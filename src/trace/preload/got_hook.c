@@ -43,14 +43,14 @@ static uintptr_t dynamic_pointer(ElfW(Addr) value, ElfW(Addr) base) { return val
 
 static void rewrite_table(struct walk *walk, const ElfW(Rela) *table, size_t bytes, const ElfW(Sym) *symbols,
                           const char *names, ElfW(Addr) base, uintptr_t code_start, uintptr_t code_end,
-                          uintptr_t relro_start, uintptr_t relro_end) {
+                          uintptr_t relro_start, uintptr_t relro_end, unsigned allowed) {
   for (size_t i = 0; i < bytes / sizeof(ElfW(Rela)); ++i) {
     const unsigned type = (unsigned)ELF64_R_TYPE(table[i].r_info);
     if (type != SLOT_JUMP && type != SLOT_DATA) continue;
     const char *name = names + symbols[ELF64_R_SYM(table[i].r_info)].st_name;
     for (int h = 0; h < walk->count; ++h) {
       struct memcost_got_hook *hook = &walk->hooks[h];
-      if (!hook->real || strcmp(name, hook->name) != 0) continue;
+      if (!hook->real || !(allowed & (1u << h)) || strcmp(name, hook->name) != 0) continue;
       uintptr_t *slot = (uintptr_t *)(base + table[i].r_offset);
       if ((uintptr_t)slot >= relro_start && (uintptr_t)slot < relro_end) continue; /* read-only once relocated */
       const uintptr_t value = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
@@ -80,6 +80,7 @@ static int *tries_of(uintptr_t base, int **done) {
   }
   if (object_count == MOST_OBJECTS) return NULL;
   objects[object_count].base = base;
+  objects[object_count].tries = objects[object_count].done = 0; /* a slot used before memcost_got_hook_forget */
   *done = &objects[object_count].done;
   return &objects[object_count++].tries;
 }
@@ -119,9 +120,22 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data) {
     }
   }
   if (!symbols || !names) return 0;
+  /* A hook bound to one library's copy is for the objects that need that copy only. */
+  unsigned allowed = 0;
+  for (int h = 0; h < walk->count && h < 32; ++h) {
+    int needs = walk->hooks[h].needed[0] == '\0';
+    for (const ElfW(Dyn) *entry = dynamic; !needs && entry->d_tag != DT_NULL; ++entry) {
+      needs = entry->d_tag == DT_NEEDED && strcmp(names + entry->d_un.d_val, walk->hooks[h].needed) == 0;
+    }
+    if (needs) allowed |= 1u << h;
+  }
   const int unrelocated = walk->unrelocated;
-  if (jump && jump_rela) rewrite_table(walk, jump, jump_bytes, symbols, names, base, code_start, code_end, relro_start, relro_end);
-  if (data_table) rewrite_table(walk, data_table, data_bytes, symbols, names, base, code_start, code_end, relro_start, relro_end);
+  if (jump && jump_rela) {
+    rewrite_table(walk, jump, jump_bytes, symbols, names, base, code_start, code_end, relro_start, relro_end, allowed);
+  }
+  if (data_table) {
+    rewrite_table(walk, data_table, data_bytes, symbols, names, base, code_start, code_end, relro_start, relro_end, allowed);
+  }
   if (walk->unrelocated == unrelocated || ++*tries >= MOST_TRIES) *done = 1;
   return 0;
 }
@@ -132,6 +146,85 @@ static unsigned long long applied_adds = ~0ULL;
 static int count_adds(struct dl_phdr_info *info, size_t size, void *data) {
   if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds)) *(unsigned long long *)data = info->dlpi_adds;
   return 1; /* the first object says it */
+}
+
+/* The symbol in one loaded object, through its GNU hash table (what every linker of the last 15
+   years writes; an object with only the older SysV table is not searched). */
+static uint32_t gnu_hash(const char *name) {
+  uint32_t hash = 5381;
+  for (; *name; ++name) hash = hash * 33 + (unsigned char)*name;
+  return hash;
+}
+
+static void *symbol_in(const struct dl_phdr_info *info, const char *name, const char **soname) {
+  const ElfW(Dyn) *dynamic = NULL;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dynamic = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  }
+  if (!dynamic) return NULL;
+  const ElfW(Sym) *symbols = NULL;
+  const char *names = NULL;
+  const uint32_t *table = NULL;
+  size_t soname_at = 0;
+  int has_soname = 0;
+  for (const ElfW(Dyn) *entry = dynamic; entry->d_tag != DT_NULL; ++entry) {
+    if (entry->d_tag == DT_SONAME) soname_at = entry->d_un.d_val, has_soname = 1;
+    if (entry->d_tag == DT_SYMTAB) symbols = (const ElfW(Sym) *)dynamic_pointer(entry->d_un.d_ptr, info->dlpi_addr);
+    if (entry->d_tag == DT_STRTAB) names = (const char *)dynamic_pointer(entry->d_un.d_ptr, info->dlpi_addr);
+    if (entry->d_tag == DT_GNU_HASH) table = (const uint32_t *)dynamic_pointer(entry->d_un.d_ptr, info->dlpi_addr);
+  }
+  if (!symbols || !names || !table || table[0] == 0 || !has_soname) return NULL;
+  *soname = names + soname_at;
+  const uint32_t buckets = table[0], first = table[1], bloom_words = table[2];
+  const uint32_t *bucket = (const uint32_t *)((const ElfW(Addr) *)(table + 4) + bloom_words);
+  const uint32_t *chain = bucket + buckets;
+  const uint32_t hash = gnu_hash(name);
+  uint32_t index = bucket[hash % buckets];
+  if (index < first) return NULL;
+  for (;; ++index) {
+    const uint32_t entry = chain[index - first];
+    const ElfW(Sym) *symbol = &symbols[index];
+    if ((entry | 1) == (hash | 1) && symbol->st_shndx != SHN_UNDEF && ELF64_ST_TYPE(symbol->st_info) == STT_FUNC &&
+        strcmp(names + symbol->st_name, name) == 0) {
+      return (void *)(info->dlpi_addr + symbol->st_value);
+    }
+    if (entry & 1) return NULL;
+  }
+}
+
+struct search {
+  const char *name, *library, *soname;
+  void *found;
+};
+
+static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct search *search = data;
+  if (!info->dlpi_name || !strstr(info->dlpi_name, search->library)) return 0;
+  search->found = symbol_in(info, search->name, &search->soname);
+  return search->found != NULL;
+}
+
+int memcost_got_hook_find_in(struct memcost_got_hook *hook, const char *library) {
+  struct search search = {hook->name, library, NULL, NULL};
+  dl_iterate_phdr(search_object, &search);
+  if (!search.found || strlen(search.soname) >= sizeof(hook->needed)) return 0;
+  strcpy(hook->needed, search.soname);
+  *(void **)&hook->real = search.found;
+  return 1;
+}
+
+unsigned long long memcost_loaded_objects(void) {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(count_adds, &adds);
+  return adds;
+}
+
+void memcost_got_hook_forget(void) {
+  pthread_mutex_lock(&applying);
+  object_count = 0;
+  __atomic_store_n(&applied_adds, ~0ULL, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&applying);
 }
 
 int memcost_got_hook_apply(struct memcost_got_hook *hooks, int count, const void *own) {

@@ -45,6 +45,7 @@ extern void __libc_free(void *pointer);
 #include "trace/preload/block_table.h"
 #include "trace/preload/got_hook.h"
 #include "trace/preload/safe_primitives.h"
+#include "trace/sources/bpf/fault_counts.h"
 
 enum { MAX_FRAMES = MEMCOST_PRELOAD_MAX_FRAMES, SKIPPED_FRAMES = 2 };
 enum { PYTHON_FILE_BYTES = 120, PYTHON_FUNCTION_BYTES = 80 };
@@ -96,6 +97,8 @@ static struct {
   void (*set_allocator)(int domain, struct allocator *allocator);
 } py;
 static int python_ready;
+/* MEMCOST_PYTHON_RELEASES: where the tracer's array of GIL releases is (map_release_slots). */
+static int releases_tracer_pid, releases_tracer_fd = -1;
 static uint64_t now_ns(void);
 static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0, uint64_t a1, uint64_t a2,
                  uint64_t a3, int64_t result, const struct python_block *python);
@@ -126,6 +129,11 @@ __attribute__((constructor)) static void start(void) {
   const char *python = getenv("MEMCOST_PRELOAD_PYTHON");
   if (fd) out_fd = atoi(fd);
   if (bytes) min_bytes = strtoull(bytes, NULL, 10);
+  const char *releases_at = getenv("MEMCOST_PYTHON_RELEASES");
+  if (releases_at && strchr(releases_at, ':')) {
+    releases_tracer_pid = atoi(releases_at);
+    releases_tracer_fd = atoi(strchr(releases_at, ':') + 1);
+  }
   if (!python || strcmp(python, "0") != 0) find_python();
   memcost_apply_start();
 }
@@ -245,31 +253,118 @@ static void python_stack_done(struct python_block *block) {
 }
 
 /* A thread's releases of the GIL (see MEMCOST_PYTHON_PENDING_MAGIC in preload/abi.h). The
-   extension modules' calls to PyEval_SaveThread and PyEval_RestoreThread are pointed here by
-   rewriting their offset tables (got_hook.h) as soon as a small or big call finds an object loaded
-   since the last time. A release made inside the interpreter itself, whose end no hook sees,
+   extension modules' calls that give the GIL up (PyEval_SaveThread, PyEval_ReleaseThread,
+   PyGILState_Release) and take it back (PyEval_RestoreThread, PyEval_AcquireThread,
+   PyGILState_Ensure) are pointed here by rewriting their offset tables (got_hook.h) as soon as a
+   small or big call finds an object loaded since the last time. Both kinds are needed: PyTorch's
+   fill_ gives the GIL up with PyEval_SaveThread and, inside, takes it back for a moment with
+   PyEval_AcquireThread. A release made inside the interpreter itself, whose end no hook sees,
    leaves its big calls waiting for a stack that does not come (the tracer gives up after a
    second); the thread's next release through a hook starts afresh. The first release after an
    object was hooked began unseen, but ends through the hook, and is resolved there. */
 static void *save_thread(void);
 static void restore_thread(void *state);
-static struct memcost_got_hook gil_hooks[] = {{"PyEval_SaveThread", (memcost_function)save_thread, NULL},
-                                              {"PyEval_RestoreThread", (memcost_function)restore_thread, NULL}};
-static int gil_hooks_found;
-static uint64_t releases;                            /* numbers given out, process-wide */
+static void release_thread(void *state);
+static void acquire_thread(void *state);
+static int ensure_gil(void);
+static void release_gil(int state);
+static void parallel(void (*work)(void *), void *data, unsigned threads, unsigned flags);
+enum { SAVE_THREAD, RESTORE_THREAD, RELEASE_THREAD, ACQUIRE_THREAD, ENSURE_GIL, RELEASE_GIL, PARALLEL, RELEASE_HOOKS };
+static struct memcost_got_hook release_hooks[RELEASE_HOOKS] = {
+    [SAVE_THREAD] = {"PyEval_SaveThread", (memcost_function)save_thread, NULL},
+    [RESTORE_THREAD] = {"PyEval_RestoreThread", (memcost_function)restore_thread, NULL},
+    [RELEASE_THREAD] = {"PyEval_ReleaseThread", (memcost_function)release_thread, NULL},
+    [ACQUIRE_THREAD] = {"PyEval_AcquireThread", (memcost_function)acquire_thread, NULL},
+    [ENSURE_GIL] = {"PyGILState_Ensure", (memcost_function)ensure_gil, NULL},
+    [RELEASE_GIL] = {"PyGILState_Release", (memcost_function)release_gil, NULL},
+    [PARALLEL] = {"GOMP_parallel", (memcost_function)parallel, NULL}};
+static int release_hooks_found;
+static uint32_t releases;                            /* numbers given out, process-wide */
 static MEMCOST_THREAD_LOCAL uint64_t pending_release; /* a big call named this release (0: none) */
+static MEMCOST_THREAD_LOCAL uint64_t this_release;    /* the release the thread is in (0: it holds the GIL, or unseen) */
+static MEMCOST_THREAD_LOCAL uint32_t own_tid;
+static MEMCOST_THREAD_LOCAL uint64_t sampled_elsewhere; /* this release, sampled in a thread working for it */
 
-static void *save_thread(void) {
-  void *state = ((void *(*)(void))gil_hooks[0].real)();
+/* The tracer's BPF array of releases (bpf/fault_counts.h, memcost_python_release_slot), mapped
+   from the descriptor MEMCOST_PYTHON_RELEASES names in the tracer ("pid:fd"), taken with
+   pidfd_getfd: a descriptor passed down would be closed by any launcher that closes what it does
+   not know (Python's subprocess does). NULL: none (not root, no counter, a kernel before 5.6). */
+static struct memcost_python_release_slot *release_slots;
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+static void map_release_slots(void) {
+  const int number = releases_tracer_fd;
+  releases_tracer_fd = -1; /* tried once */
+  if (number < 0) return;
+  const int tracer = (int)syscall(SYS_pidfd_open, releases_tracer_pid, 0);
+  if (tracer < 0) return;
+  const int fd = (int)syscall(SYS_pidfd_getfd, tracer, number, 0);
+  (void)syscall(SYS_close, tracer);
+  if (fd < 0) return;
+  /* The number is the tracer's /dev/null where its counter did not open: only a BPF map is mapped. */
+  char link[64] = {0}, path[40] = "/proc/self/fd/", digits[16];
+  int count = 0;
+  for (unsigned value = (unsigned)fd; count == 0 || value; value /= 10) digits[count++] = (char)('0' + value % 10);
+  for (size_t at = strlen(path); count > 0; ++at) path[at] = digits[--count];
+  const long length = syscall(SYS_readlink, path, link, sizeof(link) - 1);
+  void *slots = MAP_FAILED;
+  if (length > 0 && strncmp(link, "anon_inode:bpf-map", 18) == 0) {
+    slots = (void *)syscall(SYS_mmap, NULL, (size_t)MEMCOST_PYTHON_RELEASE_SLOTS * sizeof(*release_slots),
+                            PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  (void)syscall(SYS_close, fd);
+  if (slots != MAP_FAILED && (uintptr_t)slots < (uintptr_t)-4096) release_slots = slots;
+}
+
+/* The calling thread's slot, and the word it writes there for a release: its own id above the
+   release's number (bpf/fault_counts.h). */
+static struct memcost_python_release_slot *release_slot(void) {
+  if (!own_tid) own_tid = (uint32_t)syscall(SYS_gettid);
+  return &release_slots[own_tid & (MEMCOST_PYTHON_RELEASE_SLOTS - 1)];
+}
+static uint64_t slot_word(uint64_t release) { return (uint64_t)own_tid << 32 | release; }
+
+/* A new release's number: a process-wide count, never 0. */
+static uint64_t new_release(void) {
+  uint32_t count = __atomic_add_fetch(&releases, 1, __ATOMIC_RELAXED);
+  if (!count) count = __atomic_add_fetch(&releases, 1, __ATOMIC_RELAXED);
+  return count;
+}
+
+/* The thread has just given the GIL up through a hook: a release begins, its number in the slot. */
+static void release_began(void) {
   pending_release = 0;
-  return state;
+  sampled_elsewhere = 0;
+  this_release = new_release();
+  if (!release_slots) return;
+  struct memcost_python_release_slot *slot = release_slot(); /* knows the thread's id from here on */
+  __atomic_store_n(&slot->release, slot_word(this_release), __ATOMIC_RELAXED);
+}
+
+/* The thread is about to take the GIL back: its slot is cleared first, so that what it faults
+   from then on is not the release's. Returns whether a sample of its faults meanwhile (the BPF
+   counter's) marked the release sampled. */
+static int release_ending(void) {
+  if (!release_slots || !this_release) return 0;
+  const int elsewhere = sampled_elsewhere == this_release;
+  struct memcost_python_release_slot *slot = release_slot();
+  const uint64_t word = slot_word(this_release);
+  if (__atomic_load_n(&slot->release, __ATOMIC_RELAXED) != word) return elsewhere;
+  __atomic_store_n(&slot->release, 0, __ATOMIC_RELAXED);
+  return elsewhere || __atomic_load_n(&slot->sampled, __ATOMIC_RELAXED) == word;
 }
 
 /* The GIL is held again, and the Python frames are those it was released at: sent once for the
-   big calls that named this release. */
-static void restore_thread(void *state) {
-  ((void (*)(void *))gil_hooks[1].real)(state);
-  const uint64_t release = pending_release;
+   big calls that named this release (the same number, or one of its own where the release began
+   unseen) or for the samples that did. */
+static void release_ended(int sampled) {
+  const uint64_t release = pending_release ? pending_release : sampled ? this_release : 0;
+  this_release = 0;
   if (!release) return;
   pending_release = 0;
   struct {
@@ -294,24 +389,118 @@ static void restore_thread(void *state) {
   python_stack_done(&resolves.block);
 }
 
+static void *save_thread(void) {
+  void *state = ((void *(*)(void))release_hooks[SAVE_THREAD].real)();
+  release_began();
+  return state;
+}
+
+static void release_thread(void *state) {
+  ((void (*)(void *))release_hooks[RELEASE_THREAD].real)(state);
+  release_began();
+}
+
+static void restore_thread(void *state) {
+  const int sampled = release_ending();
+  ((void (*)(void *))release_hooks[RESTORE_THREAD].real)(state);
+  release_ended(sampled);
+}
+
+static void acquire_thread(void *state) {
+  const int sampled = release_ending();
+  ((void (*)(void *))release_hooks[ACQUIRE_THREAD].real)(state);
+  release_ended(sampled);
+}
+
+/* PyGILState_Ensure ends a release only where the thread was in one (it may hold the GIL already). */
+static int ensure_gil(void) {
+  const int in_release = this_release != 0;
+  const int sampled = in_release ? release_ending() : 0;
+  const int state = ((int (*)(void))release_hooks[ENSURE_GIL].real)();
+  if (in_release) release_ended(sampled);
+  return state;
+}
+
+/* A parallel region (libgomp's GOMP_parallel: `#pragma omp parallel`, PyTorch's at::parallel_for)
+   opened by a thread in a release: every thread of the team works for that release, its slot
+   says so for the length of its part, and a sample of any of them has the releasing thread send
+   its Python stack. The team's other threads never hold the GIL (this_release 0 there). */
+struct parallel_work {
+  void (*work)(void *);
+  void *data;
+  uint64_t release;
+  int sampled;
+};
+
+static void parallel_part(void *argument) {
+  struct parallel_work *part = argument;
+  struct memcost_python_release_slot *slot = this_release ? NULL : release_slot();
+  const uint64_t word = slot ? slot_word(part->release) : 0;
+  if (slot) __atomic_store_n(&slot->release, word, __ATOMIC_RELAXED);
+  part->work(part->data);
+  if (slot && __atomic_load_n(&slot->release, __ATOMIC_RELAXED) == word) {
+    __atomic_store_n(&slot->release, 0, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&slot->sampled, __ATOMIC_RELAXED) == word) __atomic_store_n(&part->sampled, 1, __ATOMIC_RELAXED);
+  }
+}
+
+static void parallel(void (*work)(void *), void *data, unsigned threads, unsigned flags) {
+  void (*real)(void (*)(void *), void *, unsigned, unsigned) =
+      (void (*)(void (*)(void *), void *, unsigned, unsigned))release_hooks[PARALLEL].real;
+  if (!release_slots || !this_release) {
+    real(work, data, threads, flags);
+    return;
+  }
+  struct parallel_work part = {work, data, this_release, 0};
+  real(parallel_part, &part, threads, flags); /* returns when the team has ended */
+  if (__atomic_load_n(&part.sampled, __ATOMIC_RELAXED)) sampled_elsewhere = part.release;
+}
+
+/* PyGILState_Release gives the GIL up only where its Ensure took it, and ends the thread's state
+   where Ensure made it (a thread foreign to Python): a release begins only in a thread that still
+   has a state and no longer holds the GIL. */
+static void release_gil(int state) {
+  ((void (*)(int))release_hooks[RELEASE_GIL].real)(state);
+  if (!py.gil_held() && py.this_thread()) release_began();
+}
+
 /* The block for a big call: the Python stack where the thread holds the GIL; where it has released
    it, a pending block naming the release. */
+/* libgomp's GOMP_parallel, once a library that uses it is loaded: found in the first libgomp the
+   process loaded, in its own table (PyTorch loads its own with RTLD_LOCAL, where dlsym does not
+   look), and hooked only in the objects that need that copy (got_hook.h, `needed`). Looked for
+   as the other hooks are applied, when the loader has added objects since the last look; no call
+   into the loader (this may run inside it, in an allocation it makes). */
+static unsigned long long parallel_sought_at = ~0ULL; /* memcost_loaded_objects() at the last look */
+static void find_parallel(void) {
+  const unsigned long long loaded = memcost_loaded_objects();
+  if (loaded == parallel_sought_at) return;
+  parallel_sought_at = loaded;
+  if (memcost_got_hook_find_in(&release_hooks[PARALLEL], "/libgomp")) {
+    memcost_got_hook_forget(); /* the objects walked without it are walked again */
+  }
+}
+
 static void hook_gil_releases(void) {
   if (!python_ready || inside || !py.is_initialized()) return;
   inside = 1;  /* dlsym may allocate */
-  if (!gil_hooks_found) {
-    gil_hooks_found = memcost_got_hook_find(&gil_hooks[0]) && memcost_got_hook_find(&gil_hooks[1]) ? 1 : -1;
+  if (!release_hooks_found) {
+    /* Saving and restoring are required; the others are hooked where the interpreter has them. */
+    for (int hook = 0; hook < RELEASE_HOOKS; ++hook) (void)memcost_got_hook_find(&release_hooks[hook]);
+    release_hooks_found = release_hooks[SAVE_THREAD].real && release_hooks[RESTORE_THREAD].real ? 1 : -1;
+    if (release_hooks_found > 0) map_release_slots();
   }
-  if (gil_hooks_found > 0) (void)memcost_got_hook_apply(gil_hooks, 2, &releases);
+  if (release_hooks_found > 0 && release_slots && !release_hooks[PARALLEL].real) find_parallel();
+  if (release_hooks_found > 0) (void)memcost_got_hook_apply(release_hooks, RELEASE_HOOKS, &releases);
   inside = 0;
 }
 
 static void python_stack_or_pending(struct python_block *block) {
   python_stack(block);
   hook_gil_releases();
-  if (gil_hooks_found <= 0 || inside || block->header.magic == MEMCOST_PYTHON_MAGIC) return;
+  if (release_hooks_found <= 0 || inside || block->header.magic == MEMCOST_PYTHON_MAGIC) return;
   if (py.gil_held() || !py.this_thread()) return;
-  if (!pending_release) pending_release = __atomic_add_fetch(&releases, 1, __ATOMIC_RELAXED);
+  if (!pending_release) pending_release = this_release ? this_release : new_release();
   struct memcost_python_pending pending = {MEMCOST_PYTHON_PENDING_MAGIC, pending_release};
   memcpy(&block->header, &pending, sizeof(pending));
   __asm__ volatile("" : : "r"(block) : "memory");

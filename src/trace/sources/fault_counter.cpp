@@ -117,6 +117,8 @@ bool FaultCounter::touch_output(int cpu, int event_fd) {
   return bpf_map__update_elem(kernel_->skeleton->maps.touch_samples, &key, sizeof(key), &fd, sizeof(fd), BPF_ANY) == 0;
 }
 
+int FaultCounter::python_release_slots() const { return bpf_map__fd(kernel_->skeleton->maps.python_releases); }
+
 void FaultCounter::stop_counting() {
   bpf_map* generations = kernel_->skeleton->maps.generations;
   std::uint32_t key = 0;
@@ -240,6 +242,7 @@ bool FaultCounter::count_in_calls(std::string& why_not) {
   return false;
 }
 bool FaultCounter::touch_output(int, int) { return false; }
+int FaultCounter::python_release_slots() const { return -1; }
 void FaultCounter::stop_counting() {}
 void FaultCounter::move_pending_out() {}
 void FaultCounter::sweep(Sweep, std::vector<RegionFaults>&) {}

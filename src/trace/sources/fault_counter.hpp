@@ -20,6 +20,8 @@
 //   MADV_POPULATE_*, mlock, a driver pinning memory), once count_in_calls() is called, are counted per call from the thread's own
 //   fault counters (what rusage reads) and sent, one record per call that took any, to that CPU's
 //   BPF-output event with the call's stack (memcost_call_faults); in_calls() is their total.
+// - Python: a touching sample (or a call's record) of a thread that the preload library says has
+//   released the GIL carries that release's number (python_release_slots()), and marks it sampled.
 // - A fault the kernel's map had no room for is counted in uncounted(), never dropped silently.
 // - Each CPU counts the run of faults it is taking in one region in a pending slot of its own, and
 //   moves it into the regions map when a fault falls elsewhere or a mapping call intervenes;
@@ -57,6 +59,9 @@ class FaultCounter {
   // The perf BPF-output event (PERF_COUNT_SW_BPF_OUTPUT, on `cpu`, every process) the touching
   // samples of that CPU go to; false with errno set when the kernel's map refused it.
   bool touch_output(int cpu, int event_fd);
+  // The BPF array of Python threads' releases of the GIL (memcost_python_release_slot), for the
+  // traced processes to map; -1 when there is none. The counter owns the descriptor.
+  [[nodiscard]] int python_release_slots() const;
   // No process is counted from now on (the window on a process attached to has closed).
   void stop_counting();
   // What was counted since the last sweep (see the contract for `what`).

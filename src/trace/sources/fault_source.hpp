@@ -89,6 +89,9 @@ class FaultSource {
   }
   // How it counted, and its totals, into the result.
   virtual void describe(Result& result, const EventList& events) const = 0;
+  // The descriptor of the Python threads' GIL releases its samples read
+  // (memcost_python_release_slot, bpf/fault_counts.h); -1: it reads none.
+  [[nodiscard]] virtual int python_release_slots() const { return -1; }
 
   [[nodiscard]] const Failure& failure() const { return failure_; }
 
@@ -143,6 +146,7 @@ class CountingInKernel final : public FaultSource {
   std::uint64_t deliver(std::uint64_t now_ns, bool window_end, bool last, Sink& sink) override;
   void describe(Result& result, const EventList& events) const override;
   FaultCounter& counter() { return *counter_; }
+  [[nodiscard]] int python_release_slots() const override { return counter_->python_release_slots(); }
   // A sweep every this often; the reader settles no later than the last.
   static constexpr std::uint64_t kSweepNs = 100'000'000;
 

@@ -85,7 +85,7 @@ void Unwinder::fork(int parent, int child) {
 }
 
 std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
-                               std::uint64_t stack_bytes, std::uint64_t time_ns) {
+                               std::uint64_t stack_bytes, std::uint64_t time_ns, std::uint64_t python_release) {
   Process& process = get(pid);
   // Memo key: the instruction pointer and every word on the stack that points into code. The
   // return addresses that decide the unwound stack are among them; locals and saved data,
@@ -122,7 +122,16 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
       key.append(reinterpret_cast<const char*>(&word), sizeof(word));
     }
   }
-  if (auto found = by_sample_.find(key); found != by_sample_.end()) return found->second;
+  // A sample's release of the GIL: the same unwound stack, with a pending block for its Python
+  // frames (not in the memo's key: each release is new, its unwinding is not).
+  std::string released;
+  if (python.empty() && python_release != 0) {
+    const memcost_python_pending pending{MEMCOST_PYTHON_PENDING_MAGIC, python_release};
+    released.assign(reinterpret_cast<const char*>(&pending), sizeof(pending));
+  }
+  if (auto found = by_sample_.find(key); found != by_sample_.end()) {
+    return released.empty() ? found->second.id : stack_id(process, found->second.pcs, released, time_ns, false);
+  }
 
   if (before_slow_work) before_slow_work();  // the first unwind through a module loads its CFI
   std::vector<std::uint64_t> pcs;
@@ -134,9 +143,10 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
     ++unwind_failures_;
     pcs.push_back(ip);
   }
-  std::uint32_t id = stack_id(process, pcs, python, time_ns);
-  by_sample_.emplace(std::move(key), id);
-  return id;
+  const std::uint32_t id = stack_id(process, pcs, python, time_ns);
+  const std::uint32_t released_id = released.empty() ? id : stack_id(process, pcs, released, time_ns, false);
+  by_sample_.emplace(std::move(key), Unwound{id, std::move(pcs)});
+  return released_id;
 }
 
 std::size_t Unwinder::refused_perf_maps() const {
@@ -180,19 +190,28 @@ std::size_t Unwinder::name_jit_frames() {
 
 void Unwinder::resolve_python(int pid, std::uint64_t release, std::string_view python) {
   if (python.empty()) return;
-  auto pending = pending_python_.find({pid, release});
-  if (pending == pending_python_.end()) {
-    if (resolved_python_.size() >= kResolvedKept) resolved_python_.erase(resolved_python_.begin());
-    resolved_python_[{pid, release}] = std::string(python);
-    return;
+  // Kept for the stacks that name it and are read later (another CPU's buffer, or the same
+  // thread's samples read after its marker).
+  if (resolved_python_.insert_or_assign({pid, release}, std::string(python)).second) {
+    resolved_order_.push_back({pid, release});
+    if (resolved_order_.size() > kResolvedKept) {
+      resolved_python_.erase(resolved_order_.front());
+      resolved_order_.pop_front();
+    }
   }
+  auto pending = pending_python_.find({pid, release});
+  if (pending == pending_python_.end()) return;
   const std::vector<Frame> resolved = python_frames(python);
   auto process = processes_.find(pid);
   for (PendingPython& stack : pending->second) {
     std::vector<Frame> frames = merge_python(stack.frames, resolved);
     if (auto jit = unresolved_.find(stack.id); jit != unresolved_.end()) jit->second.frames = frames;
     sink_.stack(stack.id, frames);
-    if (process != processes_.end()) sink_.same_stack(stack.id, stack_id(*process->second, stack.pcs, python, stack.time_ns));
+    // A call's stack is made the same as the stack with the frames, so that the calls of one line
+    // are one site; a touching sample's is named by its frames alone (its site is its name).
+    if (process != processes_.end() && stack.holds) {
+      sink_.same_stack(stack.id, stack_id(*process->second, stack.pcs, python, stack.time_ns));
+    }
   }
   pending_python_.erase(pending);
 }
@@ -204,9 +223,13 @@ std::uint64_t Unwinder::oldest_pending_python_ns() {
   for (auto it = pending_python_.begin(); it != pending_python_.end();) {
     auto& stacks = it->second;
     stacks.erase(std::remove_if(stacks.begin(), stacks.end(),
-                                [now](const PendingPython& stack) { return now - stack.read_ns > kPythonWaitNs; }),
+                                [now](const PendingPython& stack) {
+                                  return now - stack.read_ns > (stack.holds ? kPythonWaitNs : kPythonTouchWaitNs);
+                                }),
                  stacks.end());
-    for (const PendingPython& stack : stacks) oldest = std::min(oldest, stack.time_ns);
+    for (const PendingPython& stack : stacks) {
+      if (stack.holds) oldest = std::min(oldest, stack.time_ns);
+    }
     it = stacks.empty() ? pending_python_.erase(it) : std::next(it);
   }
   return oldest;
@@ -328,14 +351,12 @@ bool Unwinder::prepare(Process& process) {
 }
 
 std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python,
-                                 std::uint64_t time_ns) {
-  // A release already resolved (its marker's buffer was read first): the stack with its frames.
-  std::string resolved;
+                                 std::uint64_t time_ns, bool holds) {
+  // A release already resolved (its marker's buffer was read first, or this sample's was read
+  // late): the stack with its frames.
   if (const std::uint64_t release = pending_release(python); release != 0) {
     if (auto early = resolved_python_.find({process.pid, release}); early != resolved_python_.end()) {
-      resolved = std::move(early->second);
-      resolved_python_.erase(early);
-      python = resolved;
+      python = early->second;
     }
   }
   std::string key(reinterpret_cast<const char*>(&process.generation), sizeof(process.generation));
@@ -353,7 +374,7 @@ std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64
       frames.insert(frames.end(), chain->second.begin(), chain->second.end());
     }
     if (const std::uint64_t release = pending_release(python); release != 0) {
-      pending_python_[{process.pid, release}].push_back({slot->second, pcs, frames, time_ns, measure::now_ns()});
+      pending_python_[{process.pid, release}].push_back({slot->second, pcs, frames, time_ns, measure::now_ns(), holds});
     }
     frames = merge_python(frames, python_frames(python));
     // Code in no module is JIT-compiled (or a stack gone wrong): kept to be named by a perf map.

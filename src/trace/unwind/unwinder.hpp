@@ -15,6 +15,7 @@
 #include <string_view>
 #include <cstring>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -84,8 +85,12 @@ class Unwinder {
   void fork(int parent, int child);
 
   // The id of the unwound, symbolized stack of one sample (taken at `time_ns`); 0 when nothing could be unwound.
+  // `python_release`: the release of the GIL the sampled thread was in (the BPF counter read it,
+  // bpf/fault_counts.h), whose Python stack comes when the thread takes the GIL back: the stack
+  // is then given those frames (as for a pending block, resolve_python), unless the copied stack
+  // had a Python block of its own.
   std::uint32_t stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
-                      std::uint64_t stack_bytes, std::uint64_t time_ns);
+                      std::uint64_t stack_bytes, std::uint64_t time_ns, std::uint64_t python_release = 0);
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
 
@@ -115,9 +120,13 @@ class Unwinder {
   void resolve_python(int pid, std::uint64_t release, std::string_view python);
   // The earliest sample time of a stack still waiting for its Python frames (UINT64_MAX: none):
   // what is settled stays before it, so that its call is charged to the stack with them. A wait
-  // longer than kPythonWaitNs (a thread that never took the GIL back) is given up.
+  // longer than kPythonWaitNs (a thread that never took the GIL back) is given up. A touching
+  // sample's stack holds nothing back (its samples are charged to its id, which gets the frames
+  // when they come): it waits as long as an extension's call may run without the GIL,
+  // kPythonTouchWaitNs.
   [[nodiscard]] std::uint64_t oldest_pending_python_ns();
   static constexpr std::uint64_t kPythonWaitNs = 1'000'000'000;
+  static constexpr std::uint64_t kPythonTouchWaitNs = 600'000'000'000;
 
  private:
   Process& get(int pid);
@@ -145,8 +154,9 @@ class Unwinder {
   // binary is in no record (node's frames stayed unnamed until a fault happened to land in it).
   bool prepare(Process& process);
 
+  // `holds`: a pending block's wait holds back what is settled (PendingPython::holds).
   std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python,
-                         std::uint64_t time_ns);
+                         std::uint64_t time_ns, bool holds = true);
 
   // A DWARF function's name: its linkage name demangled (qualified, as the symbol table's), else its name.
   static std::string function_name(Dwarf_Die* die);
@@ -160,7 +170,11 @@ class Unwinder {
   const Options& options_;
   Sink& sink_;
   std::unordered_map<int, std::shared_ptr<Process>> processes_;
-  std::unordered_map<std::string, std::uint32_t> by_sample_;
+  struct Unwound {
+    std::uint32_t id = 0;
+    std::vector<std::uint64_t> pcs;  // for the same stack with a release's Python frames
+  };
+  std::unordered_map<std::string, Unwound> by_sample_;
   std::unordered_map<std::string, std::uint32_t> stacks_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<Frame>> frames_;
   std::unordered_map<std::string, std::vector<Segment>> segments_;  // per file, read once
@@ -176,11 +190,13 @@ class Unwinder {
     std::vector<Frame> frames;  // as sent: without Python frames
     std::uint64_t time_ns = 0;  // the sample's
     std::uint64_t read_ns = 0;  // when it was read (the wait's start)
+    bool holds = true;          // a call's stack, which holds back what is settled (not a touching sample's)
   };
   std::map<std::pair<int, std::uint64_t>, std::vector<PendingPython>> pending_python_;  // by process and release
   // Releases resolved before a stack that named them was read (the marker's CPU's buffer was
-  // read first): kept for it, the latest kResolvedKept.
+  // read first) or read late: kept for them, the latest kResolvedKept (oldest first in resolved_order_).
   std::map<std::pair<int, std::uint64_t>, std::string> resolved_python_;
+  std::deque<std::pair<int, std::uint64_t>> resolved_order_;
   static constexpr std::size_t kResolvedKept = 4096;
   std::unordered_map<int, PerfMap> perf_maps_;
   std::uint32_t generations_ = 0;

@@ -164,7 +164,7 @@ SIZE = 16 << 20
 
 def make_buffer():
     pointer = libc.malloc(SIZE)  # site: make_buffer
-    libc.memset(pointer, 1, SIZE)
+    libc.memset(pointer, 1, SIZE)  # touch: make_buffer
     return pointer
 
 
@@ -173,23 +173,34 @@ def make_another():
 
 
 make_buffer()
-libc.memset(make_another(), 2, SIZE)
+libc.memset(make_another(), 2, SIZE)  # touch: <module>
 """
 
 
-def _released_lines(samples: list[dict], script: Path) -> None:
-    rows = summarize_trace(samples, CostModel(400.0, 40.0, "test"))["rows"]
+def _released_lines(samples: list[dict], script: Path, touching: bool = False) -> None:
+    summary = summarize_trace(samples, CostModel(400.0, 40.0, "test"))
     for marker in ("make_buffer", "make_another"):
         line = next(n for n, text in enumerate(RELEASED_SCRIPT.splitlines(), 1) if f"# site: {marker}" in text)
         where = f"{marker} ({script.name}:{line})"
-        assert any(r["site"].endswith(where) and r["bytes"] >= 16 << 20 for r in rows), (where, [r["site"] for r in rows])
+        assert any(r["site"].endswith(where) and r["bytes"] >= 16 << 20 for r in summary["rows"]), \
+            (where, [r["site"] for r in summary["rows"]])
+    if not touching:
+        return
+    # As root the BPF counter's samples of a thread that released the GIL carry the release, and
+    # the thread sends its Python stack as it takes the GIL back: memset's faults are named at the
+    # line that called it (bpf/fault_counts.h, memcost_python_release_slot). 4,096 faults each.
+    for function in ("make_buffer", "<module>"):
+        line = next(n for n, text in enumerate(RELEASED_SCRIPT.splitlines(), 1) if f"# touch: {function}" in text)
+        where = f"{function} ({script.name}:{line})"
+        faults = sum(r["faults"] for r in summary["touching"] if r["site"].endswith(where))
+        assert faults >= 4096 * 0.9, (where, [(r["site"], r["faults"]) for r in summary["touching"]])
 
 
 @needs_tracing
 @pytest.mark.skipif(not Path(PYTHON).exists(), reason="Debian's python3 is not installed")
-def test_an_allocation_made_without_the_gil_is_named_at_its_line_as_root():
+def test_an_allocation_made_and_touched_without_the_gil_is_named_at_its_lines_as_root():
     _, samples, script = _probe_traces("released.py", RELEASED_SCRIPT, as_user=False)
-    _released_lines(samples, script)
+    _released_lines(samples, script, touching=True)
 
 
 @pytest.mark.skipif(not Path(PYTHON).exists() or not shutil.which("setpriv"), reason="needs Debian's python3 and setpriv")
@@ -198,6 +209,58 @@ def test_an_allocation_made_without_the_gil_is_named_at_its_line_as_an_ordinary_
     run = next(s["metrics"] for s in samples if s["case"]["record"] == "run")
     assert "LD_PRELOAD" in run["call_source"] and run["malformed_records"] == 0
     _released_lines(samples, script)
+
+
+# A parallel region opened without the GIL (PyTorch's operations fill a tensor from an OpenMP
+# team): every thread of the team works for the thread that released the GIL, and their faults
+# are named at its line. The library is loaded as ctypes loads it (RTLD_LOCAL, its libgomp too,
+# as PyTorch loads its own); the big allocation after it has the preload library hook it.
+PARALLEL_LIBRARY = r"""
+#include <stddef.h>
+void fill(char *bytes, size_t count) {
+#pragma omp parallel for schedule(static)
+  for (size_t at = 0; at < count; at += 4096) bytes[at] = 1;
+}
+"""
+PARALLEL_SCRIPT = """import ctypes
+
+library = ctypes.CDLL({library!r})
+library.fill.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+SIZE = 64 << 20
+address = libc.malloc(SIZE)
+
+
+def fill_in_parallel():
+    library.fill(address, SIZE)  # touch: fill_in_parallel
+
+
+fill_in_parallel()
+"""
+
+
+@needs_tracing
+@pytest.mark.skipif(not Path(PYTHON).exists() or not (shutil.which("cc") or shutil.which("gcc")),
+                    reason="needs Debian's python3 and a C compiler with OpenMP")
+def test_faults_of_a_parallel_region_opened_without_the_gil_are_named_at_the_line_that_opened_it(tmp_path):
+    source = tmp_path / "parallel.c"
+    source.write_text(PARALLEL_LIBRARY)
+    library = Path(tempfile.mkdtemp(prefix="memcost-parallel-", dir="/tmp")) / "libparallel.so"
+    try:
+        subprocess.run([shutil.which("cc") or shutil.which("gcc"), "-O2", "-fopenmp", "-shared", "-fPIC", "-o",
+                        str(library), str(source)], check=True)
+        _, samples, script = _probe_traces("parallel.py", PARALLEL_SCRIPT.format(library=str(library)), as_user=False,
+                                           environment={"OMP_NUM_THREADS": "2"})
+    finally:
+        shutil.rmtree(library.parent)
+    touching = summarize_trace(samples, CostModel(400.0, 40.0, "test"))["touching"]
+    line = next(n for n, text in enumerate(PARALLEL_SCRIPT.splitlines(), 1) if "# touch: fill_in_parallel" in text)
+    where = f"fill_in_parallel ({script.name}:{line})"
+    named = sum(r["faults"] for r in touching if r["site"].endswith(where))
+    # 16,384 pages, half of them faulted by the team's second thread.
+    assert named >= 16384 * 0.95, (where, [(r["site"], r["faults"]) for r in touching])
 
 
 def test_python_frames_name_the_first_line_outside_the_standard_library_and_packages():

@@ -115,6 +115,16 @@ struct {
   __uint(value_size, sizeof(__u32));
 } touch_samples SEC(".maps");
 
+// Python threads' releases of the GIL (memcost_python_release_slot), written by the preload library
+// in each traced CPython process, which maps this array into its memory.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MEMCOST_PYTHON_RELEASE_SLOTS);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __type(key, __u32);
+  __type(value, struct memcost_python_release_slot);
+} python_releases SEC(".maps");
+
 // Raised by every call that changes a traced process's mappings (a new generation as it enters, a
 // new mapping as it returns) and by the reader when it stops counting. A pending region begun in
 // an earlier epoch is moved out before the next fault is counted, so its time stamp is never
@@ -171,6 +181,20 @@ static __always_inline void move_out(struct pending_region* here) {
   if (here->counts.last_ns > counts->last_ns) counts->last_ns = here->counts.last_ns;
 }
 
+// The number of the release of the GIL the current thread is in or works for, marked sampled (the
+// releasing thread then sends its Python stack when it takes the GIL back); 0: none, or its slot
+// is another thread's.
+static __always_inline __u64 sampled_python_release(void) {
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  __u32 index = tid & (MEMCOST_PYTHON_RELEASE_SLOTS - 1);
+  struct memcost_python_release_slot* slot = bpf_map_lookup_elem(&python_releases, &index);
+  if (!slot) return 0;
+  __u64 word = slot->release;
+  if ((__u32)(word >> 32) != tid || (__u32)word == 0) return 0;
+  slot->sampled = word;
+  return (__u32)word;
+}
+
 // This fault's touching stack, sent to perf, which copies the user registers and stack into the
 // CPU's ring buffer beside the data. The gap to the next sample follows the rate just seen, so
 // that samples come about touch_ns_apart apart however fast the faults come; it is drawn at
@@ -186,7 +210,8 @@ static __always_inline void touch_sample(void* ctx, struct pending_region* here,
   if (next < 1) next = 1;
   if (next > (1u << 24)) next = 1u << 24;
   struct memcost_touch_sample sample = {
-      .kind = MEMCOST_OUTPUT_TOUCH, .user = user, .address = address, .faults = here->faults_since_touch};
+      .kind = MEMCOST_OUTPUT_TOUCH, .user = user, .address = address, .faults = here->faults_since_touch,
+      .python_release = sampled_python_release()};
   bpf_perf_event_output(ctx, &touch_samples, BPF_F_CURRENT_CPU, &sample, sizeof(sample));
   here->faults_since_touch = 0;
   here->last_touch_ns = now;
@@ -441,6 +466,7 @@ static __always_inline void call_returned(void* ctx, long ret) {
   record.argument_bytes = call->argument_bytes;
   record.inner_bytes = call->inner_bytes;
   if (call->argument_bytes || call->inner_bytes) __builtin_memcpy(record.argument, call->argument, sizeof(record.argument));
+  record.python_release = sampled_python_release();
   add_total(MEMCOST_TOTAL_IN_CALLS, record.faults);
   bpf_perf_event_output(ctx, &touch_samples, BPF_F_CURRENT_CPU, &record, sizeof(record));
 }

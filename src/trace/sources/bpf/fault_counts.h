@@ -61,6 +61,25 @@ struct memcost_touch_sample {
   unsigned int user;         /* 1: a fault of user code; 0: one a system call took for it */
   unsigned long long address;
   unsigned long long faults; /* the traced faults this CPU counted since its last sample, this one included */
+  unsigned long long python_release; /* the number of the GIL release the thread works in (memcost_python_release_slot); 0: none */
+};
+
+/* Python threads that have released the GIL, one slot per thread id modulo the count: the map is
+   mapped into each traced CPython process by the preload library (trace/preload/interposer.c).
+   A thread that gives the GIL up through a hooked call (PyEval_SaveThread...) writes `release`:
+   its own thread id in the upper 32 bits (a slot another thread took, their ids alike modulo the
+   count, is told apart), the release's number in the process in the lower; it clears it before it
+   takes the GIL back. A thread working for that release (an OpenMP thread of a parallel region
+   the releasing thread opened: PyTorch's operations) writes its own id above the same number. A
+   sample of a fault or call of that thread meanwhile carries the number (python_release) and
+   writes the whole word into `sampled`; the releasing thread, taking the GIL back, sends its
+   Python stack for a sampled release (MEMCOST_PYTHON_RESOLVES_MAGIC, preload/abi.h). Faulting
+   inside an extension's call made without the GIL (a PyTorch operation filling a tensor) is then
+   named at the Python line that called it. */
+#define MEMCOST_PYTHON_RELEASE_SLOTS 32768u
+struct memcost_python_release_slot {
+  unsigned long long release;
+  unsigned long long sampled;
 };
 
 /* A system call of a traced process that took faults without an exception, sent as it returns (so
@@ -85,6 +104,7 @@ struct memcost_call_faults {
   unsigned int argument_bytes;
   unsigned int inner_bytes;
   unsigned char argument[MEMCOST_CALL_ARGUMENT_BYTES];
+  unsigned long long python_release; /* as memcost_touch_sample's */
 };
 
 /* Totals kept beside the regions: what could not be counted is said, never dropped silently. */
