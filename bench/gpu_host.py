@@ -19,8 +19,9 @@ The steps run one after the other, each in a process of its own, nothing built b
   overhead  `import torch`, that PyTorch script and a fault storm on every CPU (bench/data/fault_storm.c:
             256 MiB a thread, eight times), each untraced and traced by the whole `memcost trace`
             command, 3 rounds in an order shuffled each round (--order-seed): each within 1.3x by
-            the medians, and the script's pinned bytes at an allocation site named by
-            cudaHostAlloc and its function.
+            the medians, the script's pinned bytes at an allocation site named by
+            cudaHostAlloc and its function, and at least 90 % of the faults in its memory named at
+            its lines (PyTorch's OpenMP threads' included).
 Then one table: each check of the done-when, what was measured, what it needed, and whether it
 passed, under the machine's name; kept as OUT/gpu-host.md and OUT/gpu-host.json beside each step's
 results document (OUT/pinned.json, ...) and its output (OUT/pinned.log, ...).
@@ -40,6 +41,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -214,6 +216,22 @@ def torch_allocation_check(summary: dict, pinned_bytes: int) -> dict:
     return check("the script's pinned bytes at their allocation site",
                  ", ".join(f"{row['site']}: {row.get('bytes') or 0:,} bytes" for row in rows) or "no such site",
                  f"cudaHostAlloc ← {TORCH_CALLED_FROM}…), ≥ {pinned_bytes:,} bytes", found >= pinned_bytes)
+
+
+TOUCHED_AT_LINES = 0.9  # of the faults in the script's memory, named at a line of the script
+
+
+def torch_touching_check(summary: dict) -> dict:
+    """The faults taken in the script's memory (PyTorch's fill_ on its OpenMP threads, the driver
+    pinning it) named at a line of the script, whichever thread took them: at least TOUCHED_AT_LINES."""
+    script = "torch_pinning.py"
+    rows = [row for row in summary.get("touching", []) if script in (row.get("allocation_site") or "")]
+    total = sum(row["faults"] for row in rows)
+    at_lines = sum(row["faults"] for row in rows if re.search(rf"\({re.escape(script)}:\d+\)", row["site"]))
+    share = at_lines / total if total else 0.0
+    return check("the faults in the script's memory named at the script's lines",
+                 f"{at_lines:,} of {total:,} faults ({share:.0%})" if total else "no faults in the script's memory",
+                 f"≥ {TOUCHED_AT_LINES:.0%}", share >= TOUCHED_AT_LINES)
 
 
 def build_fault_storm(out: Path) -> tuple[Optional[Path], str]:
@@ -413,6 +431,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 documents.append(document)
             checks += overhead_checks(timings)
             checks.append(torch_allocation_check(script or {}, int(args.trace_bytes)))
+            checks.append(torch_touching_check(script or {}))
     except KeyboardInterrupt:
         print("bench/gpu_host.py: interrupted; the steps that ended are in " + str(args.out), file=sys.stderr)
         return 130

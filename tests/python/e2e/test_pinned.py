@@ -389,6 +389,20 @@ def test_the_gpu_host_bench_judges_each_figure_of_the_done_when():
     assert bench.torch_allocation_check(rows, 1 << 30)["passed"]
     assert not bench.torch_allocation_check({"rows": [{"site": "cudaHostAlloc ← c10::alloc_cpu(…)", "bytes": 1 << 30}]},
                                             1 << 30)["passed"]
+    # The faults in the script's memory, named at its lines whichever thread took them (≥ 90 %).
+    allocated = "cudaHostAlloc ← staging_buffer (torch_pinning.py:12)"
+    touched = {"touching": [{"site": "at::native::fill(…) ← staging_buffer (torch_pinning.py:13)", "faults": 250_000,
+                             "allocation_site": allocated},
+                            {"site": "cudaHostAlloc (ioctl) ← staging_buffer (torch_pinning.py:12)", "faults": 12_000,
+                             "allocation_site": allocated},
+                            {"site": "_PyEval_EvalFrameDefault", "faults": 9_000, "allocation_site": "obmalloc.c"}]}
+    assert bench.torch_touching_check(touched)["passed"]
+    by_function = {"touching": [{"site": "at::native::fill(…) ← staging_buffer (torch_pinning.py)", "faults": 250_000,
+                                 "allocation_site": allocated},
+                                {"site": "c10::function_ref<…>::callback_fn<…>(…)", "faults": 250_000,
+                                 "allocation_site": allocated}]}
+    assert not bench.torch_touching_check(by_function)["passed"]
+    assert not bench.torch_touching_check({})["passed"]
     assert "| FAILED |" in bench.table(checks, "a host", quick=False)
 
 
