@@ -123,6 +123,8 @@ static void find_python(void) {
   python_ready = 1;
 }
 
+static void forked_child(void);
+
 __attribute__((constructor)) static void start(void) {
   const char *fd = getenv("MEMCOST_PRELOAD_FD");
   const char *bytes = getenv("MEMCOST_PRELOAD_MIN_BYTES");
@@ -136,6 +138,7 @@ __attribute__((constructor)) static void start(void) {
   }
   if (!python || strcmp(python, "0") != 0) find_python();
   memcost_apply_start();
+  (void)pthread_atfork(NULL, NULL, forked_child);
 }
 
 /* A long name keeps its end, where a path has the file's name. */
@@ -328,6 +331,13 @@ static struct memcost_python_release_slot *release_slot(void) {
   return &release_slots[own_tid & (MEMCOST_PYTHON_RELEASE_SLOTS - 1)];
 }
 static uint64_t slot_word(uint64_t release) { return (uint64_t)own_tid << 32 | release; }
+
+/* A forked child's thread has an id of its own (the slot it writes is its own, not its parent's
+   thread's: the array is shared), and is in no release. */
+static void forked_child(void) {
+  own_tid = 0;
+  this_release = pending_release = sampled_elsewhere = 0;
+}
 
 /* A new release's number: a process-wide count, never 0. */
 static uint64_t new_release(void) {
