@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -314,7 +315,7 @@ static void map_release_slots(void) {
   int count = 0;
   for (unsigned value = (unsigned)fd; count == 0 || value; value /= 10) digits[count++] = (char)('0' + value % 10);
   for (size_t at = strlen(path); count > 0; ++at) path[at] = digits[--count];
-  const long length = syscall(SYS_readlink, path, link, sizeof(link) - 1);
+  const long length = syscall(SYS_readlinkat, AT_FDCWD, path, link, sizeof(link) - 1); /* arm64 has no readlink */
   void *slots = MAP_FAILED;
   if (length > 0 && strncmp(link, "anon_inode:bpf-map", 18) == 0) {
     slots = (void *)syscall(SYS_mmap, NULL, (size_t)MEMCOST_PYTHON_RELEASE_SLOTS * sizeof(*release_slots),
