@@ -50,7 +50,7 @@ static void rewrite_table(struct walk *walk, const ElfW(Rela) *table, size_t byt
     const char *name = names + symbols[ELF64_R_SYM(table[i].r_info)].st_name;
     for (int h = 0; h < walk->count; ++h) {
       struct memcost_got_hook *hook = &walk->hooks[h];
-      if (!hook->real || !(allowed & (1u << h)) || strcmp(name, hook->name) != 0) continue;
+      if (!(allowed & (1u << h)) || strcmp(name, hook->name) != 0) continue;  /* allowed: its real is known */
       uintptr_t *slot = (uintptr_t *)(base + table[i].r_offset);
       if ((uintptr_t)slot >= relro_start && (uintptr_t)slot < relro_end) continue; /* read-only once relocated */
       const uintptr_t value = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
@@ -123,6 +123,8 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data) {
   /* A hook bound to one library's copy is for the objects that need that copy only. */
   unsigned allowed = 0;
   for (int h = 0; h < walk->count && h < 32; ++h) {
+    /* `needed` is read once `real` is seen published (memcost_got_hook_find_in writes it first). */
+    if (!__atomic_load_n((void **)&walk->hooks[h].real, __ATOMIC_ACQUIRE)) continue;
     int needs = walk->hooks[h].needed[0] == '\0';
     for (const ElfW(Dyn) *entry = dynamic; !needs && entry->d_tag != DT_NULL; ++entry) {
       needs = entry->d_tag == DT_NEEDED && strcmp(names + entry->d_un.d_val, walk->hooks[h].needed) == 0;
@@ -210,7 +212,8 @@ int memcost_got_hook_find_in(struct memcost_got_hook *hook, const char *library)
   dl_iterate_phdr(search_object, &search);
   if (!search.found || strlen(search.soname) >= sizeof(hook->needed)) return 0;
   strcpy(hook->needed, search.soname);
-  *(void **)&hook->real = search.found;
+  /* Published after `needed`: another thread's apply may read the hook meanwhile. */
+  __atomic_store_n((void **)&hook->real, search.found, __ATOMIC_RELEASE);
   return 1;
 }
 

@@ -475,8 +475,6 @@ static void release_gil(int state) {
   if (!py.gil_held() && py.this_thread()) release_began();
 }
 
-/* The block for a big call: the Python stack where the thread holds the GIL; where it has released
-   it, a pending block naming the release. */
 /* libgomp's GOMP_parallel, once a library that uses it is loaded: found in the first libgomp the
    process loaded, in its own table (PyTorch loads its own with RTLD_LOCAL, where dlsym does not
    look), and hooked only in the objects that need that copy (got_hook.h, `needed`). Looked for
@@ -496,8 +494,9 @@ static void hook_gil_releases(void) {
   if (!python_ready || inside || !py.is_initialized()) return;
   inside = 1;  /* dlsym may allocate */
   if (!release_hooks_found) {
-    /* Saving and restoring are required; the others are hooked where the interpreter has them. */
-    for (int hook = 0; hook < RELEASE_HOOKS; ++hook) (void)memcost_got_hook_find(&release_hooks[hook]);
+    /* Saving and restoring are required; the others are hooked where the interpreter has them.
+       GOMP_parallel never by dlsym: only in the libgomp it names (find_parallel). */
+    for (int hook = 0; hook < PARALLEL; ++hook) (void)memcost_got_hook_find(&release_hooks[hook]);
     release_hooks_found = release_hooks[SAVE_THREAD].real && release_hooks[RESTORE_THREAD].real ? 1 : -1;
     if (release_hooks_found > 0) map_release_slots();
   }
@@ -506,6 +505,8 @@ static void hook_gil_releases(void) {
   inside = 0;
 }
 
+/* The block for a big call: the Python stack where the thread holds the GIL; where it has released
+   it, a pending block naming the release. */
 static void python_stack_or_pending(struct python_block *block) {
   python_stack(block);
   hook_gil_releases();
