@@ -10,7 +10,8 @@
       Python stack, as one binary record per write() to the descriptor in MEMCOST_PRELOAD_FD (a
       pipe to the probe; a write of at most PIPE_BUF bytes is atomic).
    2. Python stacks (both modes, unless MEMCOST_PRELOAD_PYTHON=0): in a CPython process, a big
-      malloc-family call made by a thread holding the GIL writes the Python stack (file, line,
+      malloc-family call (or an extension's big anonymous mmap) made by a thread holding the GIL
+      writes the Python stack (file, line,
       function per frame, by CPython's public frame API) into a block on this C stack frame for
       the length of the call, behind a magic word. As root the kernel's tracepoints copy the
       stack into each mmap's sample, and the tracer finds the block there: no pipe, no join.
@@ -21,6 +22,7 @@
    the interposers cannot recurse into themselves. Layouts: see preload/abi.h. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -104,6 +106,25 @@ static uint64_t now_ns(void);
 static void emit(uint32_t kind, uint64_t enter_ns, uint64_t exit_ns, uint64_t a0, uint64_t a1, uint64_t a2,
                  uint64_t a3, int64_t result, const struct python_block *python);
 
+/* The interpreter's own object (libpython, or the executable that links it in): its addresses, for
+   telling its own mmap calls (pymalloc's arenas, made inside its allocator, where walking the
+   frames corrupted it) from an extension's (Python's mmap module). */
+static uintptr_t interpreter_start, interpreter_end;
+static int find_interpreter(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size, (void)data;
+  uintptr_t start = UINTPTR_MAX, end = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    if (info->dlpi_phdr[i].p_type != PT_LOAD) continue;
+    const uintptr_t at = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+    if (at < start) start = at;
+    if (at + info->dlpi_phdr[i].p_memsz > end) end = at + info->dlpi_phdr[i].p_memsz;
+  }
+  const uintptr_t known = (uintptr_t)py.is_initialized;
+  if (known < start || known >= end) return 0;
+  interpreter_start = start, interpreter_end = end;
+  return 1;
+}
+
 static void find_python(void) {
   void **slots[] = {(void **)&py.is_initialized, (void **)&py.gil_held, (void **)&py.this_thread,
                     (void **)&py.thread_frame, (void **)&py.frame_back, (void **)&py.frame_code,
@@ -122,6 +143,7 @@ static void find_python(void) {
   *(void **)&py.set_allocator = dlsym(RTLD_DEFAULT, "PyMem_SetAllocator");
   if (!py.get_allocator || !py.set_allocator) return;
   python_ready = 1;
+  dl_iterate_phdr(find_interpreter, NULL);
 }
 
 static void forked_child(void);
@@ -582,14 +604,26 @@ void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offs
     void *advised = memcost_apply_mmap(length, prot, flags);
     if (advised) return advised;
   }
+  /* A big anonymous mapping an extension asks for in a Python process (Python's mmap module,
+     which releases the GIL around the call) carries the Python stack, as a big malloc-family call
+     does: the line that asked for it is its site. Not the interpreter's own (pymalloc's arenas are
+     mapped inside its allocator, which a walk of the frames may not enter), nor the loader's
+     (files, or fixed). */
+  struct python_block python;
+  python.header.magic = 0;
+  const uintptr_t caller = (uintptr_t)__builtin_return_address(0);
+  const int from_python = python_ready && !address && fd == -1 && !(flags & MAP_FIXED) && length >= min_bytes &&
+                          (caller < interpreter_start || caller >= interpreter_end);
+  if (from_python) python_stack_or_pending(&python);
   const int faults_in = (flags & (MAP_POPULATE | MAP_LOCKED)) != 0;
   uint64_t before = faults_in ? thread_faults() : 0;
   uint64_t enter = now_ns();
   long result = syscall(SYS_mmap, address, length, prot, flags, fd, offset);
   uint64_t exit = now_ns(), after = faults_in ? thread_faults() : 0;
   if (length >= min_bytes) emit(MEMCOST_CALL_MMAP, enter, exit, (uint64_t)(uintptr_t)address, length, (uint64_t)prot,
-                                (uint64_t)flags, result, NULL);
+                                (uint64_t)flags, result, from_python ? &python : NULL);
   if (checked(result) != -1) faults_taken(SYS_mmap, before, after, enter, exit, (uint64_t)result, length, result);
+  if (from_python) python_stack_done(&python);
   return (void *)checked(result);
 }
 

@@ -154,6 +154,7 @@ def test_a_numpy_scripts_lines_are_its_allocation_sites_as_an_ordinary_user():
 # around every foreign call): the thread may not read its Python frames then, and sends them
 # when it takes the GIL back (preload/abi.h, MEMCOST_PYTHON_PENDING_MAGIC).
 RELEASED_SCRIPT = """import ctypes
+import mmap
 
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
@@ -172,14 +173,20 @@ def make_another():
     return libc.malloc(SIZE)  # site: make_another
 
 
+def make_mapping():
+    return mmap.mmap(-1, SIZE)  # site: make_mapping
+
+
 make_buffer()
 libc.memset(make_another(), 2, SIZE)  # touch: <module>
+mapping = make_mapping()
 """
 
 
 def _released_lines(samples: list[dict], script: Path, touching: bool = False) -> None:
     summary = summarize_trace(samples, CostModel(400.0, 40.0, "test"))
-    for marker in ("make_buffer", "make_another"):
+    # The mmap module's anonymous mapping, made without the GIL, carries the block as a big malloc does.
+    for marker in ("make_buffer", "make_another", "make_mapping"):
         line = next(n for n, text in enumerate(RELEASED_SCRIPT.splitlines(), 1) if f"# site: {marker}" in text)
         where = f"{marker} ({script.name}:{line})"
         assert any(r["site"].endswith(where) and r["bytes"] >= 16 << 20 for r in summary["rows"]), \
