@@ -152,6 +152,36 @@ TEST(Unwind, ARealStackUnwindsToItsCallers) {
   ASSERT_GE(frames.size(), 2U);
   EXPECT_NE(frames[0].function.find("capture_here"), std::string::npos) << frames[0].function;
 }
+
+// A touching sample of a thread that had released the GIL (the BPF counter read the release's
+// number) gets the Python frames the thread sends when it takes the GIL back; it holds nothing
+// back meanwhile, and a sample read after the frames came gets them at once.
+TEST(Unwind, ATouchingSampleInAReleaseOfTheGilGetsItsPythonFramesWhenTheyCome) {
+  Options options;
+  CollectingSink sink;
+  detail::Unwinder unwinder(options, sink);
+  for (const auto& mapping : code_mappings()) unwinder.add_mapping(getpid(), mapping);
+  const Captured here = capture_here();
+  auto sample = [&](std::uint64_t release, std::uint64_t time_ns) {
+    return unwinder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(), here.stack.size(), time_ns,
+                          release);
+  };
+  auto has_line = [&sink](std::uint32_t id, int line) {
+    const auto& frames = sink.stacks.at(id);
+    return std::any_of(frames.begin(), frames.end(), [line](const Frame& f) { return f.kind == FrameKind::python && f.line == line; });
+  };
+  const std::uint32_t plain = sample(0, 1000);
+  const std::uint32_t waiting = sample(21, 2000);
+  EXPECT_NE(waiting, plain);
+  EXPECT_EQ(sample(21, 2500), waiting);  // the same release and stack: one id
+  EXPECT_EQ(unwinder.oldest_pending_python_ns(), UINT64_MAX);  // a touching sample holds nothing back
+  EXPECT_FALSE(has_line(waiting, 12));
+  unwinder.resolve_python(getpid(), 21, python_block({{12, "/app/train.py", "fill"}, {30, "/app/train.py", "<module>"}}));
+  EXPECT_TRUE(has_line(waiting, 12));  // sent again with its frames
+  EXPECT_FALSE(sink.same.count(waiting));  // named by its frames, not made another stack's alias
+  EXPECT_TRUE(has_line(sample(21, 3000), 12));  // read late, after the frames came
+  EXPECT_FALSE(has_line(plain, 12));
+}
 #endif
 
 // A big call made while its thread had released the GIL has a stack of its own, waiting for its
