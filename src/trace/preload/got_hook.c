@@ -41,6 +41,48 @@ struct walk {
    a loader that does not (musl) leaves the file's own address, below it. */
 static uintptr_t dynamic_pointer(ElfW(Addr) value, ElfW(Addr) base) { return value < base ? value + base : value; }
 
+/* What an object's dynamic section says, read once for both its offset tables (visit) and its own
+   symbols (symbol_in). */
+struct dynamic_tables {
+  const ElfW(Dyn) *entries;
+  const ElfW(Sym) *symbols;
+  const char *names;
+  const uint32_t *gnu_hash;
+  const char *soname;                      /* NULL: none */
+  const ElfW(Rela) *jump, *data;           /* the PLT's relocations (when they are RELA), the others */
+  size_t jump_bytes, data_bytes;
+};
+
+/* 0 when the object has no dynamic section, or no symbols or names in it. */
+static int read_dynamic(const struct dl_phdr_info *info, struct dynamic_tables *tables) {
+  memset(tables, 0, sizeof(*tables));
+  const ElfW(Addr) base = info->dlpi_addr;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) tables->entries = (const ElfW(Dyn) *)(base + info->dlpi_phdr[i].p_vaddr);
+  }
+  if (!tables->entries) return 0;
+  int jump_rela = 1, has_soname = 0;
+  size_t soname_at = 0;
+  for (const ElfW(Dyn) *entry = tables->entries; entry->d_tag != DT_NULL; ++entry) {
+    switch (entry->d_tag) {
+      case DT_SYMTAB: tables->symbols = (const ElfW(Sym) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_STRTAB: tables->names = (const char *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_GNU_HASH: tables->gnu_hash = (const uint32_t *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_SONAME: soname_at = entry->d_un.d_val, has_soname = 1; break;
+      case DT_JMPREL: tables->jump = (const ElfW(Rela) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_PLTRELSZ: tables->jump_bytes = entry->d_un.d_val; break;
+      case DT_PLTREL: jump_rela = entry->d_un.d_val == DT_RELA; break;
+      case DT_RELA: tables->data = (const ElfW(Rela) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
+      case DT_RELASZ: tables->data_bytes = entry->d_un.d_val; break;
+      default: break;
+    }
+  }
+  if (!tables->symbols || !tables->names) return 0;
+  if (!jump_rela) tables->jump = NULL;
+  if (has_soname) tables->soname = tables->names + soname_at;
+  return 1;
+}
+
 static void rewrite_table(struct walk *walk, const ElfW(Rela) *table, size_t bytes, const ElfW(Sym) *symbols,
                           const char *names, ElfW(Addr) base, uintptr_t code_start, uintptr_t code_end,
                           uintptr_t relro_start, uintptr_t relro_end, unsigned allowed) {
@@ -89,54 +131,37 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data) {
   struct walk *walk = data;
   if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds)) walk->adds = info->dlpi_adds;
   const ElfW(Addr) base = info->dlpi_addr;
-  const ElfW(Dyn) *dynamic = NULL;
   uintptr_t code_start = 0, code_end = 0, relro_start = 0, relro_end = 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr) *header = &info->dlpi_phdr[i];
     const uintptr_t start = base + header->p_vaddr, end = start + header->p_memsz;
     if (header->p_type == PT_LOAD && walk->own >= start && walk->own < end) return 0; /* the replacements' own */
-    if (header->p_type == PT_DYNAMIC) dynamic = (const ElfW(Dyn) *)start;
     if (header->p_type == PT_GNU_RELRO) relro_start = start, relro_end = end;
     if (header->p_type == PT_LOAD && (header->p_flags & PF_X) && code_end == 0) code_start = start, code_end = end;
   }
-  if (!dynamic || code_end == 0) return 0;
-  int *done = NULL, *tries = tries_of((uintptr_t)dynamic, &done);
+  struct dynamic_tables tables;
+  if (code_end == 0 || !read_dynamic(info, &tables)) return 0;
+  int *done = NULL, *tries = tries_of((uintptr_t)tables.entries, &done);
   if (!tries || *done) return 0;
-  const ElfW(Sym) *symbols = NULL;
-  const char *names = NULL;
-  const ElfW(Rela) *jump = NULL, *data_table = NULL;
-  size_t jump_bytes = 0, data_bytes = 0;
-  int jump_rela = 1;
-  for (const ElfW(Dyn) *entry = dynamic; entry->d_tag != DT_NULL; ++entry) {
-    switch (entry->d_tag) {
-      case DT_SYMTAB: symbols = (const ElfW(Sym) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
-      case DT_STRTAB: names = (const char *)dynamic_pointer(entry->d_un.d_ptr, base); break;
-      case DT_JMPREL: jump = (const ElfW(Rela) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
-      case DT_PLTRELSZ: jump_bytes = entry->d_un.d_val; break;
-      case DT_PLTREL: jump_rela = entry->d_un.d_val == DT_RELA; break;
-      case DT_RELA: data_table = (const ElfW(Rela) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
-      case DT_RELASZ: data_bytes = entry->d_un.d_val; break;
-      default: break;
-    }
-  }
-  if (!symbols || !names) return 0;
   /* A hook bound to one library's copy is for the objects that need that copy only. */
   unsigned allowed = 0;
   for (int h = 0; h < walk->count && h < 32; ++h) {
     /* `needed` is read once `real` is seen published (memcost_got_hook_find_in writes it first). */
     if (!__atomic_load_n((void **)&walk->hooks[h].real, __ATOMIC_ACQUIRE)) continue;
     int needs = walk->hooks[h].needed[0] == '\0';
-    for (const ElfW(Dyn) *entry = dynamic; !needs && entry->d_tag != DT_NULL; ++entry) {
-      needs = entry->d_tag == DT_NEEDED && strcmp(names + entry->d_un.d_val, walk->hooks[h].needed) == 0;
+    for (const ElfW(Dyn) *entry = tables.entries; !needs && entry->d_tag != DT_NULL; ++entry) {
+      needs = entry->d_tag == DT_NEEDED && strcmp(tables.names + entry->d_un.d_val, walk->hooks[h].needed) == 0;
     }
     if (needs) allowed |= 1u << h;
   }
   const int unrelocated = walk->unrelocated;
-  if (jump && jump_rela) {
-    rewrite_table(walk, jump, jump_bytes, symbols, names, base, code_start, code_end, relro_start, relro_end, allowed);
+  if (tables.jump) {
+    rewrite_table(walk, tables.jump, tables.jump_bytes, tables.symbols, tables.names, base, code_start, code_end,
+                  relro_start, relro_end, allowed);
   }
-  if (data_table) {
-    rewrite_table(walk, data_table, data_bytes, symbols, names, base, code_start, code_end, relro_start, relro_end, allowed);
+  if (tables.data) {
+    rewrite_table(walk, tables.data, tables.data_bytes, tables.symbols, tables.names, base, code_start, code_end,
+                  relro_start, relro_end, allowed);
   }
   if (walk->unrelocated == unrelocated || ++*tries >= MOST_TRIES) *done = 1;
   return 0;
@@ -159,24 +184,13 @@ static uint32_t gnu_hash(const char *name) {
 }
 
 static void *symbol_in(const struct dl_phdr_info *info, const char *name, const char **soname) {
-  const ElfW(Dyn) *dynamic = NULL;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dynamic = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-  }
-  if (!dynamic) return NULL;
-  const ElfW(Sym) *symbols = NULL;
-  const char *names = NULL;
-  const uint32_t *table = NULL;
-  size_t soname_at = 0;
-  int has_soname = 0;
-  for (const ElfW(Dyn) *entry = dynamic; entry->d_tag != DT_NULL; ++entry) {
-    if (entry->d_tag == DT_SONAME) soname_at = entry->d_un.d_val, has_soname = 1;
-    if (entry->d_tag == DT_SYMTAB) symbols = (const ElfW(Sym) *)dynamic_pointer(entry->d_un.d_ptr, info->dlpi_addr);
-    if (entry->d_tag == DT_STRTAB) names = (const char *)dynamic_pointer(entry->d_un.d_ptr, info->dlpi_addr);
-    if (entry->d_tag == DT_GNU_HASH) table = (const uint32_t *)dynamic_pointer(entry->d_un.d_ptr, info->dlpi_addr);
-  }
-  if (!symbols || !names || !table || table[0] == 0 || !has_soname) return NULL;
-  *soname = names + soname_at;
+  struct dynamic_tables tables;
+  if (!read_dynamic(info, &tables)) return NULL;
+  const uint32_t *table = tables.gnu_hash;
+  const ElfW(Sym) *symbols = tables.symbols;
+  const char *names = tables.names;
+  if (!table || table[0] == 0 || !tables.soname) return NULL;
+  *soname = tables.soname;
   const uint32_t buckets = table[0], first = table[1], bloom_words = table[2];
   const uint32_t *bucket = (const uint32_t *)((const ElfW(Addr) *)(table + 4) + bloom_words);
   const uint32_t *chain = bucket + buckets;
@@ -231,8 +245,7 @@ void memcost_got_hook_forget(void) {
 }
 
 int memcost_got_hook_apply(struct memcost_got_hook *hooks, int count, const void *own) {
-  unsigned long long adds = 0;
-  dl_iterate_phdr(count_adds, &adds);
+  const unsigned long long adds = memcost_loaded_objects();
   if (__atomic_load_n(&applied_adds, __ATOMIC_ACQUIRE) == adds && adds != 0) return 0;
   if (pthread_mutex_trylock(&applying) != 0) return 0; /* another thread is at it */
   struct walk walk = {hooks, count, (uintptr_t)own, 0, 0, 0};
