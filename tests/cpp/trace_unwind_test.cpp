@@ -140,11 +140,20 @@ __attribute__((noinline, no_sanitize("address"))) Captured capture_here() {
   return captured;
 }
 
-TEST(Unwind, ARealStackUnwindsToItsCallers) {
+// An unwinder that knows this process's code, and the sink it sends its stacks to.
+struct OwnUnwinder {
+  OwnUnwinder() {
+    for (const auto& mapping : code_mappings()) unwinder.add_mapping(getpid(), mapping);
+  }
   Options options;
   CollectingSink sink;
-  detail::Unwinder unwinder(options, sink);
-  for (const auto& mapping : code_mappings()) unwinder.add_mapping(getpid(), mapping);
+  detail::Unwinder unwinder{options, sink};
+};
+
+TEST(Unwind, ARealStackUnwindsToItsCallers) {
+  OwnUnwinder own;
+  CollectingSink& sink = own.sink;
+  detail::Unwinder& unwinder = own.unwinder;
   const Captured here = capture_here();
   const std::uint32_t id = unwinder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(), here.stack.size(), 0);
   ASSERT_NE(id, 0U);
@@ -157,10 +166,9 @@ TEST(Unwind, ARealStackUnwindsToItsCallers) {
 // number) gets the Python frames the thread sends when it takes the GIL back; it holds nothing
 // back meanwhile, and a sample read after the frames came gets them at once.
 TEST(Unwind, ATouchingSampleInAReleaseOfTheGilGetsItsPythonFramesWhenTheyCome) {
-  Options options;
-  CollectingSink sink;
-  detail::Unwinder unwinder(options, sink);
-  for (const auto& mapping : code_mappings()) unwinder.add_mapping(getpid(), mapping);
+  OwnUnwinder own;
+  CollectingSink& sink = own.sink;
+  detail::Unwinder& unwinder = own.unwinder;
   const Captured here = capture_here();
   auto sample = [&](std::uint64_t release, std::uint64_t time_ns) {
     return unwinder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(), here.stack.size(), time_ns,
