@@ -4,7 +4,7 @@ command and checked: a benchmark, not a test (CI has no GPU, and no session that
 was lent one). Run it where a GPU is:
 
     python3 bench/gpu_host.py [--size 32G] [--bundle DIR] [--out DIR] [--steps pinned,bigarray,trace,torch,overhead]
-        [--hugetlb] [--quick] [--python PYTHON] [--order-seed N]
+        [--hugetlb] [--quick] [--pinned-rounds N] [--python PYTHON] [--order-seed N]
 
 The steps run one after the other, each in a process of its own, nothing built beside them:
   pinned    `memcost pinned --size SIZE`: every way to pin SIZE, ranked (docs/pinned.md); with
@@ -24,7 +24,8 @@ The steps run one after the other, each in a process of its own, nothing built b
             its lines (PyTorch's OpenMP threads' included).
 Then one table: each check of the done-when, what was measured, what it needed, and whether it
 passed, under the machine's name; kept as OUT/gpu-host.md and OUT/gpu-host.json beside each step's
-results document (OUT/pinned.json, ...) and its output (OUT/pinned.log, ...).
+results document (OUT/pinned.json, ...) and its output (OUT/pinned.log, ...); the overhead step's
+timings are kept as they come, in OUT/overhead-timings.json.
 
 --bundle DIR runs memcost from this checkout with what tools/gpu-host-bundle built elsewhere: the
 probe and its libraries from DIR/bin, Python from python/ with the host's own packages. Without it,
@@ -106,7 +107,7 @@ def pinned_checks(summary: dict) -> list[dict]:
         result.append(check("fastest way", f"{fastest['way']}: {fastest['ready_s']:.2f} s", "", None))
     one_after = next((r for r in ranked if r["way"].startswith("mmap + MADV_HUGEPAGE +") and r["way"].endswith("touch + register")),
                      None)
-    overlapping = [r for r in ranked if "overlapped" in r["way"] or "each touch" in r["way"] or "registered by" in r["way"]]
+    overlapping = [r for r in ranked if "overlapped" in r["way"] or "following" in r["way"] or "each touch" in r["way"] or "registered by" in r["way"]]
     if overlapping and one_after:
         result.append(check("do overlapped or threaded registrations pay",
                             f"one after the other {one_after['ready_s']:.2f} s; " +
@@ -277,6 +278,9 @@ def measure_overhead(runner: "Runner", python: str, trace_bytes: str, storm: Opt
                 if code != 0:
                     continue
             timings[name]["traced" if traced else "untraced"].append(wall_s)
+            # Each timing as it comes, kept too: a run stopped at its limit keeps what it measured.
+            print(f"overhead: round {round_ + 1}: {name}, {'traced' if traced else 'untraced'}: {wall_s:.3f} s", flush=True)
+            (runner.out / "overhead-timings.json").write_text(json.dumps(timings, indent=1) + "\n")
         print(f"overhead: round {round_ + 1} of {rounds} done", flush=True)
     return timings, script_summary, any_document
 
@@ -358,6 +362,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--steps", default=",".join(STEPS), help="which steps, of " + ", ".join(STEPS))
     parser.add_argument("--hugetlb", action="store_true", help="as root: the hugetlb way of `memcost pinned` too")
     parser.add_argument("--quick", action="store_true", help="a rehearsal: fewer rounds, `bigarray --quick`")
+    parser.add_argument("--pinned-rounds", type=int,
+                        help="rounds of `memcost pinned` (default its own, 3; --quick 2): fewer where device time is short")
     parser.add_argument("--trace-bytes", default="1073741824", help="bytes the traced CUDA program pins each way")
     parser.add_argument("--python", default=sys.executable,
                         help="the Python with PyTorch that the torch and overhead steps run (default: this one)")
@@ -371,6 +377,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         parse_size(args.size)
     except ValueError as error:
         parser.error(f"--size {args.size}: {error}")
+    if args.pinned_rounds is not None and args.pinned_rounds < 1:
+        parser.error("--pinned-rounds takes a whole number of at least 1")
     if args.bundle and not (args.bundle / "bin" / "memcost-probe").is_file():
         parser.error(f"{args.bundle} holds no bin/memcost-probe: make it with tools/gpu-host-bundle")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -380,7 +388,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     pinned_summary = None
     try:
         if "pinned" in steps:
-            extra = ["--rounds", "2"] if args.quick else []
+            rounds = args.pinned_rounds or (2 if args.quick else None)
+            extra = ["--rounds", str(rounds)] if rounds else []
             if args.hugetlb:
                 extra += ["--reserve-hugepages", hugetlb_pool_size(args.size)]
             code, _, document = runner.memcost("pinned", "pinned", "--size", args.size, *extra)

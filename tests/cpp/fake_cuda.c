@@ -20,6 +20,7 @@ static struct {
   void *start;
   size_t bytes;
   unsigned flags;
+  size_t resident_at_call; /* pages of the range already in when the call came (mincore) */
 } registered[MOST];
 static int registrations, unregistrations, live;
 static int context_current;
@@ -44,6 +45,12 @@ int cuCtxSetCurrent(void *context) {
 int cuMemHostRegister_v2(void *start, size_t bytes, unsigned flags) {
   const char *most = getenv("FAKE_CUDA_MAX_BYTES");
   if (!context_current || (most && bytes > strtoull(most, NULL, 10))) return INVALID_VALUE;
+  size_t resident = 0;
+  unsigned char *in = malloc(bytes / 4096 + 1);
+  if (in && mincore(start, bytes, in) == 0) {
+    for (size_t page = 0; page < bytes / 4096; ++page) resident += in[page] & 1;
+  }
+  free(in);
   for (size_t page = 0; page < bytes; page += 4096) ((volatile char *)start)[page] += 0;  /* faulted in for writing */
   int result = SUCCESS;
   pthread_mutex_lock(&record_lock);
@@ -55,6 +62,7 @@ int cuMemHostRegister_v2(void *start, size_t bytes, unsigned flags) {
     registered[registrations].start = start;
     registered[registrations].bytes = bytes;
     registered[registrations].flags = flags;
+    registered[registrations].resident_at_call = resident;
     ++registrations;
     ++live;
   }
@@ -126,12 +134,16 @@ int cuMemFree_v2(unsigned long long device) {
   free((void *)(uintptr_t)device);
   return SUCCESS;
 }
+/* 1: [data, data + bytes) lies in one registration or one pinned allocation; 0: in neither; -1: it
+   begins in a registration and runs past its end, which the real driver refuses (measured on an
+   H100 host, driver 580: a copy over two registrations side by side is CUDA_ERROR_INVALID_VALUE). */
 static int pinned_source(const char *data, size_t bytes) {
   int pinned = 0;
   pthread_mutex_lock(&record_lock);
   for (int i = 0; i < registrations && !pinned; ++i) {
     const char *start = registered[i].start;
-    pinned = registered[i].bytes && data >= start && data + bytes <= start + registered[i].bytes;
+    if (!registered[i].bytes || data < start || data >= start + registered[i].bytes) continue;
+    pinned = data + bytes <= start + registered[i].bytes ? 1 : -1;
   }
   for (int i = 0; i < MOST && !pinned; ++i) {
     const char *start = host_allocated[i].start;
@@ -142,8 +154,9 @@ static int pinned_source(const char *data, size_t bytes) {
 }
 int cuMemcpyHtoD_v2(unsigned long long device, const void *data, size_t bytes) {
   static char staging[1 << 20];
-  if (!context_current) return INVALID_VALUE;
-  if (pinned_source(data, bytes)) {
+  const int pinned = pinned_source(data, bytes);
+  if (!context_current || pinned < 0) return INVALID_VALUE;
+  if (pinned) {
     memcpy((void *)(uintptr_t)device, data, bytes);
     return SUCCESS;
   }
@@ -170,3 +183,4 @@ int fake_cuda_unregistrations(void) { return unregistrations; }
 size_t fake_cuda_bytes(int i) { return i < registrations ? registered[i].bytes : 0; }
 void *fake_cuda_start(int i) { return i < registrations ? registered[i].start : NULL; }
 unsigned fake_cuda_flags(int i) { return i < registrations ? registered[i].flags : 0; }
+size_t fake_cuda_resident_at_call(int i) { return i < registrations ? registered[i].resident_at_call : 0; }

@@ -62,9 +62,10 @@ struct FakeDriver {
   std::size_t bytes(int i) const { return call<std::size_t (*)(int)>("fake_cuda_bytes")(i); }
   void* start(int i) const { return call<void* (*)(int)>("fake_cuda_start")(i); }
   unsigned flags(int i) const { return call<unsigned (*)(int)>("fake_cuda_flags")(i); }
+  std::size_t resident_at_call(int i) const { return call<std::size_t (*)(int)>("fake_cuda_resident_at_call")(i); }
 };
 
-TEST(PinnedWithADriver, AnArrayIsRegisteredWholeOnceFaultedInAndUnregisteredBeforeItGoes) {
+TEST(PinnedWithADriver, AnArrayIsRegisteredWholeAndUnregisteredBeforeItGoes) {
   ASSERT_EQ(pinning_unavailable(), "") << "the stand-in driver loads";
   FakeDriver driver;
   ASSERT_NE(driver.library, nullptr);
@@ -82,6 +83,21 @@ TEST(PinnedWithADriver, AnArrayIsRegisteredWholeOnceFaultedInAndUnregisteredBefo
     EXPECT_EQ(driver.live(), 1) << "moving the array moves its registration";
   }
   EXPECT_EQ(driver.live(), 0) << "unregistered when the array went";
+}
+
+// The registration is asked for while the threads fault the memory in, not after: the driver's
+// walk follows the faulting threads (256 MiB of base pages: far longer to fault in than to start).
+TEST(PinnedWithADriver, AnArrayIsRegisteredWhileItsPagesAreFaultedIn) {
+  FakeDriver driver;
+  ASSERT_NE(driver.library, nullptr);
+  const int before = driver.registrations();
+  auto array = make_big_array<char>(std::size_t{256} << 20, zero, {.pages = pages::base, .threads = 2, .pinned = true});
+  ASSERT_EQ(driver.registrations(), before + 1);
+  const std::size_t pages = array.report().mapped_bytes / 4096;
+  EXPECT_LT(driver.resident_at_call(before), pages) << "the driver was called before every page was in";
+  EXPECT_TRUE(array.ready(array.size() - 1));
+  EXPECT_EQ(array[array.size() - 1], 0);
+  EXPECT_EQ(driver.live(), 1);
 }
 
 // A pool keeps a pinned array's memory registered: the next pinned array takes it with no driver

@@ -97,7 +97,9 @@ std::size_t overlap_chunk_bytes(std::size_t bytes) {
 //   (faulting and registering overlapped, with no thread waiting on another).
 // The chunked ways are unregistered by every thread too, each chunk unmapped as soon as it is
 // unpinned (unpinning and unmapping overlapped).
-enum class Registering { after, overlapped, threads_after, threads_each };
+// - following: one registration of the whole, begun at once on this thread while every thread
+//   faults the pages in ahead of it, front to back (make_big_array's way).
+enum class Registering { after, overlapped, threads_after, threads_each, following };
 
 // Mapped by the OS as `kind`, faulted in by every thread and registered as `registering` says.
 PinnedMemory mapped_and_registered(const WayInputs& inputs, json& phases, os::PageKind kind, Registering registering,
@@ -142,6 +144,15 @@ PinnedMemory mapped_and_registered(const WayInputs& inputs, json& phases, os::Pa
         });
         break;
       }
+      case Registering::following:
+        // One span: the registration and the touch overlap (the driver pins the pages the threads
+        // have faulted in, and faults in any it reaches first).
+        phases["register_s"] = seconds_of([&] {
+          auto job = start_touch(data, mapped, page, inputs.threads);
+          registration->emplace_back(data, mapped);
+          job->wait();
+        });
+        break;
       case Registering::threads_each: {
         const auto chunks = registration_chunks(mapped, chunk_bytes, page);
         registration->push_back(pinned_registration::in_parts(data, mapped, inputs.threads));
@@ -271,7 +282,8 @@ PinnedMemory make_big_array_pinned(const WayInputs& inputs, json& phases) {
   } catch (const pinning_error& error) {
     refused("to pin " + human_size(inputs.bytes), error.what());
   }
-  // The library times the registration; the rest of the call mapped and faulted the pages in.
+  // The library times the registration, which overlaps the fault-in; the rest of the call mapped the
+  // memory and chose how to fault it in.
   phases["register_s"] = array->report().pin_seconds;
   phases["fault_s"] = made_s - array->report().pin_seconds;
   return PinnedMemory{array->data(), std::min(inputs.bytes, max_registration_bytes), 1, array->report().page_kind,
@@ -312,6 +324,8 @@ std::vector<Way> all_ways(unsigned threads, std::size_t host_alloc_chunk, const 
       mapped_way("mmap + MADV_HUGEPAGE + " + cpus + " touch + register", os::PageKind::thp, Registering::after),
       mapped_way("hugetlb 2 MB + " + cpus + " touch + register", os::PageKind::huge_2mb, Registering::after),
       mapped_way("mmap + MADV_HUGEPAGE, touch and register overlapped", os::PageKind::thp, Registering::overlapped),
+      mapped_way("mmap + MADV_HUGEPAGE, one registration following the " + cpus + " touch", os::PageKind::thp,
+                 Registering::following),
   };
   for (const std::size_t chunk : register_chunks) {
     const std::string size = human_size(chunk), each = std::to_string(threads) + " threads";
