@@ -414,6 +414,11 @@ def test_one_fault_time_answer_and_shares_of_the_commands_cpu_time():
     assert "85% of the command's 15,500 ms of CPU time" in line and "1300%" not in line
     assert trace_summary.fault_time_answer({**totals, "fault_ms_measured": None}) == (11_000.0, 30.0,
                                                                                 "measured in the kernel, a part of each fault")
+    # Threads that wait on each other (16 mapping and unmapping at once, on a 16-vCPU host: 18.5 s of
+    # faults and 7.2 s of freeing against 22.9 s of CPU): no share above the whole, and why.
+    waited = trace_summary.headline([{"site": "storm (storm.c:9)"}], {**totals, "system_ms": 10_000.0})
+    assert "%" not in waited
+    assert "more than the command's 10,500 ms of CPU time: their times include waiting" in waited
     assert trace_summary.fault_time_answer({"fault_ms": 9.0}) == (9.0, None, "estimated")
 
 

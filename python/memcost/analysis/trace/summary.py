@@ -341,8 +341,13 @@ def headline(rows: list[dict], totals: dict) -> str:
     faults = (f"{totals['faults']:,} page faults took {fault_ms:,.1f}" + (f" ± {error:,.1f}" if error is not None else "")
               + f" ms ({how})")
     base = cpu_base_ms(totals)
-    return (f"{faults} and {totals['free_ms']:,.1f} ms of freeing (measured): {cost / base:.0%} of the command's "
-            f"{base:,.0f} ms of CPU time; most at {top}")
+    # A fault's and a free's time run from its start to its end, waiting included: where threads
+    # wait on each other (one's munmap holds the address space while the others fault), their sum
+    # can pass the CPU time the command used, and is no share of it.
+    share = (f"{cost / base:.0%} of the command's {base:,.0f} ms of CPU time" if cost <= base else
+             f"more than the command's {base:,.0f} ms of CPU time: their times include waiting (for the address "
+             f"space, held by another thread's call)")
+    return f"{faults} and {totals['free_ms']:,.1f} ms of freeing (measured): {share}; most at {top}"
 
 
 def analyze(samples: list, costs_summary: Optional[dict] = None, cost: Optional[CostModel] = None,
