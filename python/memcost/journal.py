@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import kernel
-from .console import warn
+
+
+def warn(message: str) -> None:
+    """A warning through rich's console, loaded only when there is one (`memcost --version` and
+    every command that finds nothing to restore load no rich for it)."""
+    from .console import warn as say
+    say(message)
 
 JOURNAL_ENV = "MEMCOST_JOURNAL"
 

@@ -205,10 +205,10 @@ def test_each_command_is_found_under_its_own_name():
 
 
 def test_a_command_line_loads_only_the_command_it_names():
-    """`memcost --version` loads no command; `memcost trace ...` no plotting and no numpy."""
+    """`memcost --version` loads no command and no rich; `memcost trace ...` no plotting and no numpy."""
     code = ("import sys\nfrom memcost.cli import build_parser\n"
             "build_parser(sys.argv[1:])\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('memcost.cli.', 'numpy', 'matplotlib'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('memcost.cli.', 'numpy', 'matplotlib', 'rich'))))")
     loaded = lambda *argv: subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                                           check=True).stdout
     assert loaded("--version") == "['memcost.cli.base']\n"
