@@ -66,5 +66,36 @@ TEST(RunEstimate, AParallelRowOnBasePagesIsPricedAtTheBasePageRate) {
 
 TEST(RunEstimate, NoRatesNoEstimate) { EXPECT_EQ(estimate_run(RunShape{.bytes = GiB, .rows = {}}, MeasuredRates{}).seconds, 0.0); }
 
+// A serial row's value is priced at the item-by-item rate where it was measured; its zero, and a
+// parallel row's value, are not.
+TEST(RunEstimate, ASerialRowsValueIsPricedAtTheItemByItemRate) {
+  MeasuredRates rates{4.0, 8.0, 40.0, 40.0, 1e9, 1e9};
+  const RunShape serial{.bytes = 4 * GiB, .rows = {{.serial = true, .huge_pages = true}}, .inits = 2, .limit_reps = 0,
+                        .repeat = 0, .fixed_reps = true, .reps = 1};
+  const double as_memset = estimate_run(serial, rates).rows_seconds;  // not measured: zero and value at 8 GB/s
+  const double gb = 4.0 * GiB / 1e9;
+  EXPECT_NEAR(as_memset, 2 * gb / 8.0, 1e-6);
+  rates.serial_value_huge_gb_per_s = 2.0;
+  EXPECT_NEAR(estimate_run(serial, rates).rows_seconds, gb / 8.0 + gb / 2.0, 1e-6);
+  rates.serial_value_gb_per_s = 0.5;  // base pages' rate: not this row's
+  EXPECT_NEAR(estimate_run(serial, rates).rows_seconds, gb / 8.0 + gb / 2.0, 1e-6);
+  const RunShape parallel{.bytes = 4 * GiB, .rows = {{.serial = false, .huge_pages = true}}, .inits = 2, .limit_reps = 0,
+                          .repeat = 0, .fixed_reps = true, .reps = 1};
+  EXPECT_NEAR(estimate_run(parallel, rates).rows_seconds, 2 * gb / 40.0 + gb / 40.0, 1e-6);
+  EXPECT_NE(describe(estimate_run(serial, rates), rates).find("a value item by item 0.5 and 2.0"), std::string::npos);
+}
+
+// A calibration that found huge pages faulting in slower than base pages met a passing stall: the
+// huge-page rows are priced at the base-page rate at worst.
+TEST(RunEstimate, HugePagesAreNeverPricedSlowerThanBasePages) {
+  MeasuredRates rates{1.0, 5.0, 1.4, 20.0, 1e9, 1e9};
+  rates.parallel_base_gb_per_s = 2.5;
+  const RunShape huge{.bytes = 4 * GiB, .rows = {{.serial = false, .huge_pages = true}}, .inits = 1, .limit_reps = 0,
+                      .repeat = 0, .fixed_reps = true, .reps = 1};
+  EXPECT_NEAR(estimate_run(huge, rates).rows_seconds, 4.0 * GiB / 1e9 / 2.5, 1e-6);
+  rates.parallel_gb_per_s = 16.0;
+  EXPECT_NEAR(estimate_run(huge, rates).rows_seconds, 4.0 * GiB / 1e9 / 16.0, 1e-6);
+}
+
 }  // namespace
 }  // namespace memcost::probe

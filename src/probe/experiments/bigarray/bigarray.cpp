@@ -76,6 +76,16 @@ MeasuredRates calibrate_once(unsigned threads) {
     (void)os::release(mapping.address, mapping.size_bytes);
     (kind == os::PageKind::base ? rates.free_gb_per_s : rates.free_huge_gb_per_s) =
         static_cast<double>(serial_bytes) / static_cast<double>(measure::now_ns() - freeing);
+    // The value, item by item, as a serial row's value init writes it.
+    os::Mapping items = os::map(request);
+    if (!items.status.ok()) return {};
+    const std::uint64_t writing = measure::now_ns();
+    std::uninitialized_fill_n(static_cast<bigarray::WorkItem*>(items.address), serial_bytes / sizeof(bigarray::WorkItem),
+                              bigarray::value_item);
+    measure::keep_writes(items.address);
+    (kind == os::PageKind::base ? rates.serial_value_gb_per_s : rates.serial_value_huge_gb_per_s) =
+        static_cast<double>(serial_bytes) / static_cast<double>(measure::now_ns() - writing);
+    (void)os::release(items.address, items.size_bytes);
   }
   // Every thread faulting in: an array of each size, the rate from the difference, so that what
   // making an array costs whatever its size (threads started, the page ladder's calls) is not
@@ -114,7 +124,9 @@ MeasuredRates calibrate(unsigned threads) {
   return {std::max(first.serial_gb_per_s, second.serial_gb_per_s), std::max(first.serial_huge_gb_per_s, second.serial_huge_gb_per_s),
           std::max(first.parallel_gb_per_s, second.parallel_gb_per_s), std::max(first.faulted_gb_per_s, second.faulted_gb_per_s),
           std::max(first.free_gb_per_s, second.free_gb_per_s), std::max(first.free_huge_gb_per_s, second.free_huge_gb_per_s),
-          std::max(first.parallel_base_gb_per_s, second.parallel_base_gb_per_s)};
+          std::max(first.parallel_base_gb_per_s, second.parallel_base_gb_per_s),
+          std::max(first.serial_value_gb_per_s, second.serial_value_gb_per_s),
+          std::max(first.serial_value_huge_gb_per_s, second.serial_value_huge_gb_per_s)};
 }
 
 // The run's estimate, said before it starts (a warning, printed at once) and kept (a sample).
@@ -137,7 +149,9 @@ void say_estimate(const Settings& s, Emitter& emitter, const std::vector<NamedSt
                   {"serial_gb_per_s", rates.serial_gb_per_s}, {"serial_huge_gb_per_s", rates.serial_huge_gb_per_s},
                   {"parallel_gb_per_s", rates.parallel_gb_per_s}, {"faulted_gb_per_s", rates.faulted_gb_per_s},
                   {"free_gb_per_s", rates.free_gb_per_s}, {"free_huge_gb_per_s", rates.free_huge_gb_per_s},
-                  {"parallel_base_gb_per_s", rates.parallel_base_gb_per_s}});
+                  {"parallel_base_gb_per_s", rates.parallel_base_gb_per_s},
+                  {"serial_value_gb_per_s", rates.serial_value_gb_per_s},
+                  {"serial_value_huge_gb_per_s", rates.serial_value_huge_gb_per_s}});
 }
 
 std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
