@@ -33,6 +33,7 @@
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -598,6 +599,12 @@ static void faults_taken(long number, uint64_t before, uint64_t after, uint64_t 
   if (after > before) emit(MEMCOST_CALL_FAULTS_IN_CALL, enter, exit, (uint64_t)number, start, length, after - before, result, NULL);
 }
 
+/* Whether fd is a character device (a driver's file: /dev/nvidiactl, /dev/zero). */
+static int device_file(int fd) {
+  struct stat status;
+  return fstat(fd, &status) == 0 && S_ISCHR(status.st_mode);
+}
+
 void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offset) {
   if (!address && fd == -1 && (flags & (MAP_ANONYMOUS | MAP_PRIVATE | MAP_SHARED | MAP_FIXED)) == (MAP_ANONYMOUS | MAP_PRIVATE)
       && length >= memcost_apply_min_bytes()) {
@@ -606,14 +613,17 @@ void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offs
   }
   /* A big anonymous mapping an extension asks for in a Python process (Python's mmap module,
      which releases the GIL around the call) carries the Python stack, as a big malloc-family call
-     does: the line that asked for it is its site. Not the interpreter's own (pymalloc's arenas are
-     mapped inside its allocator, which a walk of the frames may not enter), nor the loader's
-     (files, or fixed). */
+     does: the line that asked for it is its site. So does a big shared mapping of a character
+     device: a driver's memory (cudaHostAlloc maps the NVIDIA driver's pinned pages so, with the
+     GIL given up by PyTorch around it). Not the interpreter's own (pymalloc's arenas are mapped
+     inside its allocator, which a walk of the frames may not enter), nor the loader's (regular
+     files, or fixed). */
   struct python_block python;
   python.header.magic = 0;
   const uintptr_t caller = (uintptr_t)__builtin_return_address(0);
-  const int from_python = python_ready && !address && fd == -1 && !(flags & MAP_FIXED) && length >= min_bytes &&
-                          (caller < interpreter_start || caller >= interpreter_end);
+  const int from_python = python_ready && !address && !(flags & MAP_FIXED) && length >= min_bytes &&
+                          (caller < interpreter_start || caller >= interpreter_end) &&
+                          (fd == -1 || ((flags & MAP_SHARED) && device_file(fd)));
   if (from_python) python_stack_or_pending(&python);
   const int faults_in = (flags & (MAP_POPULATE | MAP_LOCKED)) != 0;
   uint64_t before = faults_in ? thread_faults() : 0;

@@ -155,11 +155,14 @@ def test_a_numpy_scripts_lines_are_its_allocation_sites_as_an_ordinary_user():
 # when it takes the GIL back (preload/abi.h, MEMCOST_PYTHON_PENDING_MAGIC).
 RELEASED_SCRIPT = """import ctypes
 import mmap
+import os
 
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 SIZE = 16 << 20
 
 
@@ -177,16 +180,23 @@ def make_mapping():
     return mmap.mmap(-1, SIZE)  # site: make_mapping
 
 
+def map_device():
+    device = os.open("/dev/zero", os.O_RDWR)
+    return libc.mmap(None, SIZE, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, device, 0)  # site: map_device
+
+
 make_buffer()
 libc.memset(make_another(), 2, SIZE)  # touch: <module>
 mapping = make_mapping()
+device_mapping = map_device()
 """
 
 
 def _released_lines(samples: list[dict], script: Path, touching: bool = False) -> None:
     summary = summarize_trace(samples, CostModel(400.0, 40.0, "test"))
-    # The mmap module's anonymous mapping, made without the GIL, carries the block as a big malloc does.
-    for marker in ("make_buffer", "make_another", "make_mapping"):
+    # The mmap module's anonymous mapping, made without the GIL, carries the block as a big malloc
+    # does; so does a shared mapping of a device (a driver's memory: cudaHostAlloc's, here /dev/zero's).
+    for marker in ("make_buffer", "make_another", "make_mapping", "map_device"):
         line = next(n for n, text in enumerate(RELEASED_SCRIPT.splitlines(), 1) if f"# site: {marker}" in text)
         where = f"{marker} ({script.name}:{line})"
         assert any(r["site"].endswith(where) and r["bytes"] >= 16 << 20 for r in summary["rows"]), \
