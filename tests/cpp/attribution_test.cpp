@@ -178,6 +178,17 @@ TEST(Attribution, ARegionsSingleFaultInAnAdvisedMappingIsAHugePage) {
   EXPECT_EQ(faults_of(attribution, 1, kMmap, false), 2U);
 }
 
+// An origin whose mappings are of a file or a device (mmap without MAP_ANONYMOUS: a library, a
+// driver's memory) says so: no huge-page advice can apply to it.
+TEST(Attribution, AnOriginOfAFilesOrADevicesMemorySaysSo) {
+  Attribution attribution(ThpMode::madvise);
+  attribution.call(call(CallKind::mmap, 1'000, {0, 4 * kMiB, 3, 0x22}, kBase, 1));                       // private, anonymous
+  attribution.call(call(CallKind::mmap, 2'000, {0, 4 * kMiB, 3, 0x01, 5, 0}, kBase + 8 * kMiB, 2));       // shared, fd 5
+  attribution.finish();
+  EXPECT_FALSE(attribution.origins().at({1, kMmap}).file_backed);
+  EXPECT_TRUE(attribution.origins().at({2, kMmap}).file_backed);
+}
+
 // A system call's faults taken without an exception (MAP_POPULATE, mlock, a driver pinning).
 trace::CallFaults call_faults(long syscall, std::uint64_t exit_ns, std::uint64_t start, std::uint64_t length,
                               std::uint64_t faults, std::uint32_t stack = 9) {

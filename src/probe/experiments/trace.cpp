@@ -197,6 +197,7 @@ void emit_aggregate(Emitter& emitter, const trace::Attribution& attribution, con
                    {{"stack", origin.stack}, {"made", summary.made}, {"freed", summary.freed}, {"bytes", summary.bytes},
                     {"freed_bytes", summary.freed_bytes}, {"map_ns", summary.map_ns}, {"free_ns", summary.free_ns},
                     {"huge_advised", summary.huge_advised}, {"huge_refused_by", summary.huge_refused_by},
+                    {"file_backed", summary.file_backed},
                     {"largest_bytes", summary.largest_bytes},
                     {"largest_faults_base", summary.largest_faults_base},
                     {"largest_faults_thp", summary.largest_faults_thp},

@@ -376,6 +376,7 @@ std::uint64_t Attribution::make(int pid, std::uint64_t start, std::uint64_t leng
   OriginSummary& origin = origins_[mapping.origin];
   ++origin.made;
   origin.bytes += length;
+  origin.file_backed = origin.file_backed || !anonymous;
   newest_[mapping.origin] = id;
   most_live_ = std::max(most_live_, live_.size());
   return id;

@@ -81,6 +81,9 @@ struct OriginSummary {
   std::uint64_t bytes = 0, freed_bytes = 0;
   std::uint64_t map_ns = 0, free_ns = 0;
   bool huge_advised = false;
+  // A mapping of a file or a device (a library the loader maps, a driver's memory that
+  // cudaHostAlloc maps): huge pages cannot be asked for it.
+  bool file_backed = false;
   // The stack of a madvise(MADV_NOHUGEPAGE) of the program's own on this origin's memory (0: none):
   // huge-page advice for it is undone by that call.
   std::uint32_t huge_refused_by = 0;

@@ -111,6 +111,20 @@ def test_no_huge_page_advice_where_thp_is_off():
     assert [a for a in summarize_trace(churn(5), COST)["rows"][0]["advice"] if a["kind"] == "huge_pages"]
 
 
+def test_no_huge_page_or_parallel_advice_for_a_files_or_a_devices_memory():
+    """A library the loader maps, or a driver's pinned pages that cudaHostAlloc maps (a device
+    file): no madvise can ask huge pages for them, and make_big_array cannot make them."""
+    model = CostModel(400.0, 40.0, "test", threads=2, threads_speedup=1.9)
+    anonymous = [stack(1, "big"), stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 65536)),
+                 origin(1, 1, 0, 256 * MIB, 65536), run()]
+    kinds = [a["kind"] for a in summarize_trace(anonymous, model)["rows"][0]["advice"]]
+    assert "huge_pages" in kinds and "parallel" in kinds
+    device = origin(1, 1, 0, 256 * MIB, 65536)
+    device["metrics"]["file_backed"] = True
+    row = summarize_trace(anonymous[:3] + [device, run()], model)["rows"][0]
+    assert row["file_backed"] and not {"huge_pages", "parallel"} & {a["kind"] for a in row["advice"]}
+
+
 def test_parallel_advice_only_for_a_big_block_one_thread_faulted():
     model = CostModel(400.0, 40.0, "test", threads=2, threads_speedup=1.9)
     one = [stack(1, "big"), stack(2, "writer"), faults((1, "mmap", 2, 7, 0, False, 65536)),

@@ -65,7 +65,10 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
                                    "buffers, from this machine's costs; their copies are not counted)"})
     base_faults = row["faults_base"]
     per_huge_page = cost.huge_bytes // cost.page_bytes  # base pages in one huge page (512 on x86-64)
-    if thp_available and cost.thp_us_per_mb is not None and row["largest_bytes"] >= 2 * cost.huge_bytes \
+    # A file's or a device's memory (a library the loader maps, a driver's pinned pages) takes no
+    # madvise(MADV_HUGEPAGE) and is not the program's to make with make_big_array.
+    anonymous = not row.get("file_backed")
+    if anonymous and thp_available and cost.thp_us_per_mb is not None and row["largest_bytes"] >= 2 * cost.huge_bytes \
             and base_faults >= per_huge_page:
         huge_faults = base_faults / per_huge_page
         saving = base_faults * cost.fault_us("base") / 1e3 - huge_faults * cost.fault_us("thp") / 1e3
@@ -86,7 +89,7 @@ def advise(row: dict, site: Site, cost: CostModel, thp_available: bool, wall_ms:
                                    f"saves ≈ {saving:,.1f} ms"})
     largest = site.largest()
     largest_faults = largest["largest_faults_base"] + largest["largest_faults_thp"]
-    if (cost.threads_speedup and cost.threads_speedup > 1.2 and largest["largest_bytes"] >= 64 * MB
+    if (anonymous and cost.threads_speedup and cost.threads_speedup > 1.2 and largest["largest_bytes"] >= 64 * MB
             and largest["largest_one_thread"] and largest_faults):
         spent = fault_us(cost, largest["largest_faults_base"], largest["largest_faults_thp"]) * period / 1e3
         saving = spent * (1 - 1 / cost.threads_speedup)

@@ -164,6 +164,9 @@ def _site_row(site: Site, trace: Trace, cost: CostModel, which: FrameFilter, fau
         "largest_bytes": max(origin["largest_bytes"] for origin in site.origins), "faults": faults,
         "faults_base": site.faults_base, "faults_thp": site.faults_thp,
         "huge_advised": any(origin["huge_advised"] for origin in site.origins),
+        # Every mapping a file's or a device's (a library, a driver's memory): results made before
+        # the probe said so read as anonymous.
+        "file_backed": all(origin.get("file_backed", False) for origin in site.origins),
         "fault_ms": fault_ms, "free_ms": free_ms, "map_ms": map_ms,
         "churn": sizes[churn_size]["freed"] if sizes else 0, "churn_bytes": churn_size,
         # Of the command's CPU time: fault time is CPU time, and many threads' of it exceed the wall time.
