@@ -614,8 +614,9 @@ void *mmap(void *address, size_t length, int prot, int flags, int fd, off_t offs
   /* A big anonymous mapping an extension asks for in a Python process (Python's mmap module,
      which releases the GIL around the call) carries the Python stack, as a big malloc-family call
      does: the line that asked for it is its site. So does a big shared mapping of a character
-     device: a driver's memory (cudaHostAlloc maps the NVIDIA driver's pinned pages so, with the
-     GIL given up by PyTorch around it). Not the interpreter's own (pymalloc's arenas are mapped
+     device: a driver's memory (PyTorch gives the GIL up around cudaHostAlloc, whose mapping was
+     named without its line on an H100 host; whether the driver maps it so is not yet seen). Not
+     the interpreter's own (pymalloc's arenas are mapped
      inside its allocator, which a walk of the frames may not enter), nor the loader's (regular
      files, or fixed). */
   struct python_block python;
