@@ -13,7 +13,8 @@ The steps run one after the other, each in a process of its own, nothing built b
             waits), its estimate and its populate-or-touch choice read back (docs/bigarray.md);
   trace     `memcost trace` of bench/data/cuda_pinning.cu, built here by nvcc: 1 GiB pinned by
             cudaHostAlloc, 1 GiB by malloc + cudaHostRegister; its sites must be named by the calls.
-  torch     `memcost trace --verify 3` of bench/data/torch_pinning.py (PyTorch, this Python): its
+  torch     `memcost trace --verify 5 --verify-only pinned_memory` of bench/data/torch_pinning.py (PyTorch,
+            this Python; the pinning advice alone: with every advice, 3 rounds took 30 runs): its
             pinning named at the script's own function, and the pinned-memory advice measured
             through memcost's preloaded stand-in for the runtime's calls (docs/trace.md).
   overhead  `import torch`, that PyTorch script and a fault storm on every CPU (bench/data/fault_storm.c:
@@ -422,7 +423,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     documents.append(document)
                     checks += trace_checks(document["summary"])
         if "torch" in steps:
-            code, _, document = runner.memcost("torch", "trace", "--verify", "3", "--", args.python,
+            code, _, document = runner.memcost("torch", "trace", "--verify", "5", "--verify-only", "pinned_memory", "--",
+                                               args.python,
                                                str(ROOT / "bench" / "data" / "torch_pinning.py"), args.trace_bytes)
             if document is None:
                 checks.append(check("memcost trace --verify of a PyTorch script ran",

@@ -4,7 +4,7 @@ measured (docs/trace.md, "Verifying advice"). The runs themselves: verify.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import median
 from typing import Optional
@@ -129,6 +129,7 @@ def plan(trace: Trace, summary: dict, params: dict, threads: int) -> tuple[list[
             if item["kind"] == "huge_pages" and _through_malloc(row, [trace.stacks.get(s, []) for s in stacks_of[row["site"]]]):
                 variants.append(Variant(len(variants) + 1, row["site"], item["kind"], "tunable", item["saving_ms"],
                                         row["kind"], least, threads, []))
+    asked = params.get("verify_only")
     for item in summary.get("pinning", []):
         # The call's own time bounds what the fast way can save; the estimate, where `memcost
         # pinned` has run on this host, is its share of that.
@@ -140,6 +141,12 @@ def plan(trace: Trace, summary: dict, params: dict, threads: int) -> tuple[list[
             continue
         variants.append(Variant(len(variants) + 1, item["site"], PINNED, "pinned", item.get("saving_ms"), "base",
                                 PINNING_MIN_BYTES, threads))
+    if asked:
+        # --verify-only: the other kinds are left for another run (each costs rounds of the command).
+        unverifiable += [{"site": v.site, "kind": v.kind, "estimated_saving_ms": v.estimated_saving_ms, "verified": False,
+                          "reason": f"not asked for (--verify-only {','.join(asked)})"}
+                         for v in variants if v.kind not in asked]
+        variants = [replace(v, id=number) for number, v in enumerate((v for v in variants if v.kind in asked), 1)]
     return variants, unverifiable
 
 

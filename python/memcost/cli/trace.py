@@ -64,6 +64,8 @@ class TraceCommand(Command):
         if args.pid and args.verify:
             raise MemcostError("--verify runs the command again with each advice applied; a service given by --pid "
                                "cannot be restarted: trace its command instead", exit_codes.BAD_ARGUMENTS)
+        if args.verify_only and not args.verify:
+            raise MemcostError("--verify-only chooses what --verify measures: give --verify too", exit_codes.BAD_ARGUMENTS)
         if args.seconds and not args.pid:
             raise MemcostError("--seconds goes with --pid (a command is traced until it exits)", exit_codes.BAD_ARGUMENTS)
         check_pprof_destination(args)

@@ -41,6 +41,10 @@ OPTIONS = [
            "library, interleaved with runs without it, N rounds (default 5, fewer when that would take over 10 times "
            "the command's time), and measure the saving (docs/trace.md, Verifying advice)",
            parse=arguments.positive_int, metavar="N", const=True, to_probe=None),
+    Option("verify_only", "with --verify: only these kinds of advice (comma-separated: huge_pages, parallel, reuse, "
+           "pinned_memory); the others are listed as not verified, with that reason. Each advice verified costs its "
+           "rounds of the command", parse=arguments.choice_list(["huge_pages", "parallel", "reuse", "pinned_memory"]),
+           metavar="KINDS", to_probe=None),
     Option("skip_frames", "also skip frames whose function matches REGEX when naming a site (beside the default list of "
            "allocators, runtimes and standard libraries: docs/trace.md)", parse=arguments.regex, metavar="REGEX",
            to_probe=None),

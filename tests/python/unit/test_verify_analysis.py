@@ -181,3 +181,17 @@ def test_pinning_advice_is_one_variant_for_the_stand_in_and_a_linked_in_runtime_
     result = verify.evaluate(pinned, baseline, advised, applied=True, seed=3)
     assert result["verdict"] == "saving shown" and result["estimate_ratio"] is None
     assert "4 threads" in result["applied"]
+
+
+def test_verify_only_keeps_the_kinds_asked_for_and_says_why_of_the_others():
+    """--verify-only pinned_memory: the pinning advice alone is rerun (a PyTorch script's nine
+    advices at 3 rounds each took 30 runs on an H100 host, too few rounds for any one of them)."""
+    from memcost.analysis.trace.records import Trace
+    summary = {"rows": [], "pinning": [_pinning_item("cudaHostAlloc (ioctl) ← load_batch (app.c:4)", 120.0, True),
+                                       _pinning_item("cudaHostAlloc (ioctl) ← stage (app.c:9)", 60.0, True)]}
+    every, _ = verify.plan(Trace({}, [], [], {}), summary, {}, threads=4)
+    assert [v.kind for v in every] == [verify.PINNED, verify.PINNED]
+    kept, unverifiable = verify.plan(Trace({}, [], [], {}), summary, {"verify_only": ["huge_pages"]}, threads=4)
+    assert kept == [] and [u["reason"] for u in unverifiable] == ["not asked for (--verify-only huge_pages)"] * 2
+    kept, unverifiable = verify.plan(Trace({}, [], [], {}), summary, {"verify_only": ["pinned_memory"]}, threads=4)
+    assert [v.id for v in kept] == [1, 2] and unverifiable == []
