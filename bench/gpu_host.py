@@ -105,7 +105,13 @@ def pinned_checks(summary: dict) -> list[dict]:
     ranked = [row for row in summary["rows"] if row.get("rank")]
     if ranked:
         fastest = ranked[0]
-        result.append(check("fastest way", f"{fastest['way']}: {fastest['ready_s']:.2f} s", "", None))
+        result.append(check("fastest way", f"{fastest['way']}: {fastest['ready_s']:.2f} s" +
+                            (" (no copy across its chunks)" if fastest.get("copy_across_refused") else ""), "", None))
+        whole = next((r for r in ranked if r.get("registrations") == 1 and not r.get("copy_across_refused")), None)
+        if whole and whole is not fastest:
+            result.append(check("fastest way as one registration (an array copied whole)",
+                                f"{whole['way']}: {whole['ready_s']:.2f} s, "
+                                f"{versus['cuda_host_alloc_s'] / whole['ready_s']:.1f}× faster than cudaHostAlloc", "", None))
     one_after = next((r for r in ranked if r["way"].startswith("mmap + MADV_HUGEPAGE +") and r["way"].endswith("touch + register")),
                      None)
     overlapping = [r for r in ranked if "overlapped" in r["way"] or "following" in r["way"] or "each touch" in r["way"] or "registered by" in r["way"]]
@@ -122,6 +128,10 @@ def pinned_checks(summary: dict) -> list[dict]:
     if release and release.get("of_cuda_free_host"):
         result.append(check("unpinned and freed soonest", f"{release['way']}: {release['release_s']:.3f} s, "
                             f"{release['of_cuda_free_host']:.2f} of cudaFreeHost's", "", None))
+    refused = [r["way"] for r in summary["rows"] if r.get("copy_across_refused")]
+    if refused:
+        result.append(check("copies across two registrations side by side", "refused by the driver: " + "; ".join(refused),
+                            "", None))
     crossing = [r for r in summary["rows"] if r.get("copy_across_registrations_gb_per_s")]
     if crossing:
         result.append(check("copies across two registrations side by side",

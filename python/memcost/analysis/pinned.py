@@ -49,6 +49,9 @@ def _rows(samples: list) -> list[dict]:
                "copy_gb_per_s": _median([s["metrics"].get("copy_gb_per_s") for s in runs]),
                "copy_across_registrations_gb_per_s": _median(
                    [s["metrics"].get("copy_across_registrations_gb_per_s") for s in runs]),
+               # The driver refused a copy from one of its registrations into the next (NVIDIA's
+               # 580 did, every time): the memory serves only copies within one chunk.
+               "copy_across_refused": any(s["metrics"].get("copy_across_refused") for s in runs),
                "release_s": _median([_release_s(s["metrics"]) for s in runs]),
                "minor_faults": _median([s["metrics"].get("minor_faults") for s in runs])}
         for phase in PHASES:
@@ -159,6 +162,11 @@ def _headline(rows: list[dict], versus: Optional[dict]) -> Optional[str]:
     fastest = ranked[0]
     text = (f"fastest way to pin {fastest['size_bytes'] / (1 << 30):g} GiB: {fastest['ready_s']:.2f} s "
             f"via {fastest['way']}")
+    if fastest.get("copy_across_refused"):
+        whole = next((r for r in ranked if r.get("registrations") == 1 and not r.get("copy_across_refused")), None)
+        text += (f" (its {fastest['registrations']} registrations take no copy that crosses from one into the next: "
+                 "the driver refused one")
+        text += f"; fastest as one registration: {whole['ready_s']:.2f} s via {whole['way']})" if whole else ")"
     if versus:
         text += f"; memcost's {versus['memcost_s']:.2f} s is {versus['times_faster']:.1f}× faster than cudaHostAlloc"
     return text

@@ -122,7 +122,8 @@ def _versus(row: dict) -> str:
 
 def _copy(row: dict) -> str:
     text = number(row["copy_gb_per_s"], 1)
-    return text + (" (not pinned speed)" if row.get("copies_pinned") is False else "")
+    text += " (not pinned speed)" if row.get("copies_pinned") is False else ""
+    return text + (" (none across chunks)" if row.get("copy_across_refused") else "")
 
 
 def tables(summary: dict) -> list[Table]:

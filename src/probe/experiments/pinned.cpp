@@ -455,6 +455,7 @@ void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, 
   // next: whether the driver copies across two registrations at pinned speed decides whether
   // chunked registration can serve an array that is copied whole.
   std::optional<double> across;
+  bool across_refused = false;
   if (made.adjoining_bytes > made.copy_piece && made.registrations > 1) {
     const std::size_t length = std::min(copy_bytes, made.adjoining_bytes), page = os::base_page_size();
     const std::size_t start = made.copy_piece > length / 2 ? (made.copy_piece - length / 2) / page * page : 0;
@@ -467,6 +468,7 @@ void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, 
       if (error.code() != "driver_refused") throw;
       if (!run.crossing_refused) emitter.warning("copy_across_refused", way.name + ": " + error.what());
       run.crossing_refused = true;
+      across_refused = true;
     }
   }
   made.release(phases);
@@ -479,6 +481,7 @@ void measure_way(Emitter& emitter, Run& run, const Way& way, std::size_t index, 
   metrics["ready_s"] = ready_s;
   metrics["copy_gb_per_s"] = copy;
   metrics["copy_across_registrations_gb_per_s"] = across ? json(*across) : json(nullptr);
+  metrics["copy_across_refused"] = across_refused;
   metrics["registrations"] = made.registrations;
   metrics["page_kind"] = made.page_kind;
   metrics["minor_faults"] = interval.faults_counted ? json(interval.minor_faults) : json(nullptr);

@@ -79,7 +79,8 @@ def test_every_way_is_measured_phase_by_phase(fake_run):
     for row in (threaded_after, threaded_each):
         assert row["registrations"] == 4 and row["unregister_s"] is None and row["free_s"] > 0, row
         assert row["copy_across_registrations_gb_per_s"] is None and row["release_s"] == row["free_s"]
-    assert thp["copy_across_registrations_gb_per_s"] is None
+        assert row["copy_across_refused"]
+    assert thp["copy_across_registrations_gb_per_s"] is None and not thp["copy_across_refused"]
     refusals = [w for w in document["warnings"] if w["code"] == "copy_across_refused"]
     assert len(refusals) == 1 and "invalid argument" in refusals[0]["message"]
     # One registration made while the threads fault the memory in: one span, as the overlapped way's.
@@ -167,6 +168,23 @@ def test_ranking_ties_and_the_times_faster_than_cudahostalloc():
     versus = summary["memcost_against_host_alloc"]
     assert versus["times_faster"] == pytest.approx(14.0 / 1.475, rel=0.01) and versus["tied"]
     assert summary["headline"].startswith("fastest way to pin 32 GiB")
+
+
+def test_a_fastest_way_whose_chunks_take_no_copy_across_says_so_and_names_the_fastest_whole():
+    """On an H100 host the fastest way (16 threads registering 256 MiB chunks) got every copy across
+    two of its registrations refused: the headline says so, and which way was fastest whole."""
+    chunked = "mmap + MADV_HUGEPAGE, 16 threads each touch a 256 MiB chunk and register it"
+    samples = _samples([1.7] * 3, [1.35] * 3)
+    samples += [_sample(chunked, r, 0.92, 55.0, registrations=128, copy_across_refused=True) for r in range(3)]
+    summary = analysis.summarize(samples)
+    assert summary["headline"] == (
+        f"fastest way to pin 32 GiB: 0.92 s via {chunked} (its 128 registrations take no copy that crosses from one "
+        "into the next: the driver refused one; fastest as one registration: 1.35 s via mmap + MADV_HUGEPAGE + "
+        "16-thread touch + register); memcost's 1.70 s is 8.2× faster than cudaHostAlloc")
+    rows = {row["way"]: row for row in summary["rows"]}
+    assert rows[chunked]["copy_across_refused"] and not rows[analysis.MEMCOST_WAY]["copy_across_refused"]
+    from memcost.experiments.pinned import tables
+    assert "55.0 (none across chunks)" in {cell for row in tables(summary)[0][2] for cell in row}
 
 
 def test_a_way_far_behind_is_not_tied():
