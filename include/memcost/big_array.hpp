@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -96,6 +97,13 @@ struct big_array_options {
   // `prefault` says), unregistered before the memory goes.
   // Without a driver or a GPU, make_big_array throws pinning_error.
   bool pinned = false;
+  // With pinned: registered in chunks of this many bytes instead (rounded to whole pages), each by
+  // the thread that initialized it, as soon as it did (the fastest way measured on an H100 host:
+  // 32 GiB in 0.92 s, against 1.35 s in one registration). But NVIDIA's driver refuses a copy that
+  // crosses from one registration into the next: for memory copied in pieces within a chunk (a
+  // cache of blocks), never for an array copied whole. 0: one registration. Trivially destructible
+  // element types only (others get one registration).
+  std::size_t pin_chunk_bytes = 0;
 };
 
 enum class big_array_errc { bad_size, out_of_memory, pool_too_small, not_supported };
@@ -129,6 +137,7 @@ struct allocation_report {
   bool from_pool = false;      // the memory came from an array_pool, already faulted in
   bool pinned = false;         // registered with the GPU driver (big_array_options::pinned)
   double pin_seconds = 0;      // the driver's time to register it (begun as the fault-in began)
+  std::size_t pinned_chunks = 0;  // registrations it is pinned in (pin_chunk_bytes; 1 otherwise)
   std::string fill_method;     // "memset", "stores" or "nontemporal" when elements were written with a value
   // Why that method: "asked for", "measured now: …" (the candidates' speeds on slices of this
   // array), "measured earlier in this process: …", or the default rule and why it applied.
@@ -459,10 +468,12 @@ class big_array {
     if (options.pinned && array.pinned_.pinned()) {
       array.report_.pinned = true;
       array.report_.pin_seconds = 0;  // registered when it was first made, kept so by the pool
+      array.report_.pinned_chunks = array.pinned_.chunks();
     } else if (options.pinned && array.mapping_.data()) {
       array.pinned_ = pinned_registration(array.mapping_.data(), array.mapping_.bytes());
       array.report_.pinned = true;
       array.report_.pin_seconds = array.pinned_.register_seconds();
+      array.report_.pinned_chunks = array.pinned_.chunks();
     }
     return array;
   }
@@ -476,6 +487,40 @@ class big_array {
     array.wait();
     array.report_.pinned = true;
     array.report_.pin_seconds = array.pinned_.register_seconds();
+    array.report_.pinned_chunks = array.pinned_.chunks();
+    return array;
+  }
+
+  // The array registered in chunks of options.pin_chunk_bytes, each by the thread that initialized
+  // it, at once (big_array_options::pin_chunk_bytes). The job runs over the chunks, not the
+  // elements: it is dropped once done, so that ready() and reset() never read chunks as elements
+  // (trivially destructible types: nothing to destroy).
+  static big_array pinned_in_chunks(big_array array, detail::fill_job::work_function work,
+                                    const big_array_options& options) {
+    const std::size_t bytes = array.mapping_.bytes(), count = array.size_;
+    const std::vector<registration_chunk> chunks =
+        registration_chunks(bytes, options.pin_chunk_bytes, array.mapping_.page_bytes());
+    const unsigned threads = detail::default_threads(options.threads);
+    array.pinned_ = pinned_registration::in_parts(array.mapping_.data(), bytes, threads);
+    pinned_registration* parts = &array.pinned_;
+    const auto started = std::chrono::steady_clock::now();
+    auto per_chunk = [&chunks, &work, parts, count](std::size_t first, std::size_t last) {
+      for (std::size_t i = first; i < last; ++i) {
+        // The elements that begin in this chunk: one that straddles a border is the earlier chunk's.
+        const std::size_t from = (chunks[i].offset + sizeof(T) - 1) / sizeof(T);
+        const std::size_t to = std::min(count, (chunks[i].offset + chunks[i].bytes + sizeof(T) - 1) / sizeof(T));
+        if (from < to) work(from, to);
+        parts->add(chunks[i]);
+      }
+    };
+    array.job_ = std::make_unique<detail::fill_job>(chunks.size(), 1, 1, threads, per_chunk, detail::fill_cpu_sets(options));
+    array.report_.threads = array.job_->threads();
+    array.job_->wait();  // rethrows a refusal or an initializer's exception: `array` unwinds, unregistering
+    detail::read_back(array.report_, array.mapping_.data(), bytes);
+    array.job_.reset();
+    array.report_.pinned = true;
+    array.report_.pin_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    array.report_.pinned_chunks = array.pinned_.chunks();
     return array;
   }
 
@@ -631,6 +676,11 @@ template <class T, class Init = construct_t>
           throw;
         }
       };
+    }
+  }
+  if constexpr (std::is_trivially_destructible_v<T>) {
+    if (options.pinned && options.pin_chunk_bytes && !array.pinned_.pinned()) {
+      return big_array<T>::pinned_in_chunks(std::move(array), std::move(work), options);
     }
   }
   const bool async = options.prefault == prefault::async && !options.pinned;

@@ -100,6 +100,42 @@ TEST(PinnedWithADriver, AnArrayIsRegisteredWhileItsPagesAreFaultedIn) {
   EXPECT_EQ(driver.live(), 1);
 }
 
+// pin_chunk_bytes: one registration per chunk, side by side, each made by the thread that
+// initialized it; every element written once, those straddling a border too; all let go after.
+struct Triple {
+  std::uint32_t a, b, c;
+};
+TEST(PinnedWithADriver, AnArrayPinnedInChunksIsRegisteredChunkByChunkAndFullyInitialized) {
+  FakeDriver driver;
+  ASSERT_NE(driver.library, nullptr);
+  const int before = driver.registrations();
+  {
+    auto zeros = make_big_array<char>(std::size_t{64} << 20, zero,
+                                      {.pages = pages::base, .threads = 2, .pinned = true, .pin_chunk_bytes = 16 << 20});
+    EXPECT_EQ(zeros.report().pinned_chunks, 4U);
+    ASSERT_EQ(driver.registrations(), before + 4);
+    std::vector<std::pair<void*, std::size_t>> made;
+    for (int i = before; i < before + 4; ++i) made.emplace_back(driver.start(i), driver.bytes(i));
+    std::sort(made.begin(), made.end());
+    for (std::size_t i = 0; i < made.size(); ++i) {
+      EXPECT_EQ(made[i].first, zeros.data() + i * (16 << 20));
+      EXPECT_EQ(made[i].second, std::size_t{16} << 20);
+    }
+    EXPECT_TRUE(zeros.ready(zeros.size() - 1));
+    EXPECT_EQ(zeros[zeros.size() - 1], 0);
+    // 12-byte elements: a 4 MiB chunk border falls inside one of them.
+    const std::size_t n = (std::size_t{10} << 20) / sizeof(Triple);
+    auto triples = make_big_array<Triple>(n, fill(Triple{1, 2, 3}),
+                                          {.pages = pages::base, .threads = 2, .pinned = true, .pin_chunk_bytes = 4 << 20});
+    EXPECT_EQ(triples.report().pinned_chunks, 3U);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += triples[i].a != 1 || triples[i].b != 2 || triples[i].c != 3;
+    EXPECT_EQ(wrong, 0U);
+    EXPECT_EQ(driver.live(), 7);
+  }
+  EXPECT_EQ(driver.live(), 0) << "every chunk unregistered when its array went";
+}
+
 // A pool keeps a pinned array's memory registered: the next pinned array takes it with no driver
 // call; an unpinned one gets it unpinned; trimming unpins before it unmaps.
 TEST(PinnedWithADriver, APoolKeepsTheMemoryPinnedForTheNextPinnedArray) {

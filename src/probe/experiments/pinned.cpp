@@ -271,13 +271,14 @@ PinnedMemory malloc_then_register(const WayInputs& inputs, json& phases) {
                       }};
 }
 
-// The library's own way, as a program calls it.
-PinnedMemory make_big_array_pinned(const WayInputs& inputs, json& phases) {
+// The library's own way, as a program calls it: one registration, or (chunk_bytes) one per chunk.
+PinnedMemory make_big_array_pinned(const WayInputs& inputs, json& phases, std::size_t chunk_bytes = 0) {
   auto array = std::make_shared<big_array<unsigned char>>();
   double made_s = 0;
   try {
     made_s = seconds_of([&] {
-      *array = make_big_array<unsigned char>(inputs.bytes, uninitialized, {.threads = inputs.threads, .pinned = true});
+      *array = make_big_array<unsigned char>(inputs.bytes, uninitialized,
+                                             {.threads = inputs.threads, .pinned = true, .pin_chunk_bytes = chunk_bytes});
     });
   } catch (const pinning_error& error) {
     refused("to pin " + human_size(inputs.bytes), error.what());
@@ -286,10 +287,13 @@ PinnedMemory make_big_array_pinned(const WayInputs& inputs, json& phases) {
   // memory and chose how to fault it in.
   phases["register_s"] = array->report().pin_seconds;
   phases["fault_s"] = made_s - array->report().pin_seconds;
-  return PinnedMemory{array->data(), std::min(inputs.bytes, max_registration_bytes), 1, array->report().page_kind,
-                      [array](json& release_phases) {
-                        release_phases["free_s"] = seconds_of([&] { *array = big_array<unsigned char>(); });
-                      }};
+  const std::size_t chunks = std::max<std::size_t>(array->report().pinned_chunks, 1);
+  PinnedMemory made{array->data(), chunk_bytes ? std::min(chunk_bytes, inputs.bytes) : std::min(inputs.bytes, max_registration_bytes),
+                    chunks, array->report().page_kind, [array](json& release_phases) {
+                      release_phases["free_s"] = seconds_of([&] { *array = big_array<unsigned char>(); });
+                    }};
+  if (chunks > 1) made.adjoining_bytes = array->report().mapped_bytes;
+  return made;
 }
 
 // The copy's control: ordinary memory, faulted in by every thread and never pinned.
@@ -334,7 +338,13 @@ std::vector<Way> all_ways(unsigned threads, std::size_t host_alloc_chunk, const 
     ways.push_back(mapped_way("mmap + MADV_HUGEPAGE, " + each + " each touch a " + size + " chunk and register it",
                               os::PageKind::thp, Registering::threads_each, chunk));
   }
-  ways.push_back({"make_big_array pinned (memcost)", true, make_big_array_pinned});
+  ways.push_back({"make_big_array pinned (memcost)", true, [](const WayInputs& inputs, json& phases) {
+                    return make_big_array_pinned(inputs, phases);
+                  }});
+  for (const std::size_t chunk : register_chunks) {
+    ways.push_back({"make_big_array pinned in " + human_size(chunk) + " registrations (memcost, copies within one)", true,
+                    [chunk](const WayInputs& inputs, json& phases) { return make_big_array_pinned(inputs, phases, chunk); }});
+  }
   ways.push_back({"malloc + " + cpus + " touch, not pinned (the copy's control)", false, unpinned_control});
   return ways;
 }

@@ -81,6 +81,10 @@ def test_every_way_is_measured_phase_by_phase(fake_run):
         assert row["copy_across_registrations_gb_per_s"] is None and row["release_s"] == row["free_s"]
         assert row["copy_across_refused"]
     assert thp["copy_across_registrations_gb_per_s"] is None and not thp["copy_across_refused"]
+    # The library's own chunked registration (big_array_options::pin_chunk_bytes): the same refusal.
+    chunked_library = rows["make_big_array pinned in 16 MiB registrations (memcost, copies within one)"]
+    assert chunked_library["registrations"] == 4 and chunked_library["copy_across_refused"]
+    assert chunked_library["copy_gb_per_s"] > 0 and not rows[analysis.MEMCOST_WAY]["copy_across_refused"]
     refusals = [w for w in document["warnings"] if w["code"] == "copy_across_refused"]
     assert len(refusals) == 1 and "invalid argument" in refusals[0]["message"]
     # One registration made while the threads fault the memory in: one span, as the overlapped way's.
