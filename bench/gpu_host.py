@@ -114,7 +114,8 @@ def pinned_checks(summary: dict) -> list[dict]:
                                 f"{versus['cuda_host_alloc_s'] / whole['ready_s']:.1f}× faster than cudaHostAlloc", "", None))
     one_after = next((r for r in ranked if r["way"].startswith("mmap + MADV_HUGEPAGE +") and r["way"].endswith("touch + register")),
                      None)
-    overlapping = [r for r in ranked if "overlapped" in r["way"] or "following" in r["way"] or "each touch" in r["way"] or "registered by" in r["way"]]
+    overlapping = [r for r in ranked if any(word in r["way"] for word in ("overlapped", "following", "each touch",
+                                                                      "registered by", "registrations (memcost"))]
     if overlapping and one_after:
         result.append(check("do overlapped or threaded registrations pay",
                             f"one after the other {one_after['ready_s']:.2f} s; " +
