@@ -54,7 +54,7 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))  # this checkout's memcost: what --bundle runs, and what is installed from it
-from memcost.analysis.pinned import HOST_ALLOC_WAY, MEMCOST_WAY, PINNED_COPY_MARGIN  # noqa: E402
+from memcost.analysis.pinned import HOST_ALLOC_WAY, MEMCOST_WAY, PINNED_COPY_MARGIN, fastest_whole  # noqa: E402
 from memcost.experiments.info import headline  # noqa: E402
 from memcost.results import machine_label  # noqa: E402
 from memcost.units import parse_size  # noqa: E402
@@ -107,7 +107,7 @@ def pinned_checks(summary: dict) -> list[dict]:
         fastest = ranked[0]
         result.append(check("fastest way", f"{fastest['way']}: {fastest['ready_s']:.2f} s" +
                             (" (no copy across its chunks)" if fastest.get("copy_across_refused") else ""), "", None))
-        whole = next((r for r in ranked if r.get("registrations") == 1 and not r.get("copy_across_refused")), None)
+        whole = fastest_whole(ranked)
         if whole and whole is not fastest:
             result.append(check("fastest way as one registration (an array copied whole)",
                                 f"{whole['way']}: {whole['ready_s']:.2f} s, "

@@ -466,16 +466,20 @@ class big_array {
   // came from a pool still registered; on failure it is destroyed, its memory released.
   static big_array pinned_if_asked(big_array array, const big_array_options& options) {
     if (options.pinned && array.pinned_.pinned()) {
-      array.report_.pinned = true;
-      array.report_.pin_seconds = 0;  // registered when it was first made, kept so by the pool
-      array.report_.pinned_chunks = array.pinned_.chunks();
+      array.note_pinned(0);  // registered when it was first made, kept so by the pool
     } else if (options.pinned && array.mapping_.data()) {
       array.pinned_ = pinned_registration(array.mapping_.data(), array.mapping_.bytes());
-      array.report_.pinned = true;
-      array.report_.pin_seconds = array.pinned_.register_seconds();
-      array.report_.pinned_chunks = array.pinned_.chunks();
+      array.note_pinned(array.pinned_.register_seconds());
     }
     return array;
+  }
+
+  // What the report says of a registered array: pinned, in how many registrations, and the
+  // seconds it took to register (0: it came registered from a pool).
+  void note_pinned(double seconds) {
+    report_.pinned = true;
+    report_.pin_seconds = seconds;
+    report_.pinned_chunks = pinned_.chunks();
   }
 
   // The array registered whole, in one registration (a copy may then span all of it: the driver
@@ -485,9 +489,7 @@ class big_array {
   static big_array pinned_following(big_array array) {
     array.pinned_ = pinned_registration(array.mapping_.data(), array.mapping_.bytes());
     array.wait();
-    array.report_.pinned = true;
-    array.report_.pin_seconds = array.pinned_.register_seconds();
-    array.report_.pinned_chunks = array.pinned_.chunks();
+    array.note_pinned(array.pinned_.register_seconds());
     return array;
   }
 
@@ -518,9 +520,7 @@ class big_array {
     array.job_->wait();  // rethrows a refusal or an initializer's exception: `array` unwinds, unregistering
     detail::read_back(array.report_, array.mapping_.data(), bytes);
     array.job_.reset();
-    array.report_.pinned = true;
-    array.report_.pin_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    array.report_.pinned_chunks = array.pinned_.chunks();
+    array.note_pinned(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     return array;
   }
 

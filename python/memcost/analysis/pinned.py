@@ -155,6 +155,11 @@ def summarize(samples: list) -> dict:
             "memcost_against_host_alloc": versus, "headline": _headline(rows, versus)}
 
 
+def fastest_whole(ranked: list[dict]) -> Optional[dict]:
+    """The fastest ranked way in one registration: what an array copied whole can use."""
+    return next((r for r in ranked if r.get("registrations") == 1 and not r.get("copy_across_refused")), None)
+
+
 def _headline(rows: list[dict], versus: Optional[dict]) -> Optional[str]:
     ranked = [r for r in rows if r.get("rank")]
     if not ranked:
@@ -163,7 +168,7 @@ def _headline(rows: list[dict], versus: Optional[dict]) -> Optional[str]:
     text = (f"fastest way to pin {fastest['size_bytes'] / (1 << 30):g} GiB: {fastest['ready_s']:.2f} s "
             f"via {fastest['way']}")
     if fastest.get("copy_across_refused"):
-        whole = next((r for r in ranked if r.get("registrations") == 1 and not r.get("copy_across_refused")), None)
+        whole = fastest_whole(ranked)
         text += (f" (its {fastest['registrations']} registrations take no copy that crosses from one into the next: "
                  "the driver refused one")
         text += f"; fastest as one registration: {whole['ready_s']:.2f} s via {whole['way']})" if whole else ")"
