@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
+#include <istream>
+#include <optional>
 #include <string_view>
 #include <unordered_set>
 #include <string>
@@ -29,19 +30,37 @@ inline const std::unordered_set<std::string_view> kZeroingFunctions = {
     "clear_highpage",      "clear_huge_page",      "clear_gigantic_page", "clear_subpage",      "folio_zero_user"};
 
 // The tracer's own work in the handler: perf's (the page-fault event recording a sample, copying
-// the user stack into it; every function named perf_* or __perf_*) and the BPF counter's (its
-// JIT-compiled programs, bpf_prog_*, and the tracepoint glue that runs them, bpf_trace_run* and
-// __bpf_trace_*): the tracer's cost, not the fault's. A sample with any of them in its chain is.
-inline bool is_tracing_function(std::string_view name) {
-  while (!name.empty() && name.front() == '_') name.remove_prefix(1);
-  return name.rfind("perf_", 0) == 0 || name.rfind("bpf_prog_", 0) == 0 || name.rfind("bpf_trace_", 0) == 0 ||
-         name.rfind("bpf_trace_run", 0) == 0;
-}
+// the user stack into it; every function named perf_* or __perf_*) and the BPF counter's glue that
+// runs its programs (bpf_trace_run*, __bpf_trace_*): the tracer's cost, not the fault's. A sample
+// with any of them in its chain is. The JIT-compiled programs themselves (bpf_prog_<tag>, a new
+// address at every load) are not listed: the glue that ran them is in the same chain, and the
+// ranges below stay those of the boot, so they can be kept (KernelRangesCache).
+bool is_tracing_function(std::string_view name);
 
-// The kernel formats every symbol of /proc/kallsyms (hundreds of thousands) for a reader: 40 ms
-// here, which the first question would wait for after the command has ended. read_ahead() reads
-// it on a thread of its own while the events are opened and the command runs (a `trace -- true`
-// asks as soon as it starts draining); without it, the first question reads it.
+// Sorted, disjoint address ranges [start, end).
+using KernelRanges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+struct KernelTable {
+  KernelRanges fault, zeroing, tracing;
+  bool operator==(const KernelTable&) const = default;
+};
+
+// The ranges from /proc/kallsyms's text ("address type name[\t[module]]" lines): a function ends
+// where the next symbol begins.
+KernelTable kernel_table_from(std::istream& kallsyms);
+
+// The table as a cache file's text, and back: "memcost kernel ranges 1 <boot id> <release>", then
+// one "f|z|t start end" line per range (hex). nullopt where the header names another boot or
+// kernel, or a line is malformed (the file is then read again from /proc/kallsyms).
+std::string kernel_table_text(const KernelTable& table, std::string_view boot);
+std::optional<KernelTable> kernel_table_parse(std::istream& text, std::string_view boot);
+
+// The kernel formats every symbol of /proc/kallsyms (hundreds of thousands) for a reader: 60-100 ms
+// of CPU on the 2-vCPU guest, paid by every `trace` (a `trace -- true` asks as soon as it starts
+// draining). Kernel text does not move within a boot, so the table is kept per boot, as root, in
+// /run/memcost (a tmpfs, empty after a reboot), keyed by the boot's id and the kernel's release.
+// read_ahead() reads it on a thread of its own while the events are opened and the command runs;
+// without it, the first question reads it.
 class KernelSymbols {
  public:
   KernelSymbols() = default;
@@ -54,22 +73,13 @@ class KernelSymbols {
     if (!read_ && !reader_.joinable()) reader_ = std::thread([this] { table_ = read(); });
   }
   // Whether the addresses are hidden (kptr_restrict) or absent: the first line says.
-  [[nodiscard]] bool empty() const {
-    std::ifstream in("/proc/kallsyms");
-    std::string line;
-    return !std::getline(in, line) || std::strtoull(line.c_str(), nullptr, 16) == 0;
-  }
+  [[nodiscard]] bool empty() const;
   [[nodiscard]] bool in_fault(std::uint64_t ip) const { return inside(ranges().fault, ip); }
   [[nodiscard]] bool zeroing(std::uint64_t ip) const { return inside(ranges().zeroing, ip); }
   [[nodiscard]] bool tracing(std::uint64_t ip) const { return inside(ranges().tracing, ip); }
 
  private:
-  using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;  // sorted, disjoint
-  struct Table {
-    Ranges fault, zeroing, tracing;
-  };
-
-  const Table& ranges() const {
+  const KernelTable& ranges() const {
     if (!read_) {
       if (reader_.joinable()) reader_.join();
       else table_ = read();
@@ -78,41 +88,15 @@ class KernelSymbols {
     return table_;
   }
 
-  static Table read() {
-    Table table;
-    std::ifstream in("/proc/kallsyms");
-    std::vector<std::pair<std::uint64_t, int>> marks;  // start of every text symbol; 1 fault, 2 zeroing, 3 tracing, 0 other
-    std::string line;
-    while (std::getline(in, line)) {
-      const auto first = line.find(' ');
-      if (first == std::string::npos || first + 3 > line.size()) continue;
-      const char type = line[first + 1];
-      if (type != 't' && type != 'T') continue;
-      const std::uint64_t address = std::strtoull(line.c_str(), nullptr, 16);
-      if (address == 0) continue;  // hidden
-      std::string_view name(line);
-      name.remove_prefix(first + 3);
-      name = name.substr(0, name.find('\t'));  // "\t[module]"
-      const int kind = kFaultFunctions.count(name) ? 1 : kZeroingFunctions.count(name) ? 2 : is_tracing_function(name) ? 3 : 0;
-      marks.emplace_back(address, kind);
-    }
-    std::sort(marks.begin(), marks.end());
-    for (std::size_t i = 0; i + 1 < marks.size(); ++i) {
-      if (marks[i].second == 0) continue;
-      // A function ends where the next symbol begins.
-      auto& ranges = marks[i].second == 1 ? table.fault : marks[i].second == 2 ? table.zeroing : table.tracing;
-      ranges.emplace_back(marks[i].first, marks[i + 1].first);
-    }
-    return table;
-  }
+  static KernelTable read();
 
-  static bool inside(const Ranges& ranges, std::uint64_t ip) {
+  static bool inside(const KernelRanges& ranges, std::uint64_t ip) {
     auto after = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(ip, UINT64_MAX));
     return after != ranges.begin() && ip < std::prev(after)->second;
   }
 
   mutable bool read_ = false;
-  mutable Table table_;
+  mutable KernelTable table_;
   mutable std::thread reader_;  // read_ahead's, joined by the first question
 };
 
