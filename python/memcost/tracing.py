@@ -16,23 +16,46 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import importlib
+import threading
+from typing import TYPE_CHECKING
+
 from . import interrupts, tracefs
-from .analysis import costs as costs_analysis
 from .analysis.cost_model import CostModel
-from .analysis.trace import frames as trace_frames
-from .analysis.trace import records as trace_records
-from .analysis.trace import summary as trace_summary
-from .analysis.trace.advice import pinning_advice
-from .analysis.verify import PINNED, correct_estimates, learned_ratios
-from .console import console
 from .errors import MemcostError
-from .experiments.shared import finish
 from .experiments.trace import EXPERIMENT, RAW_NAME
-from .export.pprof import Windows
 from .probe import run_probe
 from .results import document_text, documents_of_host, load_document, make_document, write_atomically
-from .runner import run_with_progress
-from .verify import verify
+
+if TYPE_CHECKING:
+    from .analysis.trace.records import Trace
+
+
+# What a trace needs once its command has ended (its analysis, advice, verification, results and
+# rich's console), imported on a thread of its own while the command runs: importing them first
+# held the command's start back by 0.1 s on the 2-vCPU guest, the most of `memcost trace -- true`'s
+# fixed cost on the Python side. A module the end needs before the thread has imported it waits
+# for that import (Python's import lock), and an import that fails fails again there, and is said.
+END_MODULES = ("memcost.analysis.trace.records", "memcost.analysis.trace.summary", "memcost.analysis.trace.advice",
+               "memcost.analysis.verify", "memcost.experiments.shared", "memcost.console", "memcost.verify")
+
+
+# Imported only when a command asks for them: a calibration run (no `costs` result of this host),
+# and continuous pprof windows (--every).
+CALIBRATION_MODULES = ("memcost.analysis.costs", "memcost.runner")
+WINDOW_MODULES = ("memcost.analysis.trace.frames", "memcost.export.pprof")
+
+
+def import_meanwhile(modules) -> threading.Thread:
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # imported again where it is used, and failing there, said there
+                pass
+    thread = threading.Thread(target=load, name="memcost-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 CALIBRATION = {"pages": "base,thp", "routes": "os", "parts": "rows,threads,reuse", "sizes": "64M", "reps": 5,
@@ -47,6 +70,8 @@ def this_machines_cost(directory, calibrate: bool, notes: list):
         model = CostModel.newest(directory.root)
         if model:
             return model
+    from .analysis import costs as costs_analysis
+    from .runner import run_with_progress
     arguments = [part for name, value in CALIBRATION.items() for part in (f"--{name.replace('_', '-')}", str(value))]
     run = run_with_progress("costs", arguments, "calibrating fault cost")
     summary = costs_analysis.summarize(run.samples)
@@ -92,8 +117,9 @@ def record(values: dict, raw_path: Optional[Path] = None, on_sample=None):
         os.close(stdout_copy)
 
 
-def measure(values: dict, directory) -> dict:
-    """Trace values["command"] (or values["pid"]), price it with this machine's costs, store it."""
+def measure(values: dict, directory, report_modules=()) -> dict:
+    """Trace values["command"] (or values["pid"]), price it with this machine's costs, store it.
+    `report_modules`: what the caller will show it with, imported while the command runs too."""
     # Raw records are written beside the results root first, and moved beside the document once it exists.
     raw = directory.root / f".{RAW_NAME}.{os.getpid()}" if values.get("raw") else None
     if raw:
@@ -104,14 +130,20 @@ def measure(values: dict, directory) -> dict:
     # priced as they are written, and a Ctrl-C during calibration then ends before anything ran.
     cost = this_machines_cost(directory, values.get("calibrate"), notes)
     if values.get("windows_folder"):
-        windows = Windows(values["windows_folder"], cost, trace_frames.frames_of(values), socket.gethostname(),
+        from .analysis.trace.frames import frames_of
+        from .export.pprof import Windows
+        windows = Windows(values["windows_folder"], cost, frames_of(values), socket.gethostname(),
                           str(values["pid"]) if values.get("pid") else Path(values["command"][0]).name)
+    importing = import_meanwhile(END_MODULES + tuple(report_modules))
     try:
         run = record(values, raw, windows.take if windows else None)
     except BaseException:
         if raw:
             raw.unlink(missing_ok=True)
         raise
+    finally:
+        importing.join()  # from here on this thread imports: never two threads at once
+    from .analysis.trace import records as trace_records
     # What was recorded is written whole: a Ctrl-C from here on is noted, and ends the command
     # with 130 once the document is stored.
     trace = trace_records.read(run.samples)
@@ -143,11 +175,15 @@ def _verified_traces(results_root: Path, host: str):
 
 def _corrected_by_verification(summary: dict, results_root: Path, host: str) -> None:
     """Estimates corrected by what `--verify` measured on this host before (analysis/verify.py)."""
+    from .analysis.verify import correct_estimates, learned_ratios
     correct_estimates(summary, learned_ratios(_verified_traces(results_root, host)))
 
 
-def _verify(document: dict, trace: trace_records.Trace, values: dict) -> None:
+def _verify(document: dict, trace: Trace, values: dict) -> None:
     """Measure each advice's saving (verify.py), then store the document again with what was measured."""
+    from .analysis.verify import PINNED
+    from .console import console
+    from .verify import verify
     verification = verify(trace, document["summary"], values,
                           lambda text: console.print(f"  {text}", markup=False, style="dim"))
     with interrupts.held():
@@ -175,7 +211,10 @@ def _take_measured(item: dict, found: Optional[dict]) -> None:
                     measured_saving_interval_ms=found["measured_saving_interval_ms"], verdict=found["verdict"])
 
 
-def _store(values: dict, directory, run, trace: trace_records.Trace, cost, raw, windows, notes: list) -> dict:
+def _store(values: dict, directory, run, trace: Trace, cost, raw, windows, notes: list) -> dict:
+    from .analysis.trace import summary as trace_summary
+    from .analysis.trace.advice import pinning_advice
+    from .experiments.shared import finish
     if windows:
         windows.finish(run.samples)
     summary, warnings = trace_summary.analyze_trace(trace, cost=cost, params=values)
@@ -224,6 +263,7 @@ def reaggregate(path: Path) -> bool:
     kept = [s for s in document["samples"] if s["case"]["record"] not in ("faults", "allocations")]
     document["samples"] = kept + run.samples
     cost = CostModel(totals["base_fault_us_per_mb"], totals["thp_fault_us_per_mb"], totals["cost_source"])
+    from .analysis.trace import summary as trace_summary
     summary, _ = trace_summary.analyze(document["samples"], cost=cost, params=document.get("params", {}))
     for key in ("command", "untraced_wall_ms", "untraced_system_ms"):
         if key in totals:

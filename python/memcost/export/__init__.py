@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib
 
-from ..console import console
-
 # Each format's module, imported only when its export is asked for (markdown's pulls in every
 # experiment's report: tens of milliseconds that a short `memcost trace` should not pay).
 FORMATS = {"json": "json_format", "csv": "csv_format", "markdown": "markdown_format"}
@@ -25,4 +23,5 @@ def export_requested(data: dict, args) -> None:
         path = getattr(args, f"export_{name}", None)
         if path:
             importlib.import_module(f"{__name__}.{module}").write(data, path)
+            from ..console import console
             console.print(f"Exported: {path}", markup=False)

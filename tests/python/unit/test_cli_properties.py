@@ -10,6 +10,8 @@ import json
 import os
 import re
 import shutil
+import importlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -215,6 +217,25 @@ def test_a_command_line_loads_only_the_command_it_names():
     trace = loaded("trace", "--", "true")
     assert "memcost.cli.trace" in trace and "memcost.cli.bigarray" not in trace
     assert "numpy" not in trace and "matplotlib" not in trace
+
+
+def test_a_trace_starts_its_command_before_it_loads_its_analysis_and_report():
+    """`memcost trace`'s parser loads no rich and no trace analysis: memcost.tracing imports them on
+    a thread while the command runs. The modules it names there all exist."""
+    code = ("import sys\nfrom memcost.cli import build_parser\n"
+            "build_parser(sys.argv[1:])\nimport memcost.tracing\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('rich', 'memcost.analysis.trace.summary', "
+            "'memcost.report', 'memcost.console'))))")
+    loaded = subprocess.run([sys.executable, "-c", code, "trace", "--", "true"], capture_output=True, text=True,
+                            check=True).stdout
+    assert loaded == "[]\n"
+    from memcost import tracing
+    from memcost.cli import trace
+    for name in tracing.END_MODULES + trace.REPORT_MODULES + tracing.CALIBRATION_MODULES + tracing.WINDOW_MODULES:
+        assert importlib.util.find_spec(name) is not None, name
+    thread = tracing.import_meanwhile(["memcost.no_such_module", "memcost.units"])
+    thread.join(timeout=30)
+    assert not thread.is_alive()  # a module that fails to import does not stop the others, nor raise
 
 
 def test_the_journal_finds_the_restorer_of_every_kind_whichever_command_runs():

@@ -553,6 +553,21 @@ def test_native_code_of_installed_packages_and_of_the_interpreter_is_library_cod
     assert trace_frames.FrameFilter(keep="^c10::").is_users(_native("c10::alloc_cpu(unsigned long)", f"{TORCH}/libc10.so"))
 
 
+def test_a_frame_judged_once_is_judged_again_by_another_filter_and_by_module_alone():
+    """Verdicts are kept per frame object and per filter: the same frame, shared by many stacks, is
+    not judged twice by one filter, and a verdict is never lent to another filter or mode."""
+    frame = _native("c10::alloc_cpu(unsigned long)", f"{TORCH}/libc10.so")
+    mine = _native("std::vector<int>::reserve(unsigned long)", "/srv/app/a.out")
+    assert not trace_frames.DEFAULT_FRAMES.is_users(frame)
+    assert trace_frames.FrameFilter(keep="^c10::").is_users(frame)
+    assert not trace_frames.DEFAULT_FRAMES.is_users(frame)
+    assert not trace_frames.DEFAULT_FRAMES.is_users(mine)
+    assert trace_frames.DEFAULT_FRAMES.is_users(mine, by_module_only=True)
+    assert not trace_frames.DEFAULT_FRAMES.is_users(mine)
+    # An equal frame made later (another trace's) gets the same verdict.
+    assert trace_frames.FrameFilter(keep="^c10::").is_users(dict(frame))
+
+
 def test_a_fault_in_a_pytorch_op_is_named_at_the_python_function_from_cpythons_perf_map():
     frames = [_native("memset", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
               _native("at::native::fill_out(…)", f"{TORCH}/libtorch_cpu.so"),

@@ -86,9 +86,18 @@ class FrameFilter:
 
     def is_users(self, frame: dict, by_module_only: bool = False) -> bool:
         # A trace's stacks share their frames (a PyTorch import: 133,000 frames, a tenth of them
-        # distinct): each distinct frame is judged once.
-        return _is_users(self, frame.get("kind"), frame.get("module") or "", frame.get("function") or "",
-                         frame.get("file") or "", by_module_only)
+        # distinct): each distinct frame object is judged once, and a frame equal to one judged
+        # before (another trace's, another record's) by its fields.
+        key = (id(frame), id(self), by_module_only)
+        judged = _JUDGED.get(key)
+        if judged is not None and judged[0] is frame and judged[1] is self:
+            return judged[2]
+        verdict = _is_users(self, frame.get("kind"), frame.get("module") or "", frame.get("function") or "",
+                            frame.get("file") or "", by_module_only)
+        if len(_JUDGED) >= _JUDGED_MOST:
+            _JUDGED.clear()
+        _JUDGED[key] = (frame, self, verdict)  # holding the frame and filter keeps their ids theirs
+        return verdict
 
     def _judge(self, frame: dict, by_module_only: bool) -> bool:
         module = os.path.basename(frame.get("module") or "")
@@ -117,6 +126,11 @@ class FrameFilter:
         head, _, rest = function.partition(" ")
         named = [function, rest] if rest and "(" not in head and "<" not in head else [function]
         return not any(re.match(SYSTEM_FUNCTIONS, name) for name in named)
+
+
+# (id(frame), id(filter), by_module_only) -> (frame, filter, verdict): FrameFilter.is_users's.
+_JUDGED: dict = {}
+_JUDGED_MOST = 1 << 17
 
 
 @functools.lru_cache(maxsize=1 << 16)
