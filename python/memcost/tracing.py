@@ -6,19 +6,17 @@ experiments/trace.py; its analysis is analysis/trace/, its prose report/trace.py
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Optional
-
-import importlib
-import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from . import interrupts, tracefs
 from .analysis.cost_model import CostModel
