@@ -71,26 +71,25 @@ def compared_rows(document: dict) -> dict[tuple, list[float]]:
     return rows
 
 
+# Imported when a trace is summarized, not when `memcost trace` parses its command line: the
+# command starts first (memcost.tracing imports the analysis while it runs).
+ANALYSIS_MODULES = ("memcost.analysis.trace.summary",)
+
+
+def analyze(*arguments, **options):
+    from ..analysis.trace import summary
+    return summary.analyze(*arguments, **options)
+
 
 EXPERIMENT = Experiment(
     name="trace",
     title="What a program's allocations cost (trace)",
     summary="Run a program and measure what its big allocations cost the OS, per site.",
     options=OPTIONS,
-    analyze=lambda *arguments, **options: _summary().analyze(*arguments, **options),
+    analyze=analyze,
     prices_from="costs",
     prose="trace",  # report/trace.py: its tables, notes, interpretation and flame graph
     comparison=Comparison("value", ("site", "figure"), lambda sample: None, rows_of=compared_rows,
                           untested="one trace a run: faults are exact counts; compare the ratio itself"),
     in_suite=False,  # it needs a program to trace
 )
-
-
-# Imported when a trace is summarized, not when `memcost trace` parses its command line: the
-# command starts first (memcost.tracing imports the analysis while it runs).
-ANALYSIS_MODULES = ("memcost.analysis.trace.summary",)
-
-
-def _summary():
-    from ..analysis.trace import summary
-    return summary

@@ -34,7 +34,7 @@ inline const std::unordered_set<std::string_view> kZeroingFunctions = {
 // runs its programs (bpf_trace_run*, __bpf_trace_*): the tracer's cost, not the fault's. A sample
 // with any of them in its chain is. The JIT-compiled programs themselves (bpf_prog_<tag>, a new
 // address at every load) are not listed: the glue that ran them is in the same chain, and the
-// ranges below stay those of the boot, so they can be kept (KernelRangesCache).
+// ranges below stay those of the boot, so they can be kept (KernelSymbols::read).
 bool is_tracing_function(std::string_view name);
 
 // Sorted, disjoint address ranges [start, end).

@@ -416,8 +416,16 @@ bool lines_wanted(const Frame& frame) {
 std::vector<Frame> Unwinder::symbolize(Process& process, std::uint64_t pc) {
   Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
   Frame frame = symbolize_function(process, module, pc);
+  const bool lines = module != nullptr && lines_wanted(frame);
+  if (Dwfl_Line* line = lines ? dwfl_module_getsrc(module, pc) : nullptr) {
+    int number = 0;
+    if (const char* file = dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {
+      frame.file = file;
+      frame.line = number;
+    }
+  }
   Dwarf_Addr bias = 0;
-  Dwarf_Die* unit = module && lines_wanted(frame) ? dwfl_module_addrdie(module, pc, &bias) : nullptr;
+  Dwarf_Die* unit = lines ? dwfl_module_addrdie(module, pc, &bias) : nullptr;
   // The functions inlined here, innermost first, then the one they are inlined in, as the code is
   // nested (eu-addr2line -i gives the same).
   std::vector<Dwarf_Die> scopes;
@@ -464,13 +472,6 @@ Frame Unwinder::symbolize_function(Process& process, Dwfl_Module* module, std::u
   auto [table, fresh] = process.symbols.try_emplace(module);
   if (fresh) table->second = SymbolTable(module);
   frame.function = demangle(table->second.name_at(pc));
-  if (Dwfl_Line* line = lines_wanted(frame) ? dwfl_module_getsrc(module, pc) : nullptr) {
-    int number = 0;
-    if (const char* file = dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {
-      frame.file = file;
-      frame.line = number;
-    }
-  }
   return frame;
 }
 

@@ -165,6 +165,7 @@ class Unwinder {
   // line), then the function the code belongs to, at the line where the outermost one was inlined.
   std::vector<Frame> symbolize(Process& process, std::uint64_t pc);
 
+  // The function's module and symbol name, without its line (symbolize reads that).
   static Frame symbolize_function(Process& process, Dwfl_Module* module, std::uint64_t pc);
 
   const Options& options_;
