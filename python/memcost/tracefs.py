@@ -11,7 +11,7 @@ import subprocess
 from contextlib import contextmanager
 from typing import Iterator
 
-from . import journal
+from . import interrupts, journal
 
 TRACEFS = "/sys/kernel/tracing"
 _ROOTS = (TRACEFS, "/sys/kernel/debug/tracing")
@@ -34,14 +34,22 @@ journal.register("tracefs_mount", _unmount)
 def available() -> Iterator[bool]:
     """tracefs mounted for the duration, where this process may mount it; yields whether it is there."""
     entry = None
-    if os.geteuid() == 0 and not mounted() and os.path.isdir(TRACEFS):
-        entry = journal.record("tracefs_mount", f"tracefs at {TRACEFS}", path=TRACEFS)
-        try:
-            subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS], check=True, capture_output=True)
-        except (OSError, subprocess.CalledProcessError):
-            journal.forget(entry)  # nothing was changed; the probe says what it could not count
-            entry = None
+    interrupted_before = interrupts.interrupted
     try:
+        if os.geteuid() == 0 and not mounted() and os.path.isdir(TRACEFS):
+            # A Ctrl-C while mounting (it reaches `mount` too) is held until the mount is journaled
+            # and known, then raised: the mount is undone below, not left for the next command.
+            with interrupts.held():
+                entry = journal.record("tracefs_mount", f"tracefs at {TRACEFS}", path=TRACEFS)
+                try:
+                    subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS], check=True, capture_output=True)
+                except (OSError, subprocess.CalledProcessError):
+                    pass
+                if not mounted():
+                    journal.forget(entry)  # nothing was changed; the probe says what it could not count
+                    entry = None
+            if interrupts.interrupted and not interrupted_before:
+                raise KeyboardInterrupt
         yield mounted()
     finally:
         if entry is not None:

@@ -1,0 +1,51 @@
+"""tracefs mounted for a command's run and always put back: a Ctrl-C that arrives while `mount`
+runs (a terminal sends it to `mount` too) is held until the mount is journaled and known, then
+raised, and the mount is undone at once, not left for the next memcost command."""
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from memcost import interrupts, tracefs
+
+
+@pytest.fixture
+def machine(monkeypatch, tmp_path):
+    """A stand-in for the machine: whether tracefs is mounted, and the mount and umount commands."""
+    state = {"mounted": False, "interrupt_in_mount": False, "calls": []}
+    monkeypatch.setenv("MEMCOST_JOURNAL", str(tmp_path / "journal.json"))
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os.path, "isdir", lambda path: True)
+    monkeypatch.setattr(tracefs, "mounted", lambda: state["mounted"])
+
+    def run(command, **_):
+        state["calls"].append(command[0])
+        state["mounted"] = command[0] == "mount"
+        if command[0] == "mount" and state["interrupt_in_mount"]:
+            os.kill(os.getpid(), signal.SIGINT)
+        return subprocess.CompletedProcess(command, 0)
+    monkeypatch.setattr(subprocess, "run", run)
+    previous = signal.signal(signal.SIGINT, interrupts.handle)  # as memcost's entry point installs it
+    monkeypatch.setattr(interrupts, "interrupted", False)
+    yield state
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_it_is_mounted_for_the_run_and_unmounted_after(machine, tmp_path):
+    with tracefs.available() as there:
+        assert there and machine["mounted"]
+    assert not machine["mounted"] and machine["calls"] == ["mount", "umount"]
+    assert json.loads((tmp_path / "journal.json").read_text()) == []
+
+
+def test_a_ctrl_c_while_mounting_unmounts_at_once_and_is_raised(machine, tmp_path):
+    machine["interrupt_in_mount"] = True
+    with pytest.raises(KeyboardInterrupt):
+        with tracefs.available():
+            pytest.fail("the run must not start after a Ctrl-C")
+    assert not machine["mounted"] and machine["calls"] == ["mount", "umount"]
+    assert interrupts.interrupted
+    assert json.loads((tmp_path / "journal.json").read_text()) == []
