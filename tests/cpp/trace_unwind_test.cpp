@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <sys/stat.h>
 #include <fstream>
 #include <sstream>
@@ -340,6 +341,34 @@ TEST(InlineScopes, AgreeWithLibdwsScopesOnThisProgramsCode) {
   if (compared == 0) GTEST_SKIP() << "this build has no debugging information (make test-asan's has)";
   EXPECT_GT(inlined, 0U);
   EXPECT_LT(nested, compared / 10);  // the exception stays one
+}
+
+// Read straight from the file's symbol section, the table holds what libdwfl's symbol-by-symbol
+// reading gives, symbol for symbol: every module this program maps (the C library, libstdc++,
+// libdw, libelf, this program), each read the direct way.
+TEST(SymbolTable, ReadDirectlyHoldsWhatLibdwflsReadingGives) {
+  const ThisProcess process;
+  ASSERT_NE(process.dwfl, nullptr);
+  std::set<Dwfl_Module*> seen;
+  std::size_t direct = 0;
+  for (const auto& mapping : code_mappings()) {
+    Dwfl_Module* module = dwfl_addrmodule(process.dwfl, mapping.start);
+    if (module == nullptr || !seen.insert(module).second) continue;
+    const detail::SymbolTable ours(module);
+    const detail::SymbolTable theirs = detail::SymbolTable::through_libdwfl(module);
+    if (theirs.size() == 0) continue;
+    EXPECT_TRUE(ours.read_directly()) << mapping.path;
+    direct += ours.read_directly();
+    ASSERT_EQ(ours.size(), theirs.size()) << mapping.path;
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      const auto& a = ours.symbols()[i];
+      const auto& b = theirs.symbols()[i];
+      ASSERT_TRUE(a.start == b.start && a.size == b.size && std::string_view(a.name) == b.name && a.rank == b.rank &&
+                  a.index == b.index && a.section_end == b.section_end)
+          << mapping.path << " symbol " << i << ": " << a.name << " against " << b.name;
+    }
+  }
+  EXPECT_GE(direct, 3U);
 }
 
 TEST(SymbolTable, TheHoldingSymbolWinsThenTheBestBoundThenTheNearestLabelBeforeIt) {

@@ -44,8 +44,11 @@ LoopCounts TraceLoop::run(pid_t root, std::uint64_t started_ns, bool small, cons
     reader_.behind_at = 1.0 / 8;
     reader_.check_every = 64;
   }
+  // The first unwind through a module (its CFI, its symbols: PyTorch's largest table reads in
+  // about 0.1 s here) holds the command only where the buffers are already as full as the loop
+  // itself would not let them get: it did at 1/16, 35-40 times an `import torch`.
   reader_.unwinder().before_slow_work = [&] {
-    if (small || reader_.fullest() > 1.0 / 16) hold.hold();
+    if (small || reader_.fullest() > reader_.behind_at) hold.hold();
   };
   const bool pacing = paced();
   LoopCounts counts;

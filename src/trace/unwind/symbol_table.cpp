@@ -8,9 +8,110 @@
 
 namespace memcost::trace::detail {
 
+namespace {
+
+int rank_of(unsigned char info) {
+  const int binding = GELF_ST_BIND(info);
+  return binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
+}
+
+bool is_code(const GElf_Sym& symbol) {
+  const int type = GELF_ST_TYPE(symbol.st_info);
+  return symbol.st_shndx != SHN_UNDEF && (type == STT_FUNC || type == STT_GNU_IFUNC || type == STT_NOTYPE);
+}
+
+}  // namespace
+
 SymbolTable::SymbolTable(Dwfl_Module* module) {
   const int count = module ? dwfl_module_getsymtab(module) : -1;
   if (count <= 0) return;
+  read_directly_ = read_section(module, count);
+  if (!read_directly_) read_through_libdwfl(module, count);
+  sort();
+}
+
+SymbolTable SymbolTable::through_libdwfl(Dwfl_Module* module) {
+  SymbolTable table;
+  const int count = module ? dwfl_module_getsymtab(module) : -1;
+  if (count <= 0) return table;
+  table.read_through_libdwfl(module, count);
+  table.sort();
+  return table;
+}
+
+bool SymbolTable::read_section(Dwfl_Module* module, int count) {
+  // The file and bias libdwfl took its symbols from, told by its first symbol.
+  GElf_Sym first;
+  GElf_Word first_section = 0;
+  GElf_Addr first_address = 0;
+  Elf* elf = nullptr;
+  Dwarf_Addr bias = 0;
+  if (dwfl_module_getsym_info(module, 1, &first, &first_address, &first_section, &elf, &bias) == nullptr || elf == nullptr) {
+    return false;
+  }
+  GElf_Ehdr file_header;
+  if (gelf_getehdr(elf, &file_header) == nullptr || file_header.e_type == ET_REL) return false;
+  // libdwfl takes .symtab where the file has one, else .dynsym. Its count must be this section's
+  // alone: a second table it merged (MiniDebugInfo's) is left to libdwfl.
+  Elf_Scn* table = nullptr;
+  for (const Elf64_Word wanted : {SHT_SYMTAB, SHT_DYNSYM}) {
+    for (Elf_Scn* section = elf_nextscn(elf, nullptr); section != nullptr && table == nullptr; section = elf_nextscn(elf, section)) {
+      GElf_Shdr header;
+      if (gelf_getshdr(section, &header) != nullptr && header.sh_type == wanted) table = section;
+    }
+    if (table != nullptr) break;
+  }
+  GElf_Shdr table_header;
+  if (table == nullptr || gelf_getshdr(table, &table_header) == nullptr || table_header.sh_entsize == 0 ||
+      table_header.sh_size / table_header.sh_entsize != static_cast<std::uint64_t>(count)) {
+    return false;
+  }
+  Elf_Data* data = elf_getdata(table, nullptr);
+  Elf_Data* names = elf_getdata(elf_getscn(elf, table_header.sh_link), nullptr);
+  // Every name must end inside the string table: its last byte is the terminator then.
+  if (data == nullptr || names == nullptr || names->d_buf == nullptr || names->d_size == 0 ||
+      static_cast<const char*>(names->d_buf)[names->d_size - 1] != '\0') {
+    return false;
+  }
+  const char* strings = static_cast<const char*>(names->d_buf);
+  // Each section's flags and end, read once rather than once a symbol (libdwfl's cost).
+  std::size_t section_count = 0;
+  if (elf_getshdrnum(elf, &section_count) != 0) return false;
+  struct Section {
+    bool allocated = true;
+    std::uint64_t end = UINT64_MAX;
+  };
+  std::vector<Section> sections(section_count);
+  for (std::size_t i = 0; i < section_count; ++i) {
+    GElf_Shdr header;
+    if (gelf_getshdr(elf_getscn(elf, i), &header) == nullptr) continue;
+    sections[i] = {(header.sh_flags & SHF_ALLOC) != 0, header.sh_addr + header.sh_size + bias};
+  }
+  symbols_.reserve(static_cast<std::size_t>(count));
+  for (int i = 1; i < count; ++i) {
+    GElf_Sym symbol;
+    if (gelf_getsym(data, i, &symbol) == nullptr) return symbols_.clear(), false;
+    // The name is not read here: PyTorch's string table is 78 MB, and only the names of the
+    // addresses samples hit are read (name_at). One that is empty there names nothing.
+    if (!is_code(symbol) || symbol.st_name == 0 || symbol.st_name >= names->d_size) continue;
+    // libdwfl's address: biased in a section the process maps, as is (SHN_ABS, a section it does
+    // not map) elsewhere. An extended section index is left to libdwfl.
+    if (symbol.st_shndx == SHN_XINDEX) return symbols_.clear(), false;
+    const bool in_section = symbol.st_shndx < SHN_LORESERVE;
+    if (in_section && symbol.st_shndx >= section_count) continue;
+    const Section* section = in_section ? &sections[symbol.st_shndx] : nullptr;
+    const std::uint64_t address = symbol.st_value + (section && section->allocated ? bias : 0);
+    if (address == 0) continue;
+    // libdwfl gives a label in an unmapped section no section, whose end is then unknown.
+    const std::uint64_t section_end =
+        symbol.st_size == 0 && section && section->allocated ? section->end : UINT64_MAX;
+    symbols_.push_back({address, symbol.st_size, strings + symbol.st_name, rank_of(symbol.st_info),
+                        static_cast<std::uint32_t>(i), section_end});
+  }
+  return true;
+}
+
+void SymbolTable::read_through_libdwfl(Dwfl_Module* module, int count) {
   symbols_.reserve(static_cast<std::size_t>(count));
   std::unordered_map<GElf_Word, std::uint64_t> section_ends;  // by section index, in the process
   for (int i = 1; i < count; ++i) {
@@ -20,12 +121,7 @@ SymbolTable::SymbolTable(Dwfl_Module* module) {
     Elf* elf = nullptr;
     Dwarf_Addr bias = 0;
     const char* name = dwfl_module_getsym_info(module, i, &symbol, &address, &section, &elf, &bias);
-    const int type = GELF_ST_TYPE(symbol.st_info);
-    if (name == nullptr || *name == '\0' || symbol.st_shndx == SHN_UNDEF || address == 0 ||
-        (type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_NOTYPE)) {
-      continue;
-    }
-    const int binding = GELF_ST_BIND(symbol.st_info);
+    if (name == nullptr || *name == '\0' || address == 0 || !is_code(symbol)) continue;
     std::uint64_t section_end = UINT64_MAX;
     if (symbol.st_size == 0 && elf != nullptr) {
       auto [end, fresh] = section_ends.try_emplace(section, UINT64_MAX);
@@ -33,10 +129,8 @@ SymbolTable::SymbolTable(Dwfl_Module* module) {
       if (fresh && gelf_getshdr(elf_getscn(elf, section), &header) != nullptr) end->second = header.sh_addr + header.sh_size + bias;
       section_end = end->second;
     }
-    symbols_.push_back({address, symbol.st_size, name, binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2,
-                        static_cast<std::uint32_t>(i), section_end});
+    symbols_.push_back({address, symbol.st_size, name, rank_of(symbol.st_info), static_cast<std::uint32_t>(i), section_end});
   }
-  sort();
 }
 
 SymbolTable::SymbolTable(std::vector<Symbol> symbols) : symbols_(std::move(symbols)) { sort(); }
@@ -71,7 +165,7 @@ const char* SymbolTable::name_at(std::uint64_t address) const {
     if (scanned > kLookBackAtMost) break;
   }
   const Symbol* found = sized ? sized : sizeless;
-  return found ? found->name : nullptr;
+  return found && *found->name != '\0' ? found->name : nullptr;
 }
 
 }  // namespace memcost::trace::detail

@@ -37,11 +37,22 @@ class SymbolTable {
   };
   // The same rule over these symbols: for tests.
   explicit SymbolTable(std::vector<Symbol> symbols);
+  // For tests: the table read through libdwfl alone, to hold the direct reading to; which way
+  // this one was read; its symbols, sorted.
+  static SymbolTable through_libdwfl(Dwfl_Module* module);
+  [[nodiscard]] bool read_directly() const { return read_directly_; }
+  [[nodiscard]] const std::vector<Symbol>& symbols() const { return symbols_; }
 
  private:
+  // Straight from the symbol section libdwfl chose, each section's header read once: false where
+  // the file is not one this reads (a relocatable object, a merged second table, an extended
+  // section index), and libdwfl is asked symbol by symbol instead.
+  bool read_section(Dwfl_Module* module, int count);
+  void read_through_libdwfl(Dwfl_Module* module, int count);
   void sort();
   static constexpr std::size_t kLookBack = 64, kLookBackAtMost = 4096;
   std::vector<Symbol> symbols_;  // by start, then rank
+  bool read_directly_ = false;
 };
 
 }  // namespace memcost::trace::detail
