@@ -64,14 +64,15 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
               env: Optional[dict] = None,
               pass_fds: tuple = (),
               forward_interrupts: bool = False,
-              on_sample: Optional[Callable[[dict], bool]] = None) -> ProbeRun:
+              on_sample: Optional[Callable[[dict], bool]] = None,
+              reap_later: bool = False) -> ProbeRun:
     """Run one experiment in a fresh probe process and collect what it reports.
     `global_arguments` go before the experiment's name (e.g. --legacy-layout); `pass_fds` are
     descriptors the probe inherits (trace gives the command the user's stdout this way).
     `forward_interrupts`: SIGINT and SIGTERM are passed to the probe, which decides what they mean
     and still reports what it has (trace: they end the traced command); the run says they came.
     `on_sample` sees each sample as it comes; one it returns True for is not kept (a long trace's
-    windows are written as they end, not held)."""
+    windows are written as they end, not held). `reap_later`: a probe still closing (reap())."""
     command = [str(probe_path()), *(global_arguments or []), experiment, *(arguments or [])]
     oom_kills_before = _oom_kills()
     try:
@@ -111,7 +112,7 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
                 on_warning(run.warnings[-1])
             elif kind == "error":
                 error = record
-        returncode = process.wait()
+        returncode = process.poll() if reap_later and error is None and run is not None else process.wait()
     except BaseException:
         # Ctrl-C reaches the probe too (same process group); make sure it is gone.
         if process.poll() is None:
@@ -125,6 +126,10 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
+    if returncode is None:
+        run.interrupted = interrupted
+        _unreaped.append((experiment, process, drain, stderr_tail, oom_kills_before))
+        return run
     drain.join(timeout=5)
 
     _check_ending(experiment, returncode, error, "".join(stderr_tail), oom_kills_before)
@@ -132,6 +137,22 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
         raise ProbeFailed(exit_codes.FAILURE, "protocol", f"memcost-probe {experiment} printed no context line")
     run.interrupted = interrupted
     return run
+
+
+_unreaped: list = []  # run_probe's reap_later probes, not yet waited for
+
+
+def reap() -> None:
+    """Waits for the probes run_probe left to end, and judges how they ended, as run_probe would
+    have. With `reap_later`, a probe that has said all it had without an error and is still
+    closing what it holds (a trace's perf events wait for the kernel, 0.1 s) is not waited for
+    by run_probe: its caller uses what it said meanwhile, then calls this. A probe killed or
+    failed while it closed is said after its results."""
+    while _unreaped:
+        experiment, process, drain, stderr_tail, oom_kills_before = _unreaped.pop()
+        returncode = process.wait()
+        drain.join(timeout=5)
+        _check_ending(experiment, returncode, None, "".join(stderr_tail), oom_kills_before)
 
 
 def _check_ending(experiment: str, returncode: int, error: Optional[dict], stderr_tail: str,

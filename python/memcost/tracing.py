@@ -22,6 +22,7 @@ from . import interrupts, tracefs
 from .analysis.cost_model import CostModel
 from .errors import MemcostError
 from .experiments.trace import EXPERIMENT, RAW_NAME
+from . import probe
 from .probe import run_probe
 from .results import document_text, documents_of_host, load_document, make_document, write_atomically
 
@@ -110,7 +111,7 @@ def record(values: dict, raw_path: Optional[Path] = None, on_sample=None):
         with tracefs.available():
             target = ["--command-stdout-fd", str(stdout_copy), "--", *values["command"]] if values.get("command") else []
             return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True,
-                             on_sample=on_sample)
+                             on_sample=on_sample, reap_later=True)
     finally:
         os.close(stdout_copy)
 
@@ -149,6 +150,7 @@ def measure(values: dict, directory, report_modules=()) -> dict:
         document = _store(values, directory, run, trace, cost, raw, windows, notes)
     if values.get("verify") and values.get("command") and not document["summary"]["totals"]["interrupted"]:
         # The trace is stored first: a Ctrl-C while verifying ends with 130 and keeps it as it is.
+        probe.reap()
         _verify(document, trace, values)
     return document
 

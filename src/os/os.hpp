@@ -146,6 +146,10 @@ struct Wine {
 // front end never leaves a probe running. Linux: PR_SET_PDEATHSIG, and an immediate exit
 // when the parent is already gone. Windows: ok, nothing done (a job object would be the way).
 [[nodiscard]] Status exit_with_parent();
+// Everything written to stdout is flushed, and stdout then points at the null device: a reader
+// of its pipe sees the end while this process finishes closing what it holds (perf's tracepoint
+// events wait for an RCU grace period each). Windows: flushed only.
+void release_stdout();
 // The folder this process's executable is in ("" when it cannot be told).
 [[nodiscard]] std::string executable_directory();
 // Replace this process with a fresh run of its own executable and `argv`.

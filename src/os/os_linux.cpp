@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -224,6 +225,14 @@ Status exit_with_parent() {
   // The parent may have died before the request took effect: then we were re-parented already.
   if (getppid() != parent) raise(SIGTERM);
   return {};
+}
+
+void release_stdout() {
+  std::fflush(stdout);
+  const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null < 0) return;
+  dup2(null, STDOUT_FILENO);
+  close(null);
 }
 
 std::string executable_directory() {

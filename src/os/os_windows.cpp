@@ -10,6 +10,7 @@
 #include <tlhelp32.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -246,6 +247,8 @@ const char* populate_write_call() { return "VirtualLock"; }
 bool legacy_layout_active() { return false; }
 Status request_legacy_layout_for_exec() { return unsupported("personality(ADDR_COMPAT_LAYOUT)"); }
 Status exit_with_parent() { return {}; }
+
+void release_stdout() { std::fflush(stdout); }
 
 std::string executable_directory() {
   char path[MAX_PATH];

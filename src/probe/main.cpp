@@ -91,6 +91,9 @@ int main(int argc, char** argv) {
     for (auto& [command, runner] : commands) {
       if (command->parsed()) runner(emitter);
     }
+    // All is said: the front end reads the end now, not after the trace's events have closed.
+    std::cout.flush();
+    memcost::os::release_stdout();
     return exit_ok;
   } catch (const ProbeError& error) {
     emitter.error(error.code(), error.what());

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <fstream>
 #include <thread>
@@ -93,3 +94,34 @@ TEST(ThreadIds, ListsEveryThreadOfAProcess) {
 
 }  // namespace
 }  // namespace memcost
+
+// What was written before release_stdout() reaches the reader, which then sees the pipe's end
+// while the writer is still running (the probe closing its perf events); the writer's later
+// output goes nowhere.
+TEST(ReleaseStdout, TheReaderSeesTheEndBeforeTheWriterEnds) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    std::fputs("all said\n", stdout);  // buffered: release_stdout flushes it
+    memcost::os::release_stdout();
+    std::fputs("said to nobody\n", stdout);
+    std::fflush(stdout);
+    usleep(500 * 1000);
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string read_text;
+  char buffer[64];
+  for (ssize_t got; (got = read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) read_text.append(buffer, static_cast<std::size_t>(got));
+  close(pipe_fds[0]);
+  int status = 0;
+  EXPECT_EQ(waitpid(child, &status, WNOHANG), 0);  // the end came while the child still ran
+  EXPECT_EQ(read_text, "all said\n");
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}

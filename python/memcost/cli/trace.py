@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 
-from .. import arguments, exit_codes, export, tracing
+from .. import arguments, exit_codes, export, probe, tracing
 from ..errors import MemcostError
 from ..experiments.trace import EXPERIMENT
 from ..results import RunDirectory
@@ -94,6 +94,8 @@ class TraceCommand(Command):
             pprof.write(document, args.export_pprof)
             console.print(f"Exported: {args.export_pprof}", markup=False)
         export.export_requested(document, args)
+        # The probe closed its events while all this was done (tracing.record): its end is judged now.
+        probe.reap()
         if totals["interrupted"]:
             warn(f"interrupted: what was recorded until then is in {document['path']}")
             return exit_codes.INTERRUPTED

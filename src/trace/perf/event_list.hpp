@@ -58,7 +58,12 @@ class EventList {
   std::vector<RingBuffer>& buffers_;
   std::size_t buffer_pages_;
   const std::size_t page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  std::vector<int> fds_;
+  struct Opened {
+    int fd;
+    std::uint32_t type;    // perf's: PERF_TYPE_TRACEPOINT among them
+    std::uint64_t config;  // a tracepoint's id
+  };
+  std::vector<Opened> fds_;
   std::map<int, int> owners_;  // CPU: the event that owns its buffer
   bool kernel_samples_ = true;
   Failure failure_;
