@@ -53,6 +53,9 @@ def main() -> int:
             raise
         sys.stderr.write("memcost: error: interrupted before anything was done\n")
         code = 130
+    probe = sys.modules.get("memcost.probe")  # loaded only by the commands that run one
+    if probe is not None:
+        probe.wait_unreaped()
     if interrupts.interrupted:
         # Python ends a process by the signal itself when a KeyboardInterrupt passed through C code
         # unhandled (a library's start-up): everything is cleaned up by now, so leave with 130.

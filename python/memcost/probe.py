@@ -155,6 +155,20 @@ def reap() -> None:
         _check_ending(experiment, returncode, None, "".join(stderr_tail), oom_kills_before)
 
 
+def wait_unreaped(timeout_s: float = 10.0) -> None:
+    """Waits, without judging, for the probes run_probe left to end that reap() did not (a command
+    that ended by an error or a Ctrl-C first): no probe outlives the front end. One that does not
+    end in `timeout_s`, or a second Ctrl-C meanwhile, ends it at once."""
+    while _unreaped:
+        _, process, drain, _, _ = _unreaped.pop()
+        try:
+            process.wait(timeout=timeout_s)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            process.kill()
+            process.wait()
+        drain.join(timeout=5)
+
+
 def _check_ending(experiment: str, returncode: int, error: Optional[dict], stderr_tail: str,
                   oom_kills_before: Optional[int]) -> None:
     """How the probe ended, as an exception unless it ended well: an interrupt, a kill (by the OOM

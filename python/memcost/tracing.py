@@ -137,16 +137,16 @@ def measure(values: dict, directory, report_modules=()) -> dict:
     try:
         run = record(values, raw, windows.take if windows else None)
     except BaseException:
+        importing.join()
         if raw:
             raw.unlink(missing_ok=True)
         raise
-    finally:
-        importing.join()  # from here on this thread imports: never two threads at once
-    from .analysis.trace import records as trace_records
-    # What was recorded is written whole: a Ctrl-C from here on is noted, and ends the command
-    # with 130 once the document is stored.
-    trace = trace_records.read(run.samples)
+    # What was recorded is written whole: a Ctrl-C from here on (the probe may still be closing
+    # its events, probe.reap) is noted, and ends the command with 130 once the document is stored.
     with interrupts.held():
+        importing.join()  # from here on this thread imports: never two threads at once
+        from .analysis.trace import records as trace_records
+        trace = trace_records.read(run.samples)
         document = _store(values, directory, run, trace, cost, raw, windows, notes)
     if values.get("verify") and values.get("command") and not document["summary"]["totals"]["interrupted"]:
         # The trace is stored first: a Ctrl-C while verifying ends with 130 and keeps it as it is.

@@ -55,3 +55,13 @@ def test_without_reap_later_the_probe_is_waited_for_and_judged_at_once(closing_p
         run_probe("trace")
     assert time.monotonic() - started >= CLOSING_S * 0.9
     assert not probe._unreaped
+
+
+def test_a_probe_not_reaped_is_waited_for_quietly_before_the_front_end_ends(closing_probe, monkeypatch):
+    """A command that ends by an error or a Ctrl-C before reap(): the entry point still waits for
+    the probe (none outlives memcost), judging nothing: its own error is the one said."""
+    monkeypatch.setenv("FAKE_EXIT", "3")
+    run_probe("trace", reap_later=True)
+    process = probe._unreaped[-1][1]
+    probe.wait_unreaped()
+    assert process.returncode == 3 and not probe._unreaped
