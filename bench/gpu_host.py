@@ -160,8 +160,16 @@ def bigarray_checks(summary: dict, wall_s: float) -> list[dict]:
                         f"{wall_s / 60:.1f} min", f"≤ {BIGARRAY_MINUTES:g} min", wall_s <= BIGARRAY_MINUTES * 60))
     estimate = summary.get("estimate")
     if estimate:
-        result.append(check("its estimate, printed at the start", f"{estimate['estimated_s'] / 60:.1f} min; the run took "
-                            f"{estimate['ratio']:.2f}× that", "", None))
+        result.append(check("its estimate, printed at the start, within ±30 % of the run",
+                            f"{estimate['estimated_s'] / 60:.1f} min; the run took {estimate['ratio']:.2f}× that",
+                            "0.70–1.30×", 0.7 <= estimate["ratio"] <= 1.3))
+    side = summary.get("side_by_side")
+    if side:
+        kept = side.get("check") or {}
+        result.append(check("one-thread rows side by side", f"{side['rows']} at once"
+                            + (f"; check: {kept['strategy']} {kept['alone_s']:.1f} s alone, {kept['beside_s']:.1f} s beside "
+                               f"({'kept' if kept['kept'] else 'not kept: every row alone after'})" if kept else ""),
+                            "", None))
     fault = auto.get("zero_fault")
     if fault:
         result.append(check("zero path: populate or touch, by measurement", f"{fault['method']}: {fault['reason']}", "", None))

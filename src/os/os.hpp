@@ -365,6 +365,23 @@ struct RangeBacking {
 // Linux: /sys/devices/system/cpu/cpu0/cache; Windows: GetLogicalProcessorInformation.
 [[nodiscard]] std::optional<std::size_t> last_level_cache_bytes();
 
+// ---- work in a child process ---------------------------------------------
+
+// Work run in a child process of its own (Linux: fork), started at once; its answer is the string
+// `work` returns. For measurements that must not share an address space with others running at
+// the same time. The child runs only the calling thread: `work` must not wait on another thread of
+// this process. Windows: not started, `why_not` says so.
+struct Child {
+  int pid = -1;
+  int answer_fd = -1;
+  std::string why_not;  // non-empty: no child was started
+};
+[[nodiscard]] Child start_child(const std::function<std::string()>& work);
+[[nodiscard]] bool can_start_children();  // Linux: true; Windows: false
+// Waits for the child to end: its whole answer, or nullopt with `error` saying how it ended (it
+// threw, was killed by a signal, or exited without answering).
+[[nodiscard]] std::optional<std::string> finish_child(Child& child, std::string& error);
+
 // ---- NUMA memory policy ----------------------------------------------------
 
 // Where the kernel places the pages of a range when they are first touched.

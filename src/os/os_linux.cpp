@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -233,6 +234,78 @@ void release_stdout() {
   if (null < 0) return;
   dup2(null, STDOUT_FILENO);
   close(null);
+}
+
+bool can_start_children() { return true; }
+
+Child start_child(const std::function<std::string()>& work) {
+  Child child;
+  int answer[2];
+  if (pipe2(answer, O_CLOEXEC) != 0) {
+    child.why_not = std::string("pipe: ") + std::strerror(errno);
+    return child;
+  }
+  std::fflush(nullptr);  // nothing buffered is written twice
+  const pid_t pid = fork();
+  if (pid < 0) {
+    child.why_not = std::string("fork: ") + std::strerror(errno);
+    close(answer[0]);
+    close(answer[1]);
+    return child;
+  }
+  if (pid == 0) {
+    close(answer[0]);
+    int status = 0;
+    try {
+      const std::string text = work();
+      for (std::size_t written = 0; written < text.size();) {
+        const ssize_t n = write(answer[1], text.data() + written, text.size() - written);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          status = 3;
+          break;
+        }
+        written += static_cast<std::size_t>(n);
+      }
+    } catch (...) {
+      status = 2;
+    }
+    _exit(status);  // not exit: the parent's atexit handlers and buffers are the parent's
+  }
+  close(answer[1]);
+  child.pid = pid;
+  child.answer_fd = answer[0];
+  return child;
+}
+
+std::optional<std::string> finish_child(Child& child, std::string& error) {
+  if (child.pid < 0) {
+    error = child.why_not.empty() ? "no child was started" : child.why_not;
+    return std::nullopt;
+  }
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = read(child.answer_fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(child.answer_fd);
+  int status = 0;
+  while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  child.pid = -1;
+  child.answer_fd = -1;
+  if (WIFSIGNALED(status)) {
+    error = std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+    return std::nullopt;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    error = WEXITSTATUS(status) == 2 ? "its work threw" : "exited with status " + std::to_string(WEXITSTATUS(status));
+    return std::nullopt;
+  }
+  return text;
 }
 
 std::string executable_directory() {

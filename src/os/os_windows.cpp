@@ -250,6 +250,19 @@ Status exit_with_parent() { return {}; }
 
 void release_stdout() { std::fflush(stdout); }
 
+bool can_start_children() { return false; }
+
+Child start_child(const std::function<std::string()>&) {
+  Child child;
+  child.why_not = "no child processes of a running process here (Windows has no fork)";
+  return child;
+}
+
+std::optional<std::string> finish_child(Child& child, std::string& error) {
+  error = child.why_not;
+  return std::nullopt;
+}
+
 std::string executable_directory() {
   char path[MAX_PATH];
   DWORD length = GetModuleFileNameA(nullptr, path, MAX_PATH);

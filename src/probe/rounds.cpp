@@ -79,4 +79,15 @@ const char* settled_name(Settled reason) {
   return "going";
 }
 
+std::size_t side_by_side_width(const SideBySideLimits& limits) {
+  if (limits.asked > 0) return limits.asked;
+  std::size_t width = std::max<std::size_t>(1, limits.cpus / 2);
+  if (limits.array_bytes > 0) width = std::min<std::size_t>(width, std::max<std::size_t>(1, limits.budget_bytes / limits.array_bytes));
+  if (limits.one_thread_gb_per_s > 0 && limits.limit_gb_per_s > 0) {
+    width = std::min<std::size_t>(width, std::max<std::size_t>(1, static_cast<std::size_t>(
+                                                                      limits.limit_gb_per_s / 3 / limits.one_thread_gb_per_s)));
+  }
+  return width;
+}
+
 }  // namespace memcost::probe

@@ -53,4 +53,18 @@ enum class Settled { no, tight, far_behind, max_rounds };
 // The median of a few values (the fastest row's yardstick).
 [[nodiscard]] double median_of(std::vector<double> values);
 
+// How many one-thread rows (bigarray's NamedStrategy::one_thread) are measured side by side, each in a
+// process of its own: the slowest rows of a big run on a many-core host (at 32 GiB on 16 CPUs, 15-25 s each,
+// most of the run) leave every other core idle. `asked` (--side-by-side) when given; otherwise at
+// most half the CPUs (two rows never share a core's two hyperthreads where there are enough cores),
+// as many arrays as the budget holds, and as many as keep their writing under a third of the
+// machine's limit (one_thread_gb_per_s each), so that none slows another. Pure.
+struct SideBySideLimits {
+  std::size_t asked = 0;
+  std::size_t cpus = 1;
+  std::size_t budget_bytes = 0, array_bytes = 0;
+  double one_thread_gb_per_s = 0, limit_gb_per_s = 0;  // 0: not measured, not a limit
+};
+[[nodiscard]] std::size_t side_by_side_width(const SideBySideLimits& limits);
+
 }  // namespace memcost::probe

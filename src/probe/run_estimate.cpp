@@ -20,9 +20,49 @@ double row_seconds(const EstimatedRow& row, std::size_t bytes, bool value, const
     return gb / rate + free_s;
   }
   // In parallel a value is written after the faults: the faulted-in rate's share on top.
+  const double populate = row.huge_pages ? rates.populate_huge_gb_per_s : rates.populate_gb_per_s;
+  if (row.populate_write && populate > 0) return gb / populate + (value ? gb / rates.faulted_gb_per_s : 0.0) + free_s;
   const double parallel = row.huge_pages || rates.parallel_base_gb_per_s <= 0 ? rates.parallel_gb_per_s
                                                                               : rates.parallel_base_gb_per_s;
   return gb / parallel + (value ? gb / rates.faulted_gb_per_s : 0.0) + free_s;
+}
+
+int rounds_of(const RunShape& shape, double times_the_fastest) {
+  return shape.fixed_reps ? shape.reps : expected_rounds(times_the_fastest);
+}
+
+// One initialization's ranked rows: each row its rounds; one-thread rows, when measured side by
+// side, in batches of RunShape::side_by_side within their page-size group, a batch as long as its
+// slowest row, and (`first_init`) the check's one row alone.
+double rows_seconds(const RunShape& shape, const MeasuredRates& rates, bool value, double fastest, bool first_init) {
+  double total = 0;
+  std::vector<std::pair<double, int>> beside[2];  // (seconds, rounds) of one-thread rows, by page size
+  for (const auto& row : shape.rows) {
+    const double s = row_seconds(row, shape.bytes, value, rates);
+    const int rounds = rounds_of(shape, s / fastest);
+    const bool one_thread = row.one_thread || (!value && row.one_thread_when_zero);
+    if (one_thread && shape.side_by_side >= 2) beside[row.huge_pages ? 1 : 0].emplace_back(s, rounds);
+    else total += rounds * s;
+  }
+  bool check = first_init;
+  for (const auto& group : beside) {
+    for (int round = 0;; ++round) {
+      std::vector<double> going;
+      for (const auto& [s, rounds] : group) {
+        if (rounds > round) going.push_back(s);
+      }
+      if (going.empty()) break;
+      if (check && going.size() >= 2) {
+        total += going.front();
+        check = false;
+      }
+      for (std::size_t at = 0; at < going.size(); at += shape.side_by_side) {
+        const auto end = going.begin() + static_cast<std::ptrdiff_t>(std::min(going.size(), at + shape.side_by_side));
+        total += *std::max_element(going.begin() + static_cast<std::ptrdiff_t>(at), end);
+      }
+    }
+  }
+  return total;
 }
 
 std::string minutes(double seconds) {
@@ -54,7 +94,6 @@ RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& measured) {
   }
   const double gb = static_cast<double>(shape.bytes) / 1e9;
   const double fresh_huge = gb / rates.parallel_gb_per_s + gb / rates.free_huge_gb_per_s;  // made, faulted, freed
-  const auto rounds_of = [&shape](double times) { return shape.fixed_reps ? shape.reps : expected_rounds(times); };
   for (int init = 0; init < shape.inits; ++init) {
     const bool value = init == 1;
     double fastest = 0;
@@ -62,23 +101,21 @@ RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& measured) {
       const double s = row_seconds(row, shape.bytes, value, rates);
       fastest = fastest == 0 ? s : std::min(fastest, s);
     }
-    for (const auto& row : shape.rows) {
-      const double s = row_seconds(row, shape.bytes, value, rates);
-      estimate.rows_seconds += rounds_of(s / fastest) * s;
-    }
+    estimate.rows_seconds += rows_seconds(shape, rates, value, fastest, init == 0);
     // Each round: the limit beside the rows (1 GiB at most, two fills) and a huge-page warm-up.
     const double limit_gb = std::min(gb, 1.073741824);
-    estimate.fixed_seconds += rounds_of(1.0) * (2 * limit_gb / rates.faulted_gb_per_s + fresh_huge);
+    estimate.fixed_seconds += rounds_of(shape, 1.0) * (2 * limit_gb / rates.faulted_gb_per_s + fresh_huge);
   }
   // The limit, and four fill methods on fresh and on faulted-in memory, limit_reps times.
   estimate.fixed_seconds += shape.limit_reps * (fresh_huge + gb / rates.faulted_gb_per_s +
                                                 4 * (fresh_huge + gb / rates.faulted_gb_per_s));
   if (shape.repeat > 0) {
     // Six variants, each iteration beside a floor: two fresh (parallel), two serial (adaptive: far
-    // behind after three), two reusing memory (at the limit), and the floors at the limit.
-    const int fast_iterations = std::min(shape.repeat, 4), slow_iterations = std::min(shape.repeat, 3);
+    // behind after two or three), two reusing memory (at the limit), and the floors at the limit.
     const double floor = gb / rates.faulted_gb_per_s;
     const double serial = gb / rates.serial_gb_per_s + gb / rates.free_gb_per_s;
+    // A serial variant stops after 2 iterations at 15 times its floor, 3 otherwise (repeat.cpp).
+    const int fast_iterations = std::min(shape.repeat, 4), slow_iterations = std::min(shape.repeat, serial >= 15 * floor ? 2 : 3);
     estimate.fixed_seconds += fast_iterations * (fresh_huge + floor) + 2 * slow_iterations * (serial + floor) +
                               3 * fast_iterations * (floor + floor);
   }
@@ -91,24 +128,30 @@ RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& measured) {
   }
   if (fastest_zero > 0) {
     const double s = row_seconds(serial, shape.bytes, false, rates);
-    estimate.allocator_seconds = shape.allocator_runs * 2 * rounds_of(s / fastest_zero) * s;
+    // Its two rows side by side where one-thread rows are: one row's time a round.
+    const int rows_at_a_time = shape.side_by_side >= 2 ? 2 : 1;
+    estimate.allocator_seconds = shape.allocator_runs * (2 / rows_at_a_time) * rounds_of(shape, s / fastest_zero) * s;
   }
   estimate.seconds = estimate.rows_seconds + estimate.fixed_seconds + estimate.allocator_seconds;
   return estimate;
 }
 
-std::string describe(const RunEstimate& estimate, const MeasuredRates& rates) {
-  char rates_text[320];
+std::string describe(const RunEstimate& estimate, const MeasuredRates& rates, std::size_t side_by_side) {
+  char rates_text[400];
   std::snprintf(rates_text, sizeof rates_text,
                 "one thread %.1f GB/s on base pages and %.1f on huge pages (a value item by item %.1f and %.1f), every "
-                "thread %.1f faulting (%.1f on base pages) and %.1f writing, freeing %.1f and %.1f",
+                "thread %.1f faulting (%.1f on base pages, %.1f and %.1f populating) and %.1f writing, freeing %.1f and %.1f",
                 rates.serial_gb_per_s, rates.serial_huge_gb_per_s, rates.serial_value_gb_per_s,
                 rates.serial_value_huge_gb_per_s, rates.parallel_gb_per_s, rates.parallel_base_gb_per_s,
-                rates.faulted_gb_per_s, rates.free_gb_per_s, rates.free_huge_gb_per_s);
+                rates.populate_gb_per_s, rates.populate_huge_gb_per_s, rates.faulted_gb_per_s, rates.free_gb_per_s,
+                rates.free_huge_gb_per_s);
+  const std::string beside =
+      side_by_side >= 2 ? ", one-thread rows " + std::to_string(side_by_side) + " side by side" : std::string();
   return "about " + minutes(estimate.seconds) + " (the ranked rows " + minutes(estimate.rows_seconds) +
          ", the limit, fills and repeat scenario " + minutes(estimate.fixed_seconds) +
          (estimate.allocator_seconds > 0 ? ", the other allocators " + minutes(estimate.allocator_seconds) : "") +
-         "): a model from rates measured just now (" + rates_text + "), each row's rounds as the adaptive rule would give them";
+         "): a model from rates measured just now (" + rates_text + "), each row's rounds as the adaptive rule would give them" +
+         beside;
 }
 
 }  // namespace memcost::probe

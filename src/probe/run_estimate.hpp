@@ -30,11 +30,19 @@ struct MeasuredRates {
   // 0: not measured, priced as memset.
   double serial_value_gb_per_s = 0;
   double serial_value_huge_gb_per_s = 0;
+  // Every thread's MADV_POPULATE_WRITE over fresh base pages and fresh THP: on the 16-vCPU GPU host
+  // the populate rows faulted 32 GiB in at 6-8 GB/s where make_big_array's touch ran at 58, and
+  // pricing them at the touch's rate left 20 s of a 70 s run out. 0: not measured, priced as the touch.
+  double populate_gb_per_s = 0;
+  double populate_huge_gb_per_s = 0;
 };
 
 struct EstimatedRow {
-  bool serial = false;      // one thread does the work
-  bool huge_pages = false;  // on THP or hugetlb
+  bool serial = false;          // one thread does the work
+  bool huge_pages = false;      // on THP or hugetlb
+  bool populate_write = false;  // every thread's MADV_POPULATE_WRITE faults it in
+  bool one_thread = false;      // measured side by side with other such rows (RunShape::side_by_side)
+  bool one_thread_when_zero = false;  // so for a zero array only
 };
 
 struct RunShape {
@@ -46,6 +54,9 @@ struct RunShape {
   int allocator_runs = 0;  // other allocators, each two serial rows, zero only
   bool fixed_reps = false;
   int reps = 0;            // with fixed_reps
+  // One-thread rows measured at once (strategy_rounds.hpp): a batch takes as long as its slowest
+  // row, and the run's first batch adds one row measured alone (the check).
+  std::size_t side_by_side = 1;
 };
 
 struct RunEstimate {
@@ -58,6 +69,6 @@ struct RunEstimate {
 [[nodiscard]] int expected_rounds(double times_the_fastest);
 [[nodiscard]] RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& rates);
 // "about 6 min (rows 4.1 min, ...)": for the line printed at the start.
-[[nodiscard]] std::string describe(const RunEstimate& estimate, const MeasuredRates& rates);
+[[nodiscard]] std::string describe(const RunEstimate& estimate, const MeasuredRates& rates, std::size_t side_by_side = 1);
 
 }  // namespace memcost::probe

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <stdexcept>
 #include <atomic>
 #include <fstream>
 #include <thread>
@@ -124,4 +126,31 @@ TEST(ReleaseStdout, TheReaderSeesTheEndBeforeTheWriterEnds) {
   EXPECT_EQ(read_text, "all said\n");
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// Work in a child of its own: its answer comes back whole (larger than a pipe holds), its memory
+// is not the parent's, and a child that threw or was killed says how it ended.
+TEST(Child, AnswersWholeInItsOwnAddressSpaceAndSaysHowItEnded) {
+  int in_parent = 1;
+  memcost::os::Child child = memcost::os::start_child([&in_parent] {
+    in_parent = 2;  // the child's copy
+    return std::string(1 << 20, 'x');
+  });
+  ASSERT_TRUE(child.why_not.empty()) << child.why_not;
+  std::string error;
+  const auto answer = memcost::os::finish_child(child, error);
+  ASSERT_TRUE(answer.has_value()) << error;
+  EXPECT_EQ(answer->size(), std::size_t{1} << 20);
+  EXPECT_EQ(in_parent, 1);
+
+  memcost::os::Child thrower = memcost::os::start_child([]() -> std::string { throw std::runtime_error("no"); });
+  EXPECT_FALSE(memcost::os::finish_child(thrower, error).has_value());
+  EXPECT_EQ(error, "its work threw");
+
+  memcost::os::Child killed = memcost::os::start_child([]() -> std::string {
+    raise(SIGKILL);
+    return "never";
+  });
+  EXPECT_FALSE(memcost::os::finish_child(killed, error).has_value());
+  EXPECT_EQ(error.rfind("killed by signal 9", 0), 0U) << error;
 }

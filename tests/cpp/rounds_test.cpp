@@ -70,3 +70,26 @@ TEST(Rounds, TheMedianOfEvenAndOddCounts) {
   EXPECT_DOUBLE_EQ(memcost::probe::median_of({4, 1, 2, 3}), 2.5);
   EXPECT_DOUBLE_EQ(memcost::probe::median_of({}), 0);
 }
+
+namespace memcost::probe {
+namespace {
+
+// One-thread rows side by side: asked, or half the CPUs, within the budget and a third of the limit.
+TEST(SideBySide, HalfTheCpusWithinTheBudgetAndAThirdOfTheLimit) {
+  constexpr std::size_t GiB = std::size_t{1} << 30;
+  EXPECT_EQ(side_by_side_width({.cpus = 2}), 1U);  // a 2-vCPU guest: every row alone, as before
+  EXPECT_EQ(side_by_side_width({.cpus = 16}), 8U);
+  EXPECT_EQ(side_by_side_width({.cpus = 17}), 8U);
+  // The 16-vCPU GPU host at 32 GiB: a 103.7 GB budget holds three arrays.
+  EXPECT_EQ(side_by_side_width({.cpus = 16, .budget_bytes = 103'753'049'292, .array_bytes = 32 * GiB}), 3U);
+  // Its writing: four rows at 5.3 GB/s under a third of 64.8; a fifth would pass it.
+  EXPECT_EQ(side_by_side_width({.cpus = 16, .budget_bytes = 1000 * GiB, .array_bytes = GiB, .one_thread_gb_per_s = 5.3,
+                                .limit_gb_per_s = 64.8}),
+            4U);
+  EXPECT_EQ(side_by_side_width({.cpus = 16, .budget_bytes = GiB / 2, .array_bytes = GiB}), 1U);  // never below one
+  EXPECT_EQ(side_by_side_width({.cpus = 16, .one_thread_gb_per_s = 40, .limit_gb_per_s = 64.8}), 1U);
+  EXPECT_EQ(side_by_side_width({.asked = 3, .cpus = 2}), 3U);  // --side-by-side is taken as given
+}
+
+}  // namespace
+}  // namespace memcost::probe

@@ -131,6 +131,8 @@ def summarize(samples: list) -> dict:
             "verified": all(m["verified"] for m in metrics),
             "stopped": (settled.get((name, init)) or {}).get("reason"),
             "host_reporting_overlaps_kept": sum(1 for m in metrics if m.get("host_reporting_overlap_kept")),
+            # The most rows it was measured beside at once, itself included (1: always alone).
+            "side_by_side": max(int(m.get("side_by_side") or 1) for m in metrics),
         })
     # Rows that reused memory an earlier row freed are not fresh allocations: listed, not ranked.
     rows.sort(key=lambda r: (r["init"] != "zero", reused(r), r["median_s"]))
@@ -150,7 +152,20 @@ def summarize(samples: list) -> dict:
                for init in {i for (label, i, _) in round_limits_ if label == "glibc"}}
     return {"limit_gb_per_s": limit, "limit_method": limit_method, "limit_by_init": by_init, "rows": rows, "retaken_repetitions": retaken, "auto_choice": auto_choice(samples, rows),
             "repeat": summarize_repeat(samples), "fills": summarize_fills(samples, limit),
-            "outliers": find_outliers(samples), "headline": headline(rows)}
+            "outliers": find_outliers(samples), "headline": headline(rows), "side_by_side": side_by_side(samples)}
+
+
+def side_by_side(samples: list) -> Optional[dict]:
+    """How the main run measured its one-thread rows: how many at once, and its check (the first
+    batch's first row alone, then beside the others); None where every row ran alone unchecked."""
+    width = next((s for s in samples if s["case"]["part"] == "side_by_side" and not s["metrics"].get("checked_by_main_run")),
+                 None)
+    check = next((s for s in samples if s["case"]["part"] == "side_by_side_check"), None)
+    if width is None or (width["metrics"]["rows"] < 2 and check is None):
+        return None
+    return {"rows": width["metrics"]["rows"], "cpus": width["case"]["cpus"], "asked": width["case"]["asked"] or None,
+            "check": None if check is None else {"strategy": check["case"]["strategy"], "init": check["case"]["init"],
+                                                 **check["metrics"]}}
 
 
 TIE_MIN_ROUNDS = 3  # fewer paired rounds than this cannot tell a tie from a difference

@@ -39,8 +39,13 @@ OPTIONS = [
            quick=4, parse=arguments.positive_int),
     Option("repeat", "most iterations of the repeat scenario: the array made, initialized and freed again (default "
                      "10; unless --reps is given, a variant stops by the ranked rows' rule, the floor as the fastest: "
-                     "known within ±10 %% after 4, or taking 3 times its floor in every pair (5 times after 3); --quick "
+                     "known within ±10 %% after 4, or taking 3 times its floor in every pair (5 times after 3, 15 after 2); --quick "
                      "5; 0: none)", quick=5, parse=arguments.non_negative_int),
+    Option("side_by_side", "one-thread rows (new[], std::vector, malloc + memset, calloc, mmap + memset) measured at "
+                           "once, each in a process of its own (default: at most half the CPUs, as many arrays as the "
+                           "budget holds, their writing under a third of the machine's limit; the run's first batch "
+                           "checked against one row measured alone; 1: every row alone)",
+           parse=arguments.positive_int, metavar="N"),
     Option("no_allocators", "skip the runs under other allocators", flag_only=True, to_probe=None),
     budget_option(),
     *hugepage_options(),
@@ -82,6 +87,7 @@ def measure(values: dict, directory) -> dict:
                                 "bigarray")
         samples = list(run.samples)
         fastest = _fastest_flag(samples)  # the main run's alone: an allocator's reuse rows are no yardstick
+        fastest += _side_by_side_flags(samples)
         for label, extra_env in variants:
             # Zero-init only: the allocator decides how memory arrives; the value pass is the same code.
             extra = run_with_progress("bigarray", EXPERIMENT.probe_arguments({**values, **_allocator_values(values)})
@@ -127,6 +133,17 @@ def _fastest_flag(samples: list) -> list[str]:
     return ["--fastest-s", f"{fastest:.9f}"] if fastest else []
 
 
+def _side_by_side_flags(samples: list) -> list[str]:
+    """An allocator's run measures its one-thread rows as the main run did: side by side, without a
+    check of its own, where the main run's check held; alone where it failed; its own choice and
+    check where the main run made none."""
+    width = next((s["metrics"]["rows"] for s in samples if s["case"].get("part") == "side_by_side"), 1)
+    check = next((s["metrics"] for s in samples if s["case"].get("part") == "side_by_side_check"), None)
+    if check is None:
+        return []
+    return ["--side-by-side", str(width), "--side-by-side-checked"] if check["kept"] else ["--side-by-side", "1"]
+
+
 def analyze(samples: list) -> tuple[dict, list]:
     from ..analysis import bigarray as analysis
     summary = analysis.summarize(samples)
@@ -168,7 +185,8 @@ def tables(summary: dict) -> list[Table]:
                        if limit else f"{format_bytes(rows[0]['size_bytes'])}, {init} initialization — ranked")
             result.append((caption, ["#", "strategy", "seconds", "× fastest (95 %)", "reps", "GB/s", "of limit", "faults",
                                      "huge", "first 1 %", "free s"],
-                           [["reuse" if r["rank"] is None else f"{r['rank']}{' (tied)' if r.get('tied') else ''}", r["strategy"],
+                           [["reuse" if r["rank"] is None else f"{r['rank']}{' (tied)' if r.get('tied') else ''}",
+                             r["strategy"] + (" ‖" if (r.get("side_by_side") or 1) > 1 else ""),
                              number(r["median_s"], 3), _vs_fastest(r), _reps(r), number(r["gb_per_s"], 1),
                              _of_limit(r), number(r["faults"]),
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
@@ -253,6 +271,28 @@ def _picks(fill: dict) -> str:
     return ", ".join(f"{method} ×{every.count(method)}" for method in sorted(set(every), key=every.count, reverse=True))
 
 
+def _side_by_side_lines(summary: dict) -> list[str]:
+    """How the one-thread rows were measured, where not one at a time, and what the check found."""
+    side = summary.get("side_by_side")
+    if not side:
+        return []
+    marked = sorted({r["strategy"] for r in summary["rows"] if (r.get("side_by_side") or 1) > 1})
+    lines = [f"‖ measured side by side, up to {side['rows']} at once, each in a process of its own (its own clock, faults "
+             f"and CPU; the machine's events shared): {', '.join(marked) or 'none'}"
+             + ("" if side.get("asked") else f" — {side['rows']} of {side['cpus']} CPUs: at most half the CPUs, the "
+                "arrays within the budget, their writing under a third of the limit")]
+    check = side.get("check")
+    if check:
+        ratio = check["beside_s"] / check["alone_s"] if check["alone_s"] else float("nan")
+        lines.append(f"side-by-side check: {check['strategy']} ({check['init']}) took {check['alone_s']:.3f} s alone and "
+                     f"{check['beside_s']:.3f} s beside {len(check['rows']) - 1} other row"
+                     f"{'s' if len(check['rows']) > 2 else ''} ({ratio:.2f}×): "
+                     + ("within 1.10×, so the rows measured side by side are kept" if check["kept"] else
+                        "over 1.10×, so that batch's side-by-side times were not kept and every row was measured alone "
+                        "after it"))
+    return lines
+
+
 def notes(summary: dict) -> list[str]:
     from ..analysis.bigarray import outlier_lines, reused
     lines = outlier_lines(summary)
@@ -260,6 +300,7 @@ def notes(summary: dict) -> list[str]:
     if estimate:
         lines.append(f"the run took {estimate['actual_s'] / 60:.1f} min; estimated at the start "
                      f"{estimate['estimated_s'] / 60:.1f} min ({estimate['ratio']:.2f}× the estimate)")
+    lines += _side_by_side_lines(summary)
     kept = sorted({r["strategy"] for r in summary["rows"] if reused(r)})
     if kept:
         lines.append(f"{', '.join(kept)}: far fewer faults than the array has pages — the allocator kept the memory an "

@@ -1,12 +1,15 @@
 """`memcost bigarray` with the real probe, on a small array."""
 
 import json
+import os
+import subprocess
 
 import matplotlib.image
 import pytest
 
 from conftest import probe_cases, run_memcost, run_probe
 from memcost import exit_codes
+from memcost.probe import probe_path
 from memcost.results import load_document
 
 ROW_FIELDS = {"strategy", "init", "median_s", "gb_per_s", "ratio_to_limit", "faults", "huge_fraction", "first_percent_s"}
@@ -360,3 +363,121 @@ def test_the_fill_methods_take_turns_in_an_order_shuffled_each_round_from_the_se
     assert all(sorted(order) == ["automatic", "memset", "nontemporal", "stores"] for order in orders)
     assert len({tuple(order) for order in orders}) > 1  # with this seed the rounds' orders differ
     assert _fill_orders(11) == orders
+
+
+def _samples(stdout: str, part: str) -> list[dict]:
+    records = (json.loads(line) for line in stdout.splitlines())
+    return [r for r in records if r.get("type") == "sample" and (r.get("case") or {}).get("part") == part]
+
+
+def test_one_thread_rows_measured_side_by_side_each_count_their_own_faults_and_are_checked_once():
+    """--side-by-side 3: the one-thread rows of a round run at once, each in a process of its own; each
+    row's faults are its own process's (a 32 MiB mmap + memset is 8,192 faults, not the batch's sum);
+    the run's first batch is checked against its first row measured alone, once; the parallel rows
+    stay alone."""
+    result = run_probe("bigarray", "--size", "32M", "--inits", "zero", "--reps", "2", "--repeat", "0", "--limit-reps", "1",
+                       "--strategies", "new[],malloc+memset,mmap+memset,mmap+parallel memset", "--side-by-side", "3")
+    assert result.returncode == 0, result.stderr
+    [width] = _samples(result.stdout, "side_by_side")
+    assert width["metrics"]["rows"] == 3 and width["case"]["asked"] == 3
+    [check] = _samples(result.stdout, "side_by_side_check")
+    assert len(check["metrics"]["rows"]) == 3 and check["metrics"]["alone_s"] > 0
+    assert check["metrics"]["kept"] == (check["metrics"]["beside_s"] <= 1.10 * check["metrics"]["alone_s"])
+    strategies = _samples(result.stdout, "strategy")
+    pages = (32 << 20) // 4096
+    for sample in strategies:
+        name, beside = sample["case"]["strategy"], sample["metrics"]["side_by_side"]
+        assert sample["metrics"]["verified"], name
+        if name == "mmap + parallel memset":
+            assert beside == 1
+        elif name == "mmap + memset" and sample["metrics"]["minor_faults"] is not None:
+            assert sample["metrics"]["minor_faults"] == pytest.approx(pages, rel=0.02), sample
+    if check["metrics"]["kept"]:
+        # The checked row's round-1 repetition is its alone one; the other rows' are side by side.
+        # (A THP row, where THP is usable, is the only one-thread row of its page size: alone.)
+        first_round = {s["case"]["strategy"]: s["metrics"]["side_by_side"] for s in strategies if s["case"]["rep"] == 0}
+        assert first_round[check["case"]["strategy"]] == 1
+        assert sorted(v for k, v in first_round.items() if " [" not in k and "parallel" not in k) == [1, 3, 3]
+        assert all(v == 1 for k, v in first_round.items() if " [" in k or "parallel" in k)
+    # Every row has its two rounds, whatever the check said.
+    counts = {}
+    for sample in strategies:
+        counts[sample["case"]["strategy"]] = counts.get(sample["case"]["strategy"], 0) + 1
+    assert all(n == 2 for n in counts.values()), counts
+
+
+def test_a_failed_side_by_side_check_measures_every_row_alone_from_then_on():
+    """The check failed on purpose (MEMCOST_INJECT_FAILURE=side_by_side_check, the probe's test hook):
+    a warning, the batch's side-by-side times not kept, its other rows measured again alone in the
+    same round (with --reps 2 every row still has its two), every later repetition alone."""
+    result = subprocess.run([str(probe_path()), "bigarray", "--size", "16M", "--inits", "zero", "--reps", "2", "--repeat", "0",
+                             "--limit-reps", "1", "--strategies", "new[],malloc+memset,mmap+memset", "--side-by-side", "3"],
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "MEMCOST_INJECT_FAILURE": "side_by_side_check"})
+    assert result.returncode == 0, result.stderr
+    [check] = _samples(result.stdout, "side_by_side_check")
+    assert check["metrics"]["kept"] is False
+    warnings = [json.loads(line) for line in result.stdout.splitlines() if '"side_by_side_slower"' in line]
+    assert len(warnings) == 1 and "every row is measured alone from here" in warnings[0]["message"]
+    strategies = _samples(result.stdout, "strategy")
+    assert all(s["metrics"]["side_by_side"] == 1 for s in strategies)
+    counts = {}
+    for sample in strategies:
+        counts[sample["case"]["strategy"]] = counts.get(sample["case"]["strategy"], 0) + 1
+    assert all(n == 2 for n in counts.values()), counts  # the batch's other rows measured again, alone
+
+
+def test_rows_side_by_side_after_a_main_runs_check_each_count_their_own_faults():
+    """--side-by-side-checked (an allocator's run after a main run whose check held): no check of its
+    own, every round's one-thread rows of a page size at once, each in a process of its own, its
+    faults its own (a 32 MiB mmap + memset is 8,192 faults, not the batch's 24,576)."""
+    result = run_probe("bigarray", "--size", "32M", "--inits", "zero", "--reps", "2", "--repeat", "0", "--limit-reps", "1",
+                       "--strategies", "new[],malloc+memset,mmap+memset", "--side-by-side", "3", "--side-by-side-checked")
+    assert result.returncode == 0, result.stderr
+    assert not _samples(result.stdout, "side_by_side_check")
+    [width] = _samples(result.stdout, "side_by_side")
+    assert width["metrics"] == {"rows": 3, "checked_by_main_run": True}
+    base = [s for s in _samples(result.stdout, "strategy") if " [" not in s["case"]["strategy"]]
+    assert len(base) == 6 and all(s["metrics"]["side_by_side"] == 3 and s["metrics"]["verified"] for s in base)
+    pages = (32 << 20) // 4096
+    for sample in base:
+        if sample["case"]["strategy"] == "mmap + memset" and sample["metrics"]["minor_faults"] is not None:
+            assert sample["metrics"]["minor_faults"] == pytest.approx(pages, rel=0.02), sample
+
+
+def test_the_side_by_side_rows_are_marked_the_check_said_and_followed_by_the_allocators_runs():
+    from memcost.analysis.bigarray import summarize
+    from memcost.experiments.bigarray import _side_by_side_flags, notes, tables
+
+    def row(name, rep, seconds, beside):
+        sample = _strategy_sample(rep, seconds, {})
+        sample["case"]["strategy"] = name
+        sample["metrics"].update(free_s=0.1, minor_faults=100, system_s=0.1, huge_fraction=0.0, verified=True,
+                                 side_by_side=beside)
+        return sample
+    width = {"case": {"part": "side_by_side", "asked": 0, "cpus": 16}, "metrics": {"rows": 3, "checked_by_main_run": False}}
+    check = {"case": {"part": "side_by_side_check", "strategy": "new[]", "init": "zero", "rep": 0},
+             "metrics": {"alone_s": 16.0, "beside_s": 16.8, "rows": ["new[]", "std::vector", "mmap + memset"],
+                         "rows_elapsed_s": [16.8, 17.0, 16.5], "kept": True}}
+    samples = [width, check, row("new[]", 0, 16.0, 1), row("std::vector", 0, 17.0, 3), row("mmap + memset", 0, 16.5, 3),
+               row("make_big_array auto", 0, 0.6, 1)]
+    summary = summarize(samples)
+    beside = {r["strategy"]: r["side_by_side"] for r in summary["rows"]}
+    assert beside == {"new[]": 1, "std::vector": 3, "mmap + memset": 3, "make_big_array auto": 1}
+    assert summary["side_by_side"]["rows"] == 3 and summary["side_by_side"]["check"]["kept"] is True
+    [(_, _, cells)] = [t for t in tables(summary) if "zero initialization" in t[0]]
+    names = [c[1] for c in cells]
+    assert "std::vector ‖" in names and "new[]" in names and "make_big_array auto" in names
+    lines = notes(summary)
+    assert any(line.startswith("‖ measured side by side, up to 3 at once") and "mmap + memset, std::vector" in line
+               and "3 of 16 CPUs" in line for line in lines), lines
+    assert any("new[] (zero) took 16.000 s alone and 16.800 s beside 2 other rows (1.05×)" in line
+               and "kept" in line for line in lines), lines
+    assert _side_by_side_flags(samples) == ["--side-by-side", "3", "--side-by-side-checked"]
+    check["metrics"]["kept"] = False
+    assert _side_by_side_flags(samples) == ["--side-by-side", "1"]
+    assert any("every row was measured alone after it" in line for line in notes(summarize(samples)))
+    assert _side_by_side_flags([width]) == []  # no check made: an allocator's run makes its own
+    # A run where every row was alone and nothing checked says nothing of it.
+    alone = {**width, "metrics": {"rows": 1, "checked_by_main_run": False}}
+    assert summarize([alone, row("new[]", 0, 16.0, 1)])["side_by_side"] is None

@@ -388,7 +388,13 @@ def test_the_gpu_host_bench_judges_each_figure_of_the_done_when():
                 "estimate": {"estimated_s": 300.0, "actual_s": 330.0, "ratio": 1.1}}
     checks = bench.bigarray_checks(bigarray, wall_s=361.0)
     assert verdicts(checks) == {"zero initialization": True, "value initialization": False,
-                                "memcost bigarray at its defaults within 6 minutes": False}, checks
+                                "memcost bigarray at its defaults within 6 minutes": False,
+                                "its estimate, printed at the start, within ±30 % of the run": True}, checks
+    bigarray["estimate"]["ratio"] = 0.3  # the seed's 32 GiB estimate: 3.9 min for a run of 1.2
+    bigarray["side_by_side"] = {"rows": 3, "check": {"strategy": "new[]", "alone_s": 16.0, "beside_s": 16.5, "kept": True}}
+    checks = bench.bigarray_checks(bigarray, wall_s=300.0)
+    assert verdicts(checks)["its estimate, printed at the start, within ±30 % of the run"] is False
+    assert any(c["measured"] == "3 at once; check: new[] 16.0 s alone, 16.5 s beside (kept)" for c in checks), checks
     assert any(c["measured"].startswith("touch: ") for c in checks)
     trace = {"pinning": [{"call": "cudaHostAlloc"}],
              "touching": [{"site": "cudaHostAlloc (ioctl) ← allocate_staging (cuda_pinning.cu:24)"}]}

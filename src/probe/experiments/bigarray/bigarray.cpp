@@ -8,6 +8,7 @@
 // (machine_limit.cpp), the repeat scenario (repeat.cpp) and the ranked rows' rounds
 // (strategy_rounds.cpp). Here: the flags, the run's estimate and the plan.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -46,6 +47,13 @@ void declare(CLI::App& command, Settings& s) {
   command.add_flag("--libc-only", s.libc_only, "only the strategies that go through malloc/new (for other allocators)");
   command.add_option("--allocator-runs", s.allocator_runs, "runs under other allocators that will follow this one "
                      "(for the run's estimate, printed at the start)")->check(CLI::Range(0, 100));
+  command.add_option("--side-by-side", s.side_by_side, "one-thread rows measured at once, each in a process of its own "
+                     "(0, the default: at most half the CPUs, as many arrays as the budget holds, their writing under a "
+                     "third of the machine's limit; checked against one row measured alone; 1: every row alone)")
+      ->check(CLI::Range(0, 64))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // an allocator's run: the front end's value last
+  command.add_flag("--side-by-side-checked", s.side_by_side_checked, "the main run's side-by-side check held: an "
+                   "allocator's run measures its rows side by side without a check of its own");
   command.add_option("--repeat", s.repeat, "iterations of the repeat scenario: allocate, initialize, free (0: none)")
       ->check(CLI::Range(0, 1000));
   command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
@@ -113,6 +121,22 @@ MeasuredRates calibrate_once(unsigned threads) {
   parallel_memset(static_cast<unsigned char*>(base.address), small_parallel_bytes, threads, 0x11);
   rates.parallel_base_gb_per_s = static_cast<double>(small_parallel_bytes) / static_cast<double>(measure::now_ns() - start);
   (void)os::release(base.address, base.size_bytes);
+  // Every thread's MADV_POPULATE_WRITE, as the populate rows fault in; 0 where the kernel refuses it.
+  for (os::PageKind kind : {os::PageKind::base, os::PageKind::thp}) {
+    os::MapRequest request{small_parallel_bytes, kind};
+    request.alignment_bytes = std::size_t{2} << 20;
+    os::Mapping populated = os::map(request);
+    if (!populated.status.ok()) return {};
+    constexpr std::size_t chunk = std::size_t{2} << 20;
+    std::atomic<bool> refused{false};
+    start = measure::now_ns();
+    parallel_for(threads, small_parallel_bytes / chunk, [&](std::size_t first, std::size_t last) {
+      if (!os::populate_write(static_cast<char*>(populated.address) + first * chunk, (last - first) * chunk).ok()) refused = true;
+    });
+    const double gb_per_s = static_cast<double>(small_parallel_bytes) / static_cast<double>(measure::now_ns() - start);
+    (kind == os::PageKind::base ? rates.populate_gb_per_s : rates.populate_huge_gb_per_s) = refused ? 0 : gb_per_s;
+    (void)os::release(populated.address, populated.size_bytes);
+  }
   return rates;
 }
 
@@ -126,23 +150,27 @@ MeasuredRates calibrate(unsigned threads) {
           std::max(first.free_gb_per_s, second.free_gb_per_s), std::max(first.free_huge_gb_per_s, second.free_huge_gb_per_s),
           std::max(first.parallel_base_gb_per_s, second.parallel_base_gb_per_s),
           std::max(first.serial_value_gb_per_s, second.serial_value_gb_per_s),
-          std::max(first.serial_value_huge_gb_per_s, second.serial_value_huge_gb_per_s)};
+          std::max(first.serial_value_huge_gb_per_s, second.serial_value_huge_gb_per_s),
+          std::max(first.populate_gb_per_s, second.populate_gb_per_s),
+          std::max(first.populate_huge_gb_per_s, second.populate_huge_gb_per_s)};
 }
 
 // The run's estimate, said before it starts (a warning, printed at once) and kept (a sample).
 void say_estimate(const Settings& s, Emitter& emitter, const std::vector<NamedStrategy>& chosen, std::size_t bytes,
-                  unsigned threads) {
-  if (s.libc_only) return;  // an allocator's run: the main run's estimate counted it
+                  unsigned threads, const MeasuredRates& rates, std::size_t side_by_side) {
   RunShape shape{.bytes = bytes, .rows = {}, .inits = static_cast<int>(s.inits.size()), .limit_reps = s.limit_reps,
-                 .repeat = s.repeat, .allocator_runs = s.allocator_runs, .fixed_reps = s.reps > 0, .reps = s.reps};
+                 .repeat = s.repeat, .allocator_runs = s.allocator_runs, .fixed_reps = s.reps > 0, .reps = s.reps,
+                 .side_by_side = side_by_side};
   for (const NamedStrategy& strategy : chosen) {
-    const bool parallel = strategy.name.find("parallel") != std::string::npos || strategy.name.starts_with("make_big_array");
-    shape.rows.push_back({.serial = !parallel, .huge_pages = strategy.huge_pages});
+    shape.rows.push_back({.serial = strategy.serial_writes,
+                          .huge_pages = strategy.huge_pages,
+                          .populate_write = strategy.name.find(os::populate_write_call()) != std::string::npos,
+                          .one_thread = strategy.one_thread,
+                          .one_thread_when_zero = strategy.one_thread_when_zero});
   }
-  const MeasuredRates rates = calibrate(threads);
   const RunEstimate estimate = estimate_run(shape, rates);
   if (estimate.seconds <= 0) return;
-  emitter.warning("estimate", describe(estimate, rates));
+  emitter.warning("estimate", describe(estimate, rates, side_by_side));
   emitter.sample({{"part", "estimate"}, {"size_bytes", bytes}, {"threads", threads}},
                  {{"seconds", estimate.seconds}, {"rows_seconds", estimate.rows_seconds},
                   {"fixed_seconds", estimate.fixed_seconds}, {"allocator_seconds", estimate.allocator_seconds},
@@ -151,7 +179,9 @@ void say_estimate(const Settings& s, Emitter& emitter, const std::vector<NamedSt
                   {"free_gb_per_s", rates.free_gb_per_s}, {"free_huge_gb_per_s", rates.free_huge_gb_per_s},
                   {"parallel_base_gb_per_s", rates.parallel_base_gb_per_s},
                   {"serial_value_gb_per_s", rates.serial_value_gb_per_s},
-                  {"serial_value_huge_gb_per_s", rates.serial_value_huge_gb_per_s}});
+                  {"serial_value_huge_gb_per_s", rates.serial_value_huge_gb_per_s},
+                  {"populate_gb_per_s", rates.populate_gb_per_s}, {"populate_huge_gb_per_s", rates.populate_huge_gb_per_s},
+                  {"side_by_side", side_by_side}});
 }
 
 std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
@@ -161,11 +191,20 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
   const std::size_t count = bytes / sizeof(WorkItem);
   if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
   const auto chosen = chosen_strategies(s, usable_page_kinds(bytes, emitter));
-  say_estimate(s, emitter, *chosen, bytes, threads);
+  // An allocator's run neither estimates (the main run's estimate counted it) nor calibrates.
+  const MeasuredRates rates = s.libc_only ? MeasuredRates{} : calibrate(threads);
+  // Rows side by side run in child processes: where there are none (Windows), every row alone.
+  const std::size_t side_by_side = !os::can_start_children() ? 1 : side_by_side_width(
+      {.asked = s.side_by_side, .cpus = os::logical_cpu_count(), .budget_bytes = budget.budget_bytes, .array_bytes = bytes,
+       .one_thread_gb_per_s = std::max(rates.serial_huge_gb_per_s, rates.serial_gb_per_s),
+       .limit_gb_per_s = rates.faulted_gb_per_s});
+  emitter.sample({{"part", "side_by_side"}, {"asked", s.side_by_side}, {"cpus", os::logical_cpu_count()}},
+                 {{"rows", side_by_side}, {"checked_by_main_run", s.side_by_side_checked}});
+  if (!s.libc_only) say_estimate(s, emitter, *chosen, bytes, threads, rates, side_by_side);
   std::vector<Step> steps;
   add_limit_and_fill_steps(steps, s, emitter, bytes, threads);
   add_repeat_steps(steps, s, emitter, bytes, budget, threads);
-  add_strategy_steps(steps, s, emitter, chosen, count, threads);
+  add_strategy_steps(steps, s, emitter, chosen, count, threads, side_by_side, s.side_by_side_checked);
   return steps;
 }
 

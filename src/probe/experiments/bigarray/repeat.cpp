@@ -86,8 +86,10 @@ std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std
   };
 }
 
-// The repeat scenario: each iteration of a variant paired with a floor taken beside it.
-constexpr int kRepeatMinIterations = 3;
+// The repeat scenario: each iteration of a variant paired with a floor taken beside it. Adaptive, a
+// variant has 3 iterations at least, 2 when its second took 15 times its floor or more (one
+// thread faulting 32 GiB in afresh each time on the 16-vCPU host: about 18 s against 0.6).
+constexpr int kRepeatMinIterations = 2;
 // Fills by each fill method before the floor takes the fastest (by median).
 constexpr int kFloorChoiceTurns = 5;
 
@@ -131,9 +133,9 @@ struct RepeatTimes {
 // of two fills pays or saves falls on both alike. Adaptive (no --reps): a variant stops once the
 // pairs after its first iteration (the one that pays the first faults) settle as a ranked row does
 // (probe/rounds.hpp), the floor being the fastest (a ratio of 1): known within ±10 %, or at least
-// 3 times the floor in every pair, 5 times with two pairs (the variants that fault their memory in
-// afresh each time: at 4 GiB, 3.4 s an iteration against 0.16); at least kRepeatMinIterations
-// iterations, --repeat at most.
+// 3 times the floor in every pair, 5 times with two pairs, 15 times with one (the variants that
+// fault their memory in afresh each time: at 4 GiB, 3.4 s an iteration against 0.16); at least
+// kRepeatMinIterations iterations, --repeat at most.
 RepeatTimes time_repeat(const RepeatVariant& variant, const RepeatVariant& floor, std::size_t elements, int repeat,
                         bool adaptive) {
   RepeatTimes times;

@@ -23,6 +23,10 @@ struct Settings {
   unsigned threads = 0;
   bool libc_only = false;
   int repeat = 10;  // iterations of the repeat scenario (0: leave it out)
+  // One-thread rows measured at once (strategy_rounds.hpp): 0 chooses (side_by_side_width), 1 each
+  // alone. `side_by_side_checked`: the main run's check held already (an allocator's run skips its own).
+  std::size_t side_by_side = 0;
+  bool side_by_side_checked = false;
   int allocator_runs = 0;  // runs under other allocators the front end will add: for the estimate
   std::uint64_t order_seed = probe::fresh_seed();  // the ranked rows' order, round by round
 };

@@ -80,53 +80,59 @@ std::string malloc_implementation() {
 
 std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
   std::vector<NamedStrategy> list = {
-      {"new[]", "libc",
-       [](const StrategyInputs& c) {
+      {.name = "new[]", .family = "libc",
+       .make = [](const StrategyInputs& c) {
          auto* items = new WorkItem[c.count];  // one constructor per element, on one thread
          if (!c.zero) std::fill(items, items + c.count, value_item);
          return BuiltArray{items, [items] { delete[] items; }, "libc"};
-       }},
-      {"std::vector", "libc",
-       [](const StrategyInputs& c) {
+       }, .one_thread = true, .serial_writes = true},
+      {.name = "std::vector", .family = "libc",
+       .make = [](const StrategyInputs& c) {
          auto vector = std::make_shared<std::vector<WorkItem>>();
          if (c.zero) vector->resize(c.count);
          else vector->assign(c.count, value_item);
          return BuiltArray{vector->data(), [vector]() mutable { vector.reset(); }, "libc"};
-       }},
-      {"make_unique_for_overwrite + parallel fill", "libc",
-       [](const StrategyInputs& c) {
+       }, .one_thread = true, .serial_writes = true},
+      {.name = "make_unique_for_overwrite + parallel fill", .family = "libc",
+       .make = [](const StrategyInputs& c) {
          // Default-initialization still runs WorkItem's constructor (the atomic's initializer), serially.
          std::shared_ptr<WorkItem[]> items(std::make_unique_for_overwrite<WorkItem[]>(c.count).release(),
                                            std::default_delete<WorkItem[]>());
          parallel_for(c.threads, c.count, [&](std::size_t first, std::size_t last) { fill_items(items.get(), first, last, c.zero); });
          return BuiltArray{items.get(), [items]() mutable { items.reset(); }, "libc"};
-       }},
-      {"malloc + memset", "libc",
-       [](const StrategyInputs& c) {
+       },
+       .serial_writes = true},  // the constructors, on one thread, before the parallel fill
+      {.name = "malloc + memset", .family = "libc",
+       .make = [](const StrategyInputs& c) {
          auto* items = static_cast<WorkItem*>(std::malloc(c.count * sizeof(WorkItem)));
          if (!items) throw ProbeError(exit_not_enough_memory, "out_of_memory", "malloc failed");
          measure::keep_writes(items);  // else the compiler turns malloc + memset(0) into calloc, which writes nothing
          fill_items(items, 0, c.count, c.zero);
          return BuiltArray{items, [items] { std::free(items); }, "libc"};
-       }},
-      {"calloc + first touch", "libc",
-       [](const StrategyInputs& c) {
+       }, .one_thread = true, .serial_writes = true},
+      {.name = "calloc + first touch", .family = "libc",
+       .make = [](const StrategyInputs& c) {
          auto* items = static_cast<WorkItem*>(std::calloc(c.count, sizeof(WorkItem)));
          if (!items) throw ProbeError(exit_not_enough_memory, "out_of_memory", "calloc failed");
          if (c.zero) os::touch_pages(items, c.count * sizeof(WorkItem), os::base_page_size());
          else fill_items(items, 0, c.count, false);
          return BuiltArray{items, [items] { std::free(items); }, "libc"};
-       }},
+       }, .one_thread = true, .serial_writes = true},
   };
   for (os::PageKind kind : kinds) {
     std::string suffix = kind == os::PageKind::system ? "" : std::string(" [") + os::page_kind_name(kind) + "]";
     const bool huge = kind != os::PageKind::system;
-    list.push_back({"mmap + memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, false, false); }, huge});
+    list.push_back({.name = "mmap + memset" + suffix, .family = "os",
+                    .make = [kind](const StrategyInputs& c) { return from_os(c, kind, false, false, false); },
+                    .huge_pages = huge, .one_thread = true, .serial_writes = true});
     list.push_back({"mmap + parallel memset" + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, false); }, huge});
     // MAP_POPULATE faults the range in before the THP advice applies (os::MapRequest::populate):
     // a thp row would get base pages, so it is not offered.
     if (kind != os::PageKind::thp) {
-      list.push_back({os::populate_at_map_call() + suffix, "os", [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); }, huge});
+      // The kernel populates on the calling thread; a value is then written on every thread.
+      list.push_back({.name = os::populate_at_map_call() + suffix, .family = "os",
+                      .make = [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); },
+                      .huge_pages = huge, .one_thread_when_zero = true, .serial_writes = true});
     }
     list.push_back({std::string("parallel ") + os::populate_write_call() + suffix, "os",
                     [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, true); }, huge});

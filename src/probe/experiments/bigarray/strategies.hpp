@@ -43,6 +43,13 @@ struct NamedStrategy {
   std::string family;  // "libc" strategies also run under other allocators
   Strategy make;
   bool huge_pages = false;  // asks for huge pages (THP or hugetlb): it runs in the rounds' huge-page group
+  // Does all its work, allocating, initializing and freeing, on the calling thread: such rows may be
+  // measured side by side, each in a process of its own (strategy_rounds.hpp).
+  bool one_thread = false;
+  bool one_thread_when_zero = false;  // so for a zero array only (MAP_POPULATE: a value is written on every thread)
+  // Most of its writing is done by one thread: the run's estimate prices it at one thread's rate.
+  bool serial_writes = false;
+  [[nodiscard]] bool one_thread_for(bool zero) const { return one_thread || (zero && one_thread_when_zero); }
 };
 
 // Every strategy, with its mmap rows for each of `kinds`.

@@ -2,12 +2,17 @@
 #include "probe/experiments/bigarray/strategy_rounds.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <optional>
 #include <set>
 #include <string>
 
 #include "memcost/big_array.hpp"
 #include "memcost/measure.hpp"
+#include "os/os.hpp"
 #include "probe/experiments/bigarray/machine_limit.hpp"
 #include "probe/experiments/bigarray/work_item.hpp"
 #include "probe/rounds.hpp"
@@ -15,22 +20,23 @@
 namespace memcost::probe::bigarray {
 namespace {
 
-// One strategy's repetition, measured once: allocate and initialize, check, free. Null when the
-// strategy failed (said once in a warning).
-json measure_strategy_once(Emitter& emitter, const NamedStrategy& strategy, std::size_t count, unsigned threads,
-                           bool zero_init, std::set<std::string>& failed) {
+// One strategy's repetition as measured: its metrics, or why the strategy could not do its work.
+struct Measured {
+  json metrics;  // null when the strategy failed
+  std::string failure;
+};
+
+// One strategy's repetition, measured once: allocate and initialize, check, free. `beside`: the
+// rows measured at once, this one included (each in a process of its own: measure_side_by_side).
+Measured measure_strategy_once(const NamedStrategy& strategy, std::size_t count, unsigned threads, bool zero_init,
+                               std::size_t beside = 1) {
   StrategyInputs inputs{count, threads, zero_init};
   const MachineEvents events_before = machine_events();
   auto before = measure::take_snapshot({.machine = false});
   BuiltArray made = strategy.make(inputs);
   auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
   const json events = events_between(events_before, machine_events());
-  if (!made.failure.empty()) {
-    if (failed.insert(strategy.name).second) {
-      emitter.warning("strategy_failed", strategy.name + " failed and is left out of the ranking: " + made.failure);
-    }
-    return nullptr;
-  }
+  if (!made.failure.empty()) return {nullptr, made.failure};
   bool ok = verified(made.items, count, zero_init);
   auto backing = measure::backing_of(made.items, count * sizeof(WorkItem));
   auto free_start = measure::now_ns();
@@ -45,7 +51,8 @@ json measure_strategy_once(Emitter& emitter, const NamedStrategy& strategy, std:
                   {"verified", ok},
                   {"page_kind", made.page_kind},
                   {"malloc", malloc_implementation()},
-                  {"events", events}};
+                  {"events", events},
+                  {"side_by_side", beside}};
   if (made.first_percent_s >= 0) metrics["first_percent_s"] = made.first_percent_s;
   if (!made.auto_choice.empty()) {
     metrics["auto_choice"] = made.auto_choice;
@@ -53,7 +60,20 @@ json measure_strategy_once(Emitter& emitter, const NamedStrategy& strategy, std:
     metrics["auto_initialization"] = made.initialization;
     metrics["auto_initialization_reason"] = made.initialization_reason;
   }
-  return metrics;
+  return {metrics, ""};
+}
+
+void warn_failed_once(Emitter& emitter, const std::string& name, const std::string& failure, std::set<std::string>& failed) {
+  if (failed.insert(name).second) {
+    emitter.warning("strategy_failed", name + " failed and is left out of the ranking: " + failure);
+  }
+}
+
+json strategy_case(const Settings& s, const NamedStrategy& strategy, std::size_t count, unsigned threads, bool zero_init,
+                   int rep) {
+  return {{"part", "strategy"}, {"strategy", strategy.name}, {"family", strategy.family},
+          {"allocator", strategy.family == "libc" ? s.label : ""}, {"init", zero_init ? "zero" : "value"},
+          {"size_bytes", count * sizeof(WorkItem)}, {"rep", rep}, {"threads", threads}};
 }
 
 // One strategy's repetition, reported; its seconds (none when the strategy failed). Taken again
@@ -70,8 +90,12 @@ std::optional<double> measure_strategy(Emitter& emitter, const Settings& s, cons
   json metrics, raced = json::array();
   bool overlap_kept = false;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    metrics = measure_strategy_once(emitter, strategy, count, threads, zero_init, failed);
-    if (metrics.is_null()) return std::nullopt;
+    Measured measured = measure_strategy_once(strategy, count, threads, zero_init);
+    if (measured.metrics.is_null()) {
+      warn_failed_once(emitter, strategy.name, measured.failure, failed);
+      return std::nullopt;
+    }
+    metrics = std::move(measured.metrics);
     const json& reported = metrics["events"]["host_reported_bytes"];
     if (!reported.is_number() || reported.get<std::uint64_t>() < host_reporting_race_bytes) break;
     if (metrics["elapsed_s"].get<double>() >= kRetakeBelowS) {
@@ -83,11 +107,40 @@ std::optional<double> measure_strategy(Emitter& emitter, const Settings& s, cons
   metrics["raced_with_host_reporting"] = std::move(raced);
   metrics["host_reporting_overlap_kept"] = overlap_kept;
   const double seconds = metrics["elapsed_s"].get<double>();
-  emitter.sample({{"part", "strategy"}, {"strategy", strategy.name}, {"family", strategy.family},
-                  {"allocator", strategy.family == "libc" ? s.label : ""}, {"init", zero_init ? "zero" : "value"},
-                  {"size_bytes", count * sizeof(WorkItem)}, {"rep", rep}, {"threads", threads}},
-                 metrics);
+  emitter.sample(strategy_case(s, strategy, count, threads, zero_init, rep), metrics);
   return seconds;
+}
+
+// One-thread rows measured side by side, each in a child process of its own, started together:
+// each counts its own faults and CPU, and no row's mapping calls wait on another's address space
+// (two threads of one process here touching 1 GiB each took 1.4-3.9 s where two processes took
+// 1.4-1.7, one alone 1.1-1.3). The results in the rows' order; a child that died is a failure
+// saying how.
+std::vector<Measured> measure_side_by_side(const std::vector<const NamedStrategy*>& rows, std::size_t count, bool zero_init) {
+  std::vector<os::Child> children;
+  for (const NamedStrategy* row : rows) {
+    children.push_back(os::start_child([row, count, zero_init, beside = rows.size()] {
+      Measured measured;
+      try {
+        measured = measure_strategy_once(*row, count, 1, zero_init, beside);
+      } catch (const std::exception& error) {  // out of memory, say: this row's failure, not the run's
+        measured = {nullptr, error.what()};
+      }
+      return json{{"metrics", measured.metrics}, {"failure", measured.failure}}.dump();
+    }));
+  }
+  std::vector<Measured> results;
+  for (os::Child& child : children) {
+    std::string error;
+    const auto answer = os::finish_child(child, error);
+    const json parsed = answer ? json::parse(*answer, nullptr, false) : json();
+    if (!parsed.is_object() || !parsed.contains("metrics") || !parsed.contains("failure")) {
+      results.push_back({nullptr, "its process beside the others " + (answer ? "answered nothing readable" : error)});
+      continue;
+    }
+    results.push_back({parsed["metrics"], parsed["failure"].get<std::string>()});
+  }
+  return results;
 }
 
 // The rows of one initialization as their rounds go: each row's seconds so far, and whether it has
@@ -176,14 +229,133 @@ void warm_up_huge_pages(std::size_t bytes, unsigned threads) {
   measure::keep_writes(warm.data());
 }
 
+// One-thread rows measured side by side: at most `width` at once, and only while the run's check
+// holds (measure_batch).
+struct SideBySide {
+  std::size_t width = 1;
+  bool checked = false;  // the run's first batch of two or more was checked against one row alone
+  bool alone = false;    // the check failed: every row alone from then on
+};
+
+// A row measured beside others may take this much longer than alone before the run stops measuring
+// rows side by side: a single repetition's noise on a quiet host is a few per cent.
+constexpr double kBesideSlowerAtMost = 1.10;
+
+// The probe's test hook (tests/python/e2e/test_bigarray.py): with MEMCOST_INJECT_FAILURE containing
+// "side_by_side_check" the check fails whatever it measured.
+bool check_failure_injected() {
+  const char* failing = std::getenv("MEMCOST_INJECT_FAILURE");
+  return failing && std::strstr(failing, "side_by_side_check");
+}
+
+// A batch of one-thread rows of one round: those still going, measured side by side. The run's
+// first such batch of two or more is checked: its first row is measured alone first (a repetition
+// like any), then beside the others; if beside took more than kBesideSlowerAtMost times alone, the
+// rows slowed one another: the batch's side-by-side times are not kept (they stay in the check's
+// sample), its other rows are measured again, alone, and every row is alone from then on.
+void measure_batch(Emitter& emitter, const Settings& s, const std::vector<NamedStrategy>& chosen,
+                   const std::vector<std::size_t>& batch, RowsInRounds& rows, SideBySide& side_by_side,
+                   std::size_t count, unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
+  std::vector<std::size_t> going;
+  for (std::size_t index : batch) {
+    if (!rows.failed[index] && rows.settled[index] == Settled::no) going.push_back(index);
+  }
+  auto alone = [&](std::size_t index) {
+    auto seconds = measure_strategy(emitter, s, chosen[index], count, threads, zero_init, rep, failed);
+    if (seconds) rows.seconds[index].push_back(*seconds);
+    else rows.failed[index] = true;
+    return seconds;
+  };
+  if (going.size() < 2 || side_by_side.alone) {
+    for (std::size_t index : going) (void)alone(index);
+    return;
+  }
+  std::optional<double> alone_s;
+  if (!side_by_side.checked) {
+    alone_s = alone(going.front());
+    if (!alone_s) return;  // failed, said once; the rest of the batch goes on in the next round
+  }
+  std::vector<const NamedStrategy*> strategies;
+  for (std::size_t index : going) strategies.push_back(&chosen[index]);
+  std::vector<Measured> results = measure_side_by_side(strategies, count, zero_init);
+  bool keep = true;
+  if (!side_by_side.checked) {
+    side_by_side.checked = true;
+    const double beside_s = results.front().metrics.is_null() ? 0 : results.front().metrics["elapsed_s"].get<double>();
+    keep = beside_s > 0 && beside_s <= kBesideSlowerAtMost * *alone_s && !check_failure_injected();
+    json names = json::array(), seconds = json::array();
+    for (std::size_t i = 0; i < going.size(); ++i) {
+      names.push_back(chosen[going[i]].name);
+      seconds.push_back(results[i].metrics.is_null() ? json(nullptr) : results[i].metrics["elapsed_s"]);
+    }
+    emitter.sample({{"part", "side_by_side_check"}, {"strategy", chosen[going.front()].name},
+                    {"init", zero_init ? "zero" : "value"}, {"rep", rep}},
+                   {{"alone_s", *alone_s}, {"beside_s", beside_s}, {"rows", names}, {"rows_elapsed_s", seconds},
+                    {"kept", keep}});
+    if (!keep) {
+      side_by_side.alone = true;
+      char ratio[16];
+      std::snprintf(ratio, sizeof ratio, "%.2f", beside_s > 0 ? beside_s / *alone_s : 0.0);
+      const std::size_t others = going.size() - 1;
+      emitter.warning("side_by_side_slower", chosen[going.front()].name + " took " + ratio + "x as long beside " +
+                                                 std::to_string(others) + " other one-thread row" + (others > 1 ? "s" : "") +
+                                                 " as alone: every row is measured alone from here");
+      for (std::size_t i = 1; i < going.size(); ++i) (void)alone(going[i]);  // this round's, again, alone
+      return;
+    }
+  }
+  for (std::size_t i = 0; i < going.size(); ++i) {
+    const std::size_t index = going[i];
+    if (alone_s && i == 0) continue;  // its repetition this round was the one measured alone
+    if (results[i].metrics.is_null()) {
+      warn_failed_once(emitter, chosen[index].name, results[i].failure, failed);
+      rows.failed[index] = true;
+      continue;
+    }
+    results[i].metrics["raced_with_host_reporting"] = json::array();
+    const json& reported = results[i].metrics["events"]["host_reported_bytes"];
+    results[i].metrics["host_reporting_overlap_kept"] =
+        reported.is_number() && reported.get<std::uint64_t>() >= host_reporting_race_bytes;
+    rows.seconds[index].push_back(results[i].metrics["elapsed_s"].get<double>());
+    emitter.sample(strategy_case(s, chosen[index], count, threads, zero_init, rep), results[i].metrics);
+  }
+}
+
+// A round's steps: each row on its own, except one-thread rows, gathered `width` at a time within
+// their page-size group, each batch where its first row falls.
+std::vector<std::vector<std::size_t>> batches_of_round(const std::vector<NamedStrategy>& chosen,
+                                                        const std::vector<std::size_t>& grouped, std::size_t width,
+                                                        bool zero_init) {
+  std::vector<std::vector<std::size_t>> batches;
+  std::vector<bool> placed(chosen.size(), false);
+  for (std::size_t at = 0; at < grouped.size(); ++at) {
+    const std::size_t index = grouped[at];
+    if (placed[index]) continue;
+    std::vector<std::size_t> batch{index};
+    placed[index] = true;
+    for (std::size_t next = at + 1; chosen[index].one_thread_for(zero_init) && next < grouped.size() && batch.size() < width;
+         ++next) {
+      const NamedStrategy& other = chosen[grouped[next]];
+      if (other.one_thread_for(zero_init) && other.huge_pages == chosen[index].huge_pages && !placed[grouped[next]]) {
+        batch.push_back(grouped[next]);
+        placed[grouped[next]] = true;
+      }
+    }
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
 }  // namespace
 
 // Every chosen strategy, for each initialization asked for, round by round, each round's order
 // shuffled from --order-seed (probe/rounds.hpp), so that the host's slow minutes fall on every
 // strategy alike. Rounds go on while any row has not settled (adaptive), or --reps times.
 void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& emitter,
-                        const std::shared_ptr<std::vector<NamedStrategy>>& chosen, std::size_t count, unsigned threads) {
+                        const std::shared_ptr<std::vector<NamedStrategy>>& chosen, std::size_t count, unsigned threads,
+                        std::size_t side_by_side_rows, bool side_by_side_checked) {
   auto failed = std::make_shared<std::set<std::string>>();  // strategies already reported as failed
+  auto side_by_side = std::make_shared<SideBySide>(SideBySide{.width = std::max<std::size_t>(1, side_by_side_rows), .checked = side_by_side_checked});
   const StoppingRule rule = s.reps > 0 ? StoppingRule::fixed(s.reps) : StoppingRule{};
   const auto order = probe::interleaved_order(chosen->size(), rule.max_rounds, s.order_seed);
   for (const std::string& init : s.inits) {
@@ -201,19 +373,21 @@ void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& em
         emitter.sample({{"part", "round_limit"}, {"label", s.label}, {"init", init}, {"rep", rep}, {"threads", threads}},
                        round_limit(std::min(count * sizeof(WorkItem), kRoundLimitBytes), threads, init == "zero"));
       }});
-      for (std::size_t index : grouped_by_page_size(*chosen, order[static_cast<std::size_t>(rep)], rep % 2 == 0)) {
-        if ((*chosen)[index].huge_pages && index == first_huge_row(*chosen, order[static_cast<std::size_t>(rep)])) {
+      const auto& round_order = order[static_cast<std::size_t>(rep)];
+      const auto grouped = grouped_by_page_size(*chosen, round_order, rep % 2 == 0);
+      for (auto& batch : batches_of_round(*chosen, grouped, side_by_side->width, zero_init)) {
+        if ((*chosen)[batch.front()].huge_pages && batch.front() == first_huge_row(*chosen, grouped)) {
           steps.push_back({"huge-page warm-up (round " + std::to_string(rep + 1) + ")", [rows, chosen, count, threads] {
             if (!any_going(*rows, *chosen, true) || !any_going(*rows, *chosen, false)) return;
             warm_up_huge_pages(count * sizeof(WorkItem), threads);
           }});
         }
-        steps.push_back({(*chosen)[index].name + (zero_init ? " (zero)" : " (value)"),
-                         [&emitter, &s, chosen, failed, index, count, threads, zero_init, rep, rows] {
-                           if (rows->failed[index] || rows->settled[index] != Settled::no) return;
-                           auto seconds = measure_strategy(emitter, s, (*chosen)[index], count, threads, zero_init, rep, *failed);
-                           if (seconds) rows->seconds[index].push_back(*seconds);
-                           else rows->failed[index] = true;
+        std::string label;
+        for (std::size_t index : batch) label += (label.empty() ? "" : " | ") + (*chosen)[index].name;
+        steps.push_back({label + (zero_init ? " (zero)" : " (value)"),
+                         [&emitter, &s, chosen, failed, batch, count, threads, zero_init, rep, rows, side_by_side] {
+                           measure_batch(emitter, s, *chosen, batch, *rows, *side_by_side, count, threads, zero_init, rep,
+                                         *failed);
                          }});
       }
     }
