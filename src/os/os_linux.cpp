@@ -246,6 +246,7 @@ Child start_child(const std::function<std::string()>& work) {
     return child;
   }
   std::fflush(nullptr);  // nothing buffered is written twice
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     child.why_not = std::string("fork: ") + std::strerror(errno);
@@ -255,6 +256,8 @@ Child start_child(const std::function<std::string()>& work) {
   }
   if (pid == 0) {
     close(answer[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a child outlives no parent killed mid-measure
+    if (getppid() != parent) _exit(4);  // the parent died before the line above
     int status = 0;
     try {
       const std::string text = work();
