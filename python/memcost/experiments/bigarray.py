@@ -86,12 +86,12 @@ def measure(values: dict, directory) -> dict:
         run = run_with_progress("bigarray", EXPERIMENT.probe_arguments(values) + ["--allocator-runs", str(len(variants))],
                                 "bigarray")
         samples = list(run.samples)
-        fastest = _fastest_flag(samples)  # the main run's alone: an allocator's reuse rows are no yardstick
-        fastest += _side_by_side_flags(samples)
+        # The main run's fastest alone (an allocator's reuse rows are no yardstick), and its side-by-side verdict.
+        allocator_flags = _fastest_flag(samples) + _side_by_side_flags(samples)
         for label, extra_env in variants:
             # Zero-init only: the allocator decides how memory arrives; the value pass is the same code.
             extra = run_with_progress("bigarray", EXPERIMENT.probe_arguments({**values, **_allocator_values(values)})
-                                      + ["--libc-only", "--label", label] + fastest,
+                                      + ["--libc-only", "--label", label] + allocator_flags,
                                       f"bigarray ({label})", env={**os.environ, **extra_env})
             samples += extra.samples
     params["probe_settings"] = run.settings
