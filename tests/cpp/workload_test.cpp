@@ -53,6 +53,24 @@ TEST(Workload, ACommandWaitsAtTheDoorUntilLetGo) {
   EXPECT_EQ(workload.targets(), std::vector<pid_t>{workload.pid()});
 }
 
+// A command killed while it waits at the door (a Ctrl-C to the whole process group during the
+// tracer's set-up) has closed its end: letting it go must not kill the tracer with SIGPIPE (it did,
+// found by a CI run's Ctrl-C at 4.2 s under ASan); its end says how it ended.
+TEST(Workload, ACommandKilledAtTheDoorLeavesTheTracerStanding) {
+  const auto previous = std::signal(SIGPIPE, SIG_DFL);  // as the probe runs: SIGPIPE would kill it
+  Workload workload;
+  Failure why;
+  ASSERT_TRUE(workload.start({"sh", "-c", "exit 0"}, {}, -1, -1, why)) << why.message();
+  ASSERT_EQ(kill(workload.pid(), SIGKILL), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // dead, its descriptors closed
+  (void)workload.let_go(why);
+  ASSERT_TRUE(wait_for_end(workload));
+  Result result;
+  workload.collect(result);
+  EXPECT_EQ(result.signal, SIGKILL);
+  std::signal(SIGPIPE, previous);
+}
+
 TEST(Workload, ItsExitStatusIsAShellsAndItsUsageTheKernels) {
   for (const auto& [script, code, signal] : {std::tuple{"exit 3", 3, 0}, std::tuple{"kill -9 $$", 137, 9}}) {
     Workload workload;

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <csignal>
@@ -36,8 +37,11 @@ Workload::~Workload() {
 
 bool Workload::start(const std::vector<std::string>& command, const std::vector<EnvironmentChange>& environment,
                      int stdout_fd, int inherited_fd, Failure& why) {
-  if (pipe2(go_, O_CLOEXEC) != 0 || pipe2(exec_error_, O_CLOEXEC) != 0) {
-    why = errno_failure("pipe2");
+  // The door is a socket pair, not a pipe: a command killed while it waits (a Ctrl-C to the
+  // process group during a slow set-up) has closed its end, and the tracer's send must fail, not
+  // raise SIGPIPE and kill the tracer (MSG_NOSIGNAL; a pipe's write has no such flag).
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go_) != 0 || pipe2(exec_error_, O_CLOEXEC) != 0) {
+    why = errno_failure("socketpair");
     return false;
   }
   const pid_t tracer = getpid();
@@ -111,7 +115,7 @@ bool Workload::let_go(Failure& why) {
     stat_before_ = stat_last_ = read_process_stat(pid_);
     return true;
   }
-  (void)!write(go_[1], "x", 1);
+  (void)!send(go_[1], "x", 1, MSG_NOSIGNAL);  // EPIPE where the command died at the door: its end says how
   close(std::exchange(go_[1], -1));
   if (read(exec_error_[0], &faults_before_exec_, sizeof(faults_before_exec_)) != static_cast<ssize_t>(sizeof(faults_before_exec_))) {
     faults_before_exec_ = 0;
