@@ -8,7 +8,6 @@
 // (machine_limit.cpp), the repeat scenario (repeat.cpp) and the ranked rows' rounds
 // (strategy_rounds.cpp). Here: the flags, the run's estimate and the plan.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -127,12 +126,8 @@ MeasuredRates calibrate_once(unsigned threads) {
     request.alignment_bytes = std::size_t{2} << 20;
     os::Mapping populated = os::map(request);
     if (!populated.status.ok()) return {};
-    constexpr std::size_t chunk = std::size_t{2} << 20;
-    std::atomic<bool> refused{false};
     start = measure::now_ns();
-    parallel_for(threads, small_parallel_bytes / chunk, [&](std::size_t first, std::size_t last) {
-      if (!os::populate_write(static_cast<char*>(populated.address) + first * chunk, (last - first) * chunk).ok()) refused = true;
-    });
+    const bool refused = !populate_on_every_thread(populated.address, small_parallel_bytes, std::size_t{2} << 20, threads).empty();
     const double gb_per_s = static_cast<double>(small_parallel_bytes) / static_cast<double>(measure::now_ns() - start);
     (kind == os::PageKind::base ? rates.populate_gb_per_s : rates.populate_huge_gb_per_s) = refused ? 0 : gb_per_s;
     (void)os::release(populated.address, populated.size_bytes);
@@ -164,7 +159,7 @@ void say_estimate(const Settings& s, Emitter& emitter, const std::vector<NamedSt
   for (const NamedStrategy& strategy : chosen) {
     shape.rows.push_back({.serial = strategy.serial_writes,
                           .huge_pages = strategy.huge_pages,
-                          .populate_write = strategy.name.find(os::populate_write_call()) != std::string::npos,
+                          .populate_write = strategy.populate_write,
                           .one_thread = strategy.one_thread,
                           .one_thread_when_zero = strategy.one_thread_when_zero});
   }

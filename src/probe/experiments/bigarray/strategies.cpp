@@ -41,13 +41,7 @@ BuiltArray from_os(const StrategyInputs& c, os::PageKind kind, bool populate, bo
   if (!mapping.status.ok()) throw ProbeError(exit_unsupported, "map_failed", mapping.status.message());
   auto* items = static_cast<WorkItem*>(mapping.address);
   if (populate_write) {
-    std::mutex lock;
-    std::string failure;
-    parallel_for(c.threads, mapped / page, [&](std::size_t first, std::size_t last) {
-      os::Status status = populate_write_or_injected(static_cast<char*>(mapping.address) + first * page, (last - first) * page);
-      std::lock_guard<std::mutex> hold(lock);
-      if (!status.ok() && failure.empty()) failure = status.message();
-    });
+    const std::string failure = populate_on_every_thread(mapping.address, mapped, page, c.threads);
     // A zero-init row that populated nothing would read back zero and rank first: it failed.
     if (!failure.empty()) {
       (void)os::release(mapping.address, mapping.size_bytes);
@@ -68,6 +62,17 @@ BuiltArray from_os(const StrategyInputs& c, os::PageKind kind, bool populate, bo
 }
 
 }  // namespace
+
+std::string populate_on_every_thread(void* address, std::size_t bytes, std::size_t page, unsigned threads) {
+  std::mutex lock;
+  std::string failure;
+  parallel_for(threads, bytes / page, [&](std::size_t first, std::size_t last) {
+    os::Status status = populate_write_or_injected(static_cast<char*>(address) + first * page, (last - first) * page);
+    std::lock_guard<std::mutex> hold(lock);
+    if (!status.ok() && failure.empty()) failure = status.message();
+  });
+  return failure;
+}
 
 std::string malloc_implementation() {
   static const std::pair<const char*, const char*> signatures[] = {
@@ -134,8 +139,9 @@ std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds) {
                       .make = [kind](const StrategyInputs& c) { return from_os(c, kind, true, true, false); },
                       .huge_pages = huge, .one_thread_when_zero = true, .serial_writes = true});
     }
-    list.push_back({std::string("parallel ") + os::populate_write_call() + suffix, "os",
-                    [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, true); }, huge});
+    list.push_back({.name = std::string("parallel ") + os::populate_write_call() + suffix, .family = "os",
+                    .make = [kind](const StrategyInputs& c) { return from_os(c, kind, false, true, true); },
+                    .huge_pages = huge, .populate_write = true});
   }
   // The library's ladder takes huge pages wherever a kind of them is usable here.
   const bool ladder_has_huge_pages = kinds.size() > 1;

@@ -49,11 +49,17 @@ struct NamedStrategy {
   bool one_thread_when_zero = false;  // so for a zero array only (MAP_POPULATE: a value is written on every thread)
   // Most of its writing is done by one thread: the run's estimate prices it at one thread's rate.
   bool serial_writes = false;
+  bool populate_write = false;  // every thread's MADV_POPULATE_WRITE faults it in (the estimate's own rate)
   [[nodiscard]] bool one_thread_for(bool zero) const { return one_thread || (zero && one_thread_when_zero); }
 };
 
 // Every strategy, with its mmap rows for each of `kinds`.
 std::vector<NamedStrategy> strategies(const std::vector<os::PageKind>& kinds);
+
+// `bytes` at `address` faulted in by MADV_POPULATE_WRITE, `page` bytes at a time, shared among
+// `threads`; the first refusal's message, or "" (MEMCOST_INJECT_FAILURE containing
+// "populate_write" refuses it, as a kernel older than 5.14 does: the probe's test hook).
+std::string populate_on_every_thread(void* address, std::size_t bytes, std::size_t page, unsigned threads);
 
 // The malloc this process runs on, told by the entry points only it exports, so that a row
 // measured under a preloaded allocator is known to have been.
