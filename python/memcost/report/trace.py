@@ -127,9 +127,10 @@ def verification_lines(summary: dict) -> list[str]:
     verification = summary.get("verification")
     if not verification:
         return []
-    if verification.get("refused"):
-        return [f"Not verified: the command was refused, {verification['refused']}."]
+    # Advice that no rerun could apply is said with its reason whether or not the command was refused.
     unverified = [f"Unverified: {u['kind']} at {readable(u['site'])}: {u['reason']}." for u in verification["unverifiable"]]
+    if verification.get("refused"):
+        return [f"Not verified: the command was refused, {verification['refused']}."] + unverified
     if not verification["variants"]:
         return unverified or ["Verified: no advice was worth a rerun."]
     baseline = verification["baseline"]

@@ -630,3 +630,13 @@ def test_stack_records_name_their_frames_by_id_each_frame_sent_once_and_old_resu
     stacks = trace_records.stacks_of(samples)
     assert stacks == {1: [helper, main], 2: [main], 3: [helper]}
     assert trace_records.read(samples).stacks == stacks
+
+
+def test_advice_no_rerun_could_apply_is_said_with_its_reason_even_when_the_command_was_refused():
+    from memcost.report.trace import verification_lines
+    growth = {"site": "grow (app.c:3)", "kind": "growth", "estimated_saving_ms": 10.0, "verified": False,
+              "reason": "only the source can reserve the final size"}
+    refused = {"refused": "its own run time varies too much to compare", "variants": [], "unverifiable": [growth]}
+    lines = verification_lines({"verification": refused})
+    assert lines[0].startswith("Not verified: the command was refused, its own run time varies")
+    assert "Unverified: growth at grow (app.c:3): only the source can reserve the final size." in lines
