@@ -4,7 +4,7 @@ command and checked: a benchmark, not a test (CI has no GPU, and no session that
 was lent one). Run it where a GPU is:
 
     python3 bench/gpu_host.py [--size 32G] [--bundle DIR] [--out DIR] [--steps pinned,bigarray,trace,torch,overhead]
-        [--hugetlb] [--quick] [--pinned-rounds N] [--python PYTHON] [--order-seed N]
+        [--hugetlb] [--quick] [--pinned-rounds N] [--verify-rounds N] [--python PYTHON] [--order-seed N]
 
 The steps run one after the other, each in a process of its own, nothing built beside them:
   pinned    `memcost pinned --size SIZE`: every way to pin SIZE, ranked (docs/pinned.md); with
@@ -358,6 +358,7 @@ class Runner:
                 log.write(line)
             code = process.wait()
         wall_s = time.monotonic() - started
+        print(f"bench/gpu_host.py: {step} took {wall_s:.1f} s (exit {code})", flush=True)  # for planning a lent machine's minutes
         return code, wall_s, json.loads(document.read_text()) if code == 0 and document.exists() else None
 
 
@@ -384,6 +385,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a rehearsal: fewer rounds, `bigarray --quick`")
     parser.add_argument("--pinned-rounds", type=int,
                         help="rounds of `memcost pinned` (default its own, 3; --quick 2): fewer where device time is short")
+    parser.add_argument("--verify-rounds", type=int, default=5,
+                        help="rounds of the torch step's --verify (default 5): fewer where device time is short")
     parser.add_argument("--trace-bytes", default="1073741824", help="bytes the traced CUDA program pins each way")
     parser.add_argument("--python", default=sys.executable,
                         help="the Python with PyTorch that the torch and overhead steps run (default: this one)")
@@ -397,6 +400,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         parse_size(args.size)
     except ValueError as error:
         parser.error(f"--size {args.size}: {error}")
+    if args.verify_rounds < 2:
+        parser.error("--verify-rounds takes a whole number of at least 2")
     if args.pinned_rounds is not None and args.pinned_rounds < 1:
         parser.error("--pinned-rounds takes a whole number of at least 1")
     if args.bundle and not (args.bundle / "bin" / "memcost-probe").is_file():
@@ -442,7 +447,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     documents.append(document)
                     checks += trace_checks(document["summary"])
         if "torch" in steps:
-            code, _, document = runner.memcost("torch", "trace", "--verify", "5", "--verify-only", "pinned_memory", "--",
+            code, _, document = runner.memcost("torch", "trace", "--verify", str(args.verify_rounds), "--verify-only", "pinned_memory", "--",
                                                args.python,
                                                str(ROOT / "bench" / "data" / "torch_pinning.py"), args.trace_bytes)
             if document is None:
