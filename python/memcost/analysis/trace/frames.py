@@ -283,8 +283,16 @@ def runtime_flags_missing(trace: Trace) -> list[str]:
     if any(frame.get("kind") == "jit" for frames in trace.stacks.values() for frame in frames):
         return []  # a perf map was read: what it does not name is code it never listed (stubs, regexps)
     missing = set()
+    # A trace's stacks share their frame objects: each distinct frame's runtime is found once.
+    runtime_by_frame: dict[int, Optional[str]] = {}
+
+    def runtime(frame: dict) -> Optional[str]:
+        key = id(frame)
+        if key not in runtime_by_frame:
+            runtime_by_frame[key] = runtime_of(frame)
+        return runtime_by_frame[key]
     for frames in trace.stacks.values():
-        runtimes = {runtime_of(frame) for frame in frames if frame.get("kind") != "jit"} & set(RUNTIME_FLAGS)
+        runtimes = {runtime(frame) for frame in frames if frame.get("kind") != "jit"} & set(RUNTIME_FLAGS)
         if not runtimes:
             continue
         unnamed = any(not frame.get("module") and frame.get("address") for frame in frames)
