@@ -90,7 +90,8 @@ static struct {
   object *(*frame_back)(object *);
   object *(*frame_code)(object *);
   int (*frame_line)(object *);
-  object *(*attribute)(object *, const char *);
+  object *(*attribute)(object *, object *);
+  object *(*string)(const char *);
   const char *(*utf8)(object *, ssize_t *);
   void (*decref)(object *);
   void (*error_fetch)(object **, object **, object **);
@@ -129,11 +130,11 @@ static int find_interpreter(struct dl_phdr_info *info, size_t size, void *data) 
 static void find_python(void) {
   void **slots[] = {(void **)&py.is_initialized, (void **)&py.gil_held, (void **)&py.this_thread,
                     (void **)&py.thread_frame, (void **)&py.frame_back, (void **)&py.frame_code,
-                    (void **)&py.frame_line, (void **)&py.attribute, (void **)&py.utf8, (void **)&py.decref,
+                    (void **)&py.frame_line, (void **)&py.attribute, (void **)&py.string, (void **)&py.utf8, (void **)&py.decref,
                     (void **)&py.error_fetch, (void **)&py.error_restore};
   const char *names[] = {"Py_IsInitialized", "PyGILState_Check", "PyGILState_GetThisThreadState",
                          "PyThreadState_GetFrame", "PyFrame_GetBack", "PyFrame_GetCode", "PyFrame_GetLineNumber",
-                         "PyObject_GetAttrString", "PyUnicode_AsUTF8AndSize", "Py_DecRef", "PyErr_Fetch",
+                         "PyObject_GetAttr", "PyUnicode_FromString", "PyUnicode_AsUTF8AndSize", "Py_DecRef", "PyErr_Fetch",
                          "PyErr_Restore"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     if (!(*slots[i] = dlsym(RTLD_DEFAULT, names[i]))) return;
@@ -173,28 +174,52 @@ static const char *tail(const char *name, ssize_t length, size_t most, uint16_t 
   return name;
 }
 
-/* What walking the frames allocates (3.11+ makes frame objects on demand; a name looked up is a
-   new string) comes from glibc's malloc while it runs, not from CPython's own allocator: a big
-   call may come from inside that allocator (pymalloc growing its arena table, or its radix tree
-   a node, calls calloc or realloc), and pymalloc may not be entered again there (`import torch`
-   died in pymalloc_alloc, one run in ten). What is freed goes to CPython's own free, which hands
-   a block that is not in its arenas to glibc and only reads its tables to tell. Set with the GIL
-   held (python_stack's callers), so no other thread uses the object domains meanwhile. Where a
-   hook wraps CPython's allocator (its debug allocator, -X dev, tracemalloc: their context is not
-   null) the walk is not made: the hook would be handed a block it did not allocate. */
+/* While the frames are walked, CPython's allocator is not entered at all: a call may come from
+   inside it (pymalloc growing its arena table, or its radix tree a node, calls calloc or realloc),
+   and pymalloc may not be entered again there. What the walk allocates (3.11+ makes frame objects
+   on demand) comes from glibc's malloc; what survives the walk is freed later by CPython's free,
+   which hands a block that is not in its arenas to glibc. What the walk frees goes back to glibc
+   only if the walk allocated it; a block from before the walk that the walk lets go of (an
+   attribute lookup's cache dropping the name it held, that name's last reference) is left
+   allocated, and one is never grown (that realloc fails): handing either to pymalloc in the middle
+   of its own work corrupted its pools (traced `import torch` died in pymalloc_alloc in 3 of
+   about 50 runs made four at once, CPython 3.11.7; before the walk allocated from glibc, one in
+   ten alone). Set with the GIL held (python_stack's callers), so no other thread uses the
+   object domains meanwhile. Where a hook wraps CPython's allocator (its debug allocator, -X dev,
+   tracemalloc: their context is not null) the walk is not made: the hook would be handed a block
+   it did not allocate. */
 static struct allocator python_objects, python_memory; /* CPython's, while swapped out */
-static void *walk_malloc(void *context, size_t size) { (void)context; return __libc_malloc(size ? size : 1); }
+enum { WALK_BLOCKS = 512 };
+static void *walk_blocks[WALK_BLOCKS]; /* the GIL holder's walk alone uses them */
+static int walk_block_count;
+static void *walk_block(void *pointer) {
+  if (pointer && walk_block_count < WALK_BLOCKS) walk_blocks[walk_block_count++] = pointer;
+  return pointer;
+}
+static int walk_block_gone(void *pointer) {
+  for (int i = 0; i < walk_block_count; ++i) {
+    if (walk_blocks[i] == pointer) {
+      walk_blocks[i] = walk_blocks[--walk_block_count];
+      return 1;
+    }
+  }
+  return 0;
+}
+static void *walk_malloc(void *context, size_t size) { (void)context; return walk_block(__libc_malloc(size ? size : 1)); }
 static void *walk_calloc(void *context, size_t count, size_t size) {
   (void)context;
-  return __libc_calloc(count ? count : 1, size ? size : 1);
+  return walk_block(__libc_calloc(count ? count : 1, size ? size : 1));
 }
 static void *walk_realloc(void *context, void *pointer, size_t size) {
-  struct allocator *own = context;
-  return pointer ? own->realloc(own->context, pointer, size) : __libc_malloc(size ? size : 1);
+  if (!pointer) return walk_malloc(context, size);
+  if (!walk_block_gone(pointer)) return NULL;
+  void *moved = __libc_realloc(pointer, size ? size : 1);
+  (void)walk_block(moved ? moved : pointer);
+  return moved;
 }
 static void walk_free(void *context, void *pointer) {
-  struct allocator *own = context;
-  own->free(own->context, pointer);
+  (void)context;
+  if (pointer && walk_block_gone(pointer)) __libc_free(pointer);
 }
 
 static int allocate_outside_python(int outside) {
@@ -204,9 +229,11 @@ static int allocate_outside_python(int outside) {
     if (python_objects.context || python_memory.context) return 0;
     struct allocator objects = {&python_objects, walk_malloc, walk_calloc, walk_realloc, walk_free};
     struct allocator memory = {&python_memory, walk_malloc, walk_calloc, walk_realloc, walk_free};
+    walk_block_count = 0;
     py.set_allocator(PYMEM_DOMAIN_OBJ, &objects);
     py.set_allocator(PYMEM_DOMAIN_MEM, &memory);
   } else {
+    walk_block_count = 0; /* what is left is Python's now: its free hands it to glibc (not pymalloc's) */
     py.set_allocator(PYMEM_DOMAIN_OBJ, &python_objects);
     py.set_allocator(PYMEM_DOMAIN_MEM, &python_memory);
   }
@@ -228,13 +255,18 @@ static void python_stack(struct python_block *block) {
   py.error_fetch(&type, &value, &traceback);
   int collecting = py.gc_disable ? py.gc_disable() : 0;
   const int walking = allocate_outside_python(1);
-  object *frame = walking ? py.thread_frame(thread) : NULL;
+  /* The attributes' names are made once and kept: a name made for each walk missed the type's
+     attribute cache every time, and each miss let go of the name the cache held. */
+  static object *filename_key, *function_key;
+  if (walking && !filename_key) filename_key = py.string("co_filename");
+  if (walking && !function_key) function_key = py.string("co_name");
+  object *frame = walking && filename_key && function_key ? py.thread_frame(thread) : NULL;
   const char *previous_file = NULL; /* in the block */
   uint16_t previous_file_bytes = 0;
   while (frame) {
     object *code = py.frame_code(frame);
-    object *file = code ? py.attribute(code, "co_filename") : NULL;
-    object *function = code ? py.attribute(code, "co_name") : NULL;
+    object *file = code ? py.attribute(code, filename_key) : NULL;
+    object *function = code ? py.attribute(code, function_key) : NULL;
     ssize_t file_length = 0, function_length = 0;
     const char *file_name = file ? py.utf8(file, &file_length) : NULL;
     const char *function_name = function ? py.utf8(function, &function_length) : NULL;
