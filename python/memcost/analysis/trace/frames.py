@@ -85,19 +85,29 @@ class FrameFilter:
     keep: Optional[str] = None
 
     def is_users(self, frame: dict, by_module_only: bool = False) -> bool:
-        # A trace's stacks share their frames (a PyTorch import: 133,000 frames, a tenth of them
-        # distinct): each distinct frame object is judged once, and a frame equal to one judged
-        # before (another trace's, another record's) by its fields.
-        key = (id(frame), id(self), by_module_only)
-        judged = _JUDGED.get(key)
-        if judged is not None and judged[0] is frame and judged[1] is self:
-            return judged[2]
-        verdict = _is_users(self, frame.get("kind"), frame.get("module") or "", frame.get("function") or "",
-                            frame.get("file") or "", by_module_only)
-        if len(_JUDGED) >= _JUDGED_MOST:
-            _JUDGED.clear()
-        _JUDGED[key] = (frame, self, verdict)  # holding the frame and filter keeps their ids theirs
-        return verdict
+        return self.judge(by_module_only)(frame)
+
+    def judge(self, by_module_only: bool = False):
+        """is_users as a function of the frame alone, for a loop over many frames. A trace's
+        stacks share their frames (a PyTorch import: 140,000 frames, a tenth of them distinct):
+        each distinct frame object is judged once, and a frame equal to one judged before
+        (another trace's, another record's) by its fields."""
+        table = _JUDGED.get((id(self), by_module_only))
+        if table is None or table[0] is not self:
+            table = _JUDGED[(id(self), by_module_only)] = (self, {})  # holding the filter keeps its id its own
+        judged = table[1]
+
+        def judge(frame: dict) -> bool:
+            found = judged.get(id(frame))
+            if found is not None and found[0] is frame:
+                return found[1]
+            verdict = _is_users(self, frame.get("kind"), frame.get("module") or "", frame.get("function") or "",
+                                frame.get("file") or "", by_module_only)
+            if len(judged) >= _JUDGED_MOST:
+                judged.clear()
+            judged[id(frame)] = (frame, verdict)  # holding the frame keeps its id its own
+            return verdict
+        return judge
 
     def _judge(self, frame: dict, by_module_only: bool) -> bool:
         module = os.path.basename(frame.get("module") or "")
@@ -128,7 +138,7 @@ class FrameFilter:
         return not any(re.match(SYSTEM_FUNCTIONS, name) for name in named)
 
 
-# (id(frame), id(filter), by_module_only) -> (frame, filter, verdict): FrameFilter.is_users's.
+# (id(filter), by_module_only) -> (filter, {id(frame): (frame, verdict)}): FrameFilter.judge's.
 _JUDGED: dict = {}
 _JUDGED_MOST = 1 << 17
 
@@ -204,17 +214,18 @@ def _interpreted_kind(frames: list) -> Optional[str]:
 def user_frame_index(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[int]:
     """The index of user_frame() in `frames`, or None for an empty stack."""
     language = _interpreted_kind(frames)
-    if language == "python" or (language == "jit" and any(f.get("kind") == "jit" and which.is_users(f) for f in frames)):
+    judge = which.judge()
+    if language == "python" or (language == "jit" and any(f.get("kind") == "jit" and judge(f) for f in frames)):
         for index, frame in enumerate(frames):
             if frame.get("kind") == language:
-                if which.is_users(frame):
+                if judge(frame):
                     return index
             elif which.keep and re.search(which.keep, frame.get("function") or ""):
                 return index
         return next(index for index, frame in enumerate(frames) if frame.get("kind") == language)
-    for by_module_only in (False, True):
+    for judge in (judge, which.judge(by_module_only=True)):
         for index, frame in enumerate(frames):
-            if which.is_users(frame, by_module_only):
+            if judge(frame):
                 return index
     # Every frame is a library's or a runtime's: the first one past the C library and the allocators.
     for index, frame in enumerate(frames):
