@@ -227,11 +227,10 @@ static int allocate_outside_python(int outside) {
     py.get_allocator(PYMEM_DOMAIN_OBJ, &python_objects);
     py.get_allocator(PYMEM_DOMAIN_MEM, &python_memory);
     if (python_objects.context || python_memory.context) return 0;
-    struct allocator objects = {&python_objects, walk_malloc, walk_calloc, walk_realloc, walk_free};
-    struct allocator memory = {&python_memory, walk_malloc, walk_calloc, walk_realloc, walk_free};
+    struct allocator walking = {NULL, walk_malloc, walk_calloc, walk_realloc, walk_free}; /* copied by CPython */
     walk_block_count = 0;
-    py.set_allocator(PYMEM_DOMAIN_OBJ, &objects);
-    py.set_allocator(PYMEM_DOMAIN_MEM, &memory);
+    py.set_allocator(PYMEM_DOMAIN_OBJ, &walking);
+    py.set_allocator(PYMEM_DOMAIN_MEM, &walking);
   } else {
     walk_block_count = 0; /* what is left is Python's now: its free hands it to glibc (not pymalloc's) */
     py.set_allocator(PYMEM_DOMAIN_OBJ, &python_objects);
