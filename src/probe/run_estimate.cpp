@@ -34,12 +34,24 @@ int rounds_of(const RunShape& shape, double times_the_fastest) {
 // One initialization's ranked rows: each row its rounds; one-thread rows, when measured side by
 // side, in batches of RunShape::side_by_side within their page-size group, a batch as long as its
 // slowest row, and (`first_init`) the check's one row alone.
+// The bytes a row's repetition writes: a serial row's part when the array is larger (the times the
+// fastest that decide its rounds are of the whole, scaled).
+std::size_t measured_bytes(const RunShape& shape, const EstimatedRow& row) {
+  return row.serial && shape.serial_part_bytes > 0 ? std::min(shape.bytes, shape.serial_part_bytes) : shape.bytes;
+}
+
 double rows_seconds(const RunShape& shape, const MeasuredRates& rates, bool value, double fastest, bool first_init) {
   double total = 0;
   std::vector<std::pair<double, int>> beside[2];  // (seconds, rounds) of one-thread rows, by page size
+  bool part_check = first_init && !shape.serial_part_checked;
   for (const auto& row : shape.rows) {
-    const double s = row_seconds(row, shape.bytes, value, rates);
-    const int rounds = rounds_of(shape, s / fastest);
+    const double whole_s = row_seconds(row, shape.bytes, value, rates);
+    const int rounds = rounds_of(shape, whole_s / fastest);
+    const double s = row_seconds(row, measured_bytes(shape, row), value, rates);
+    if (part_check && s < whole_s) {
+      total += whole_s;  // the check: the run's first serial row on the whole array too, once
+      part_check = false;
+    }
     const bool one_thread = row.one_thread || (!value && row.one_thread_when_zero);
     if (one_thread && shape.side_by_side >= 2) beside[row.huge_pages ? 1 : 0].emplace_back(s, rounds);
     else total += rounds * s;
@@ -116,7 +128,9 @@ RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& measured) {
     const double serial = gb / rates.serial_gb_per_s + gb / rates.free_gb_per_s;
     // A serial variant stops after 2 iterations at 15 times its floor, 3 otherwise (repeat.cpp).
     const int fast_iterations = std::min(shape.repeat, 4), slow_iterations = std::min(shape.repeat, serial >= 15 * floor ? 2 : 3);
-    estimate.fixed_seconds += fast_iterations * (fresh_huge + floor) + 2 * slow_iterations * (serial + floor) +
+    // Each serial iteration on --serial-part's bytes where the array is larger.
+    const double serial_measured = serial * static_cast<double>(measured_bytes(shape, {.serial = true})) / static_cast<double>(shape.bytes);
+    estimate.fixed_seconds += fast_iterations * (fresh_huge + floor) + 2 * slow_iterations * (serial_measured + floor) +
                               3 * fast_iterations * (floor + floor);
   }
   // Each allocator: malloc + memset and calloc + first touch, zero only, serial on base pages.
@@ -127,16 +141,18 @@ RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& measured) {
     fastest_zero = fastest_zero == 0 ? s : std::min(fastest_zero, s);
   }
   if (fastest_zero > 0) {
-    const double s = row_seconds(serial, shape.bytes, false, rates);
+    const double whole_s = row_seconds(serial, shape.bytes, false, rates);
+    const double s = row_seconds(serial, measured_bytes(shape, serial), false, rates);
     // Its two rows side by side where one-thread rows are: one row's time a round.
     const int rows_at_a_time = shape.side_by_side >= 2 ? 2 : 1;
-    estimate.allocator_seconds = shape.allocator_runs * (2 / rows_at_a_time) * rounds_of(shape, s / fastest_zero) * s;
+    estimate.allocator_seconds = shape.allocator_runs * (2 / rows_at_a_time) * rounds_of(shape, whole_s / fastest_zero) * s;
   }
   estimate.seconds = estimate.rows_seconds + estimate.fixed_seconds + estimate.allocator_seconds;
   return estimate;
 }
 
-std::string describe(const RunEstimate& estimate, const MeasuredRates& rates, std::size_t side_by_side) {
+std::string describe(const RunEstimate& estimate, const MeasuredRates& rates, std::size_t side_by_side,
+                     std::size_t serial_part_bytes) {
   char rates_text[400];
   std::snprintf(rates_text, sizeof rates_text,
                 "one thread %.1f GB/s on base pages and %.1f on huge pages (a value item by item %.1f and %.1f), every "
@@ -147,11 +163,17 @@ std::string describe(const RunEstimate& estimate, const MeasuredRates& rates, st
                 rates.free_huge_gb_per_s);
   const std::string beside =
       side_by_side >= 2 ? ", one-thread rows " + std::to_string(side_by_side) + " side by side" : std::string();
+  char part_size[32];
+  std::snprintf(part_size, sizeof part_size, "%g %s",
+                static_cast<double>(serial_part_bytes) / (serial_part_bytes >= (1ULL << 30) ? 1073741824.0 : 1048576.0),
+                serial_part_bytes >= (1ULL << 30) ? "GiB" : "MiB");
+  const std::string part = serial_part_bytes > 0 ? std::string(", one thread's rows on ") + part_size + " of the array"
+                                                 : std::string();
   return "about " + minutes(estimate.seconds) + " (the ranked rows " + minutes(estimate.rows_seconds) +
          ", the limit, fills and repeat scenario " + minutes(estimate.fixed_seconds) +
          (estimate.allocator_seconds > 0 ? ", the other allocators " + minutes(estimate.allocator_seconds) : "") +
          "): a model from rates measured just now (" + rates_text + "), each row's rounds as the adaptive rule would give them" +
-         beside;
+         beside + part;
 }
 
 }  // namespace memcost::probe

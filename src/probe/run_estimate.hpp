@@ -57,6 +57,10 @@ struct RunShape {
   // One-thread rows measured at once (strategy_rounds.hpp): a batch takes as long as its slowest
   // row, and the run's first batch adds one row measured alone (the check).
   std::size_t side_by_side = 1;
+  // Serial rows measured on this many bytes when the array is larger (0: whole), and whether the
+  // check (one such row whole and on its part, once) was made already by the main run.
+  std::size_t serial_part_bytes = 0;
+  bool serial_part_checked = false;
 };
 
 struct RunEstimate {
@@ -69,6 +73,8 @@ struct RunEstimate {
 [[nodiscard]] int expected_rounds(double times_the_fastest);
 [[nodiscard]] RunEstimate estimate_run(const RunShape& shape, const MeasuredRates& rates);
 // "about 6 min (rows 4.1 min, ...)": for the line printed at the start.
-[[nodiscard]] std::string describe(const RunEstimate& estimate, const MeasuredRates& rates, std::size_t side_by_side = 1);
+// `serial_part_bytes`: the part serial rows are measured on (0: none: every row on the whole array).
+[[nodiscard]] std::string describe(const RunEstimate& estimate, const MeasuredRates& rates, std::size_t side_by_side = 1,
+                                   std::size_t serial_part_bytes = 0);
 
 }  // namespace memcost::probe

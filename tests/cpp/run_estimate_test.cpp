@@ -124,6 +124,33 @@ TEST(RunEstimate, SideBySideRowsCostTheSlowestOfEachBatchAndOneCheck) {
   EXPECT_NE(describe(estimate_run(shape, rates), rates, 3).find("one-thread rows 3 side by side"), std::string::npos);
 }
 
+// Serial rows measured on a part of a bigger array (--serial-part): each repetition priced at the
+// part's bytes, its rounds still by the whole array's time, and the run's check (one serial row on
+// the whole array once, beside its part) added; a part at or above the array changes nothing.
+TEST(RunEstimate, SerialRowsOnAPartCostThePartAndOneWholeCheck) {
+  const MeasuredRates rates{10.0, 10.0, 40.0, 40.0, 1e9, 1e9};
+  const double gb = 32.0 * GiB / 1e9;
+  RunShape shape{.bytes = 32 * GiB, .rows = {{.serial = true}, {.serial = true}, {.serial = false}}, .inits = 1,
+                 .limit_reps = 0, .repeat = 0, .fixed_reps = true, .reps = 2};
+  const double whole = estimate_run(shape, rates).rows_seconds;
+  EXPECT_NEAR(whole, 2 * (2 * gb / 10.0) + 2 * gb / 40.0, 1e-6);
+  shape.serial_part_bytes = 8 * GiB;
+  EXPECT_NEAR(estimate_run(shape, rates).rows_seconds, gb / 10.0 + 2 * (2 * gb / 4 / 10.0) + 2 * gb / 40.0, 1e-6);
+  shape.serial_part_checked = true;  // an allocator's run after a main run whose check held
+  EXPECT_NEAR(estimate_run(shape, rates).rows_seconds, 2 * (2 * gb / 4 / 10.0) + 2 * gb / 40.0, 1e-6);
+  shape.serial_part_bytes = 64 * GiB;
+  shape.serial_part_checked = false;
+  EXPECT_NEAR(estimate_run(shape, rates).rows_seconds, whole, 1e-6);
+  // The rounds follow the whole array's time: adaptive, serial rows 8x behind (on the whole array;
+  // 2x on their part) get two rounds each, the fastest four.
+  const MeasuredRates slower{5.0, 5.0, 40.0, 40.0, 1e9, 1e9};
+  shape.serial_part_bytes = 8 * GiB;
+  shape.fixed_reps = false;
+  EXPECT_NEAR(estimate_run(shape, slower).rows_seconds, gb / 5.0 + 2 * (2 * gb / 4 / 5.0) + 4 * gb / 40.0, 1e-6);
+  EXPECT_NE(describe(estimate_run(shape, rates), rates, 1, 8 * GiB).find("one thread's rows on 8 GiB of the array"),
+            std::string::npos);
+}
+
 TEST(RunEstimate, PopulateRowsArePricedAtThePopulateRate) {
   MeasuredRates rates{1.0, 5.0, 50.0, 40.0, 1e9, 1e9};
   const RunShape shape{.bytes = 4 * GiB, .rows = {{.populate_write = true}, {.huge_pages = true, .populate_write = true}},

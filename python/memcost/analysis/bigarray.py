@@ -80,10 +80,39 @@ def above_limit(row: dict, reuse_explains: bool = True, noise_ceiling: float = 1
     return {"ratio": ratio, "reason": reason}
 
 
+# What a repetition measured on a part of the array (a serial row above --serial-part: the probe's
+# strategy_rounds.cpp, "A serial row on a part") grows in proportion to the bytes written: scaled to
+# the whole array by the sample's scaled_by, what was measured kept under "measured".
+SCALED_METRICS = ("elapsed_s", "free_s", "system_s", "user_s", "minor_faults")
+
+
+def scaled_to_whole(samples: list) -> list:
+    """The samples with each strategy repetition or repeat iteration made on a part scaled to the
+    whole array."""
+    out = []
+    for sample in samples:
+        part = sample["case"].get("part")
+        metrics = sample.get("metrics") or {}
+        scale = metrics.get("scaled_by") if part in ("strategy", "repeat") else None
+        if part == "repeat" and scale:
+            scaled = {"iteration_ns": [t * scale for t in metrics["iteration_ns"]],
+                      "iteration_faults": [None if f is None else round(f * scale) for f in metrics["iteration_faults"]]}
+            out.append({**sample, "metrics": {**metrics, **scaled, "measured": {k: metrics[k] for k in scaled}}})
+            continue
+        if part != "strategy" or not scale:
+            out.append(sample)
+            continue
+        scaled = {name: (round(metrics[name] * scale) if name == "minor_faults" else metrics[name] * scale)
+                  for name in SCALED_METRICS if metrics.get(name) is not None}
+        out.append({**sample, "metrics": {**metrics, **scaled,
+                                          "measured": {name: metrics[name] for name in scaled}}})
+    return out
+
+
 def fastest_median_s(samples: list, init: str) -> Optional[float]:
     """The fastest row's median seconds for `init` among these samples' strategy rows."""
     times: dict[str, list[float]] = defaultdict(list)
-    for sample in samples:
+    for sample in scaled_to_whole(samples):
         case = sample["case"]
         if case["part"] == "strategy" and case["init"] == init:
             times[row_name(case)].append(sample["metrics"]["elapsed_s"])
@@ -99,6 +128,7 @@ def settled_rows(samples: list) -> dict[tuple[str, str], dict]:
 
 
 def summarize(samples: list) -> dict:
+    samples = scaled_to_whole(samples)
     limit, limit_method = machine_limit(samples)
     round_limits_ = round_limits(samples)
     groups: dict[tuple, list] = defaultdict(list)
@@ -133,6 +163,8 @@ def summarize(samples: list) -> dict:
             "host_reporting_overlaps_kept": sum(1 for m in metrics if m.get("host_reporting_overlap_kept")),
             # The most rows it was measured beside at once, itself included (1: always alone).
             "side_by_side": max(int(m.get("side_by_side") or 1) for m in metrics),
+            # Bytes its repetitions wrote where they were measured on a part (scaled to size_bytes).
+            "measured_bytes": min((m["measured_bytes"] for m in metrics if m.get("measured_bytes")), default=None),
         })
     # Rows that reused memory an earlier row freed are not fresh allocations: listed, not ranked.
     rows.sort(key=lambda r: (r["init"] != "zero", reused(r), r["median_s"]))
@@ -152,7 +184,17 @@ def summarize(samples: list) -> dict:
                for init in {i for (label, i, _) in round_limits_ if label == "glibc"}}
     return {"limit_gb_per_s": limit, "limit_method": limit_method, "limit_by_init": by_init, "rows": rows, "retaken_repetitions": retaken, "auto_choice": auto_choice(samples, rows),
             "repeat": summarize_repeat(samples), "fills": summarize_fills(samples, limit),
-            "outliers": find_outliers(samples), "headline": headline(rows), "side_by_side": side_by_side(samples)}
+            "outliers": find_outliers(samples), "headline": headline(rows), "side_by_side": side_by_side(samples),
+            "serial_part": serial_part(samples)}
+
+
+def serial_part(samples: list) -> Optional[dict]:
+    """The main run's check of the serial rows measured on a part (one row on the whole array and on
+    its part); None where no row was measured on a part."""
+    check = next((s for s in samples if s["case"]["part"] == "serial_part_check"), None)
+    if check is None:
+        return None
+    return {"strategy": check["case"]["strategy"], "init": check["case"]["init"], **check["metrics"]}
 
 
 def side_by_side(samples: list) -> Optional[dict]:
@@ -421,6 +463,7 @@ def summarize_repeat(samples: list) -> list[dict]:
                        "floor_method": sample["case"].get("floor_method"),
                        "is_floor": bool(sample["case"].get("is_floor")),
                        "faults_per_iteration": _median_count(faults),
+                       "measured_bytes": sample["metrics"].get("measured_bytes"),
                        "floor_s": floor_s,
                        "first_s": all_times[0] / 1e9})
     # The floor set against floors beside it does the same work twice, so its ratio's interval

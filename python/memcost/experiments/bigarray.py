@@ -46,6 +46,11 @@ OPTIONS = [
                            "budget holds, their writing under a third of the machine's limit; the run's first batch "
                            "checked against one row measured alone; 1: every row alone)",
            parse=arguments.positive_int, metavar="N"),
+    Option("serial_part", "rows that write the array from one thread (new[], std::vector, malloc + memset, calloc, "
+                          "mmap + memset, MAP_POPULATE, make_unique_for_overwrite) are measured on this much of the array "
+                          "when it is larger, their seconds, faults and free scaled to the whole (default 8G; checked once "
+                          "against one such row measured whole; 0: every row on the whole array)",
+           parse=arguments.size, metavar="SIZE"),
     Option("no_allocators", "skip the runs under other allocators", flag_only=True, to_probe=None),
     budget_option(),
     *hugepage_options(),
@@ -87,7 +92,7 @@ def measure(values: dict, directory) -> dict:
                                 "bigarray")
         samples = list(run.samples)
         # The main run's fastest alone (an allocator's reuse rows are no yardstick), and its side-by-side verdict.
-        allocator_flags = _fastest_flag(samples) + _side_by_side_flags(samples)
+        allocator_flags = _fastest_flag(samples) + _side_by_side_flags(samples) + _serial_part_flags(samples)
         for label, extra_env in variants:
             # Zero-init only: the allocator decides how memory arrives; the value pass is the same code.
             extra = run_with_progress("bigarray", EXPERIMENT.probe_arguments({**values, **_allocator_values(values)})
@@ -144,6 +149,15 @@ def _side_by_side_flags(samples: list) -> list[str]:
     return ["--side-by-side", str(width), "--side-by-side-checked"] if check["kept"] else ["--side-by-side", "1"]
 
 
+def _serial_part_flags(samples: list) -> list[str]:
+    """An allocator's run measures its serial rows as the main run did: on a part, without a check
+    of its own, where the main run's check held; on the whole array where it failed."""
+    check = next((s["metrics"] for s in samples if s["case"].get("part") == "serial_part_check"), None)
+    if check is None:
+        return []
+    return ["--serial-part-checked"] if check["kept"] else ["--serial-part", "0"]
+
+
 def analyze(samples: list) -> tuple[dict, list]:
     from ..analysis import bigarray as analysis
     summary = analysis.summarize(samples)
@@ -186,7 +200,8 @@ def tables(summary: dict) -> list[Table]:
             result.append((caption, ["#", "strategy", "seconds", "× fastest (95 %)", "reps", "GB/s", "of limit", "faults",
                                      "huge", "first 1 %", "free s"],
                            [["reuse" if r["rank"] is None else f"{r['rank']}{' (tied)' if r.get('tied') else ''}",
-                             r["strategy"] + (" ‖" if (r.get("side_by_side") or 1) > 1 else ""),
+                             r["strategy"] + (" ‖" if (r.get("side_by_side") or 1) > 1 else "")
+                             + (" †" if r.get("measured_bytes") else ""),
                              number(r["median_s"], 3), _vs_fastest(r), _reps(r), number(r["gb_per_s"], 1),
                              _of_limit(r), number(r["faults"]),
                              "n/a" if r["huge_fraction"] is None else f"{r['huge_fraction']:.0%}",
@@ -213,7 +228,7 @@ def tables(summary: dict) -> list[Table]:
                        f"beside it (one kept array filled again by {_FLOOR_METHODS.get(repeat[0].get('floor_method'), 'memset')}, "
                        "the fastest fill method there), median",
                        ["variant", "iterations", "seconds", "GB/s", "of limit", "faults", "first iteration s"],
-                       [[r["variant"], str(r["iterations"]), number(r["median_s"], 4), number(r["gb_per_s"], 1),
+                       [[r["variant"] + (" †" if r.get("measured_bytes") else ""), str(r["iterations"]), number(r["median_s"], 4), number(r["gb_per_s"], 1),
                          _of_limit(r), number(r["faults_per_iteration"]), number(r["first_s"], 4)]
                         for r in repeat]))
     return result
@@ -293,6 +308,31 @@ def _side_by_side_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _serial_part_lines(summary: dict) -> list[str]:
+    """Which rows were measured on a part of the array and scaled, and what their check found."""
+    part = summary.get("serial_part")
+    marked: dict[tuple[int, int], set] = {}
+    for r in summary["rows"] + (summary.get("repeat") or []):
+        if r.get("measured_bytes"):
+            marked.setdefault((r["size_bytes"], r["measured_bytes"]), set()).add(r.get("strategy") or r.get("variant"))
+    if not part and not marked:
+        return []
+    lines = []
+    for (size, measured), names in sorted(marked.items(), reverse=True):
+        lines.append(f"† measured on the first {format_bytes(measured)} of the {format_bytes(size)} array, and scaled ×"
+                     f"{size / measured:.3g} (seconds, faults, free): these rows write the array from one thread, so their "
+                     f"time grows with the bytes at one thread's rate: {', '.join(sorted(names))}")
+    if part:
+        ratio = part["scaled_s"] / part["whole_s"] if part.get("whole_s") and part.get("scaled_s") else float("nan")
+        lines.append(f"serial-part check: {part['strategy']} ({part['init']}) took {part['whole_s']:.3f} s on the whole "
+                     f"array and {part['scaled_s']:.3f} s scaled from {format_bytes(part['measured_bytes'])} ({ratio:.2f}×): "
+                     + (f"within {part.get('within', 1.15):.2f}×, so the rows measured on a part are kept" if part["kept"] else
+                        f"beyond {part.get('within', 1.15):.2f}×, so every one-thread row after it was measured on the whole array"
+                        + (" (the repeat scenario's, measured before the check, stay scaled: the check does not "
+                           "support them)" if any(r.get("measured_bytes") for r in summary.get("repeat") or []) else "")))
+    return lines
+
+
 def notes(summary: dict) -> list[str]:
     from ..analysis.bigarray import outlier_lines, reused
     lines = outlier_lines(summary)
@@ -300,7 +340,7 @@ def notes(summary: dict) -> list[str]:
     if estimate:
         lines.append(f"the run took {estimate['actual_s'] / 60:.1f} min; estimated at the start "
                      f"{estimate['estimated_s'] / 60:.1f} min ({estimate['ratio']:.2f}× the estimate)")
-    lines += _side_by_side_lines(summary)
+    lines += _side_by_side_lines(summary) + _serial_part_lines(summary)
     kept = sorted({r["strategy"] for r in summary["rows"] if reused(r)})
     if kept:
         lines.append(f"{', '.join(kept)}: far fewer faults than the array has pages — the allocator kept the memory an "

@@ -178,7 +178,8 @@ def test_each_round_runs_its_huge_page_rows_together(bigarray_run):
             assert kinds[0] == (rep % 2 == 1), (init, rep, kinds)  # even rounds: base pages first
 
 
-@pytest.mark.parametrize("arguments", [["--size", "0"], ["--size", "abc"], ["--inits", "random"], ["--reps", "0"]])
+@pytest.mark.parametrize("arguments", [["--size", "0"], ["--size", "abc"], ["--inits", "random"], ["--reps", "0"],
+                                       ["--serial-part", "16M"]])
 def test_bad_values_exit_2(tmp_path, arguments):
     result = run_memcost("--results-dir", str(tmp_path), "bigarray", *arguments)
     assert result.returncode == exit_codes.BAD_ARGUMENTS
@@ -481,3 +482,105 @@ def test_the_side_by_side_rows_are_marked_the_check_said_and_followed_by_the_all
     # A run where every row was alone and nothing checked says nothing of it.
     alone = {**width, "metrics": {"rows": 1, "checked_by_main_run": False}}
     assert summarize([alone, row("new[]", 0, 16.0, 1)])["side_by_side"] is None
+
+
+def test_serial_rows_are_measured_on_a_part_scaled_and_checked_once_against_the_whole():
+    """--serial-part 64M on a 256 MiB array: the rows that write from one thread are measured on 64 MiB
+    (each sample says so: measured_bytes, scaled_by 4; its faults are the part's), the parallel row
+    on the whole array; the run's first serial row is measured whole for its first repetition and
+    once on its part (the check, kept when the scaled part is within 1.15× of the whole)."""
+    result = run_probe("bigarray", "--size", "256M", "--inits", "zero", "--reps", "2", "--repeat", "0", "--limit-reps", "1",
+                       "--strategies", "new[],mmap+memset,mmap+parallel memset", "--side-by-side", "1",
+                       "--serial-part", "64M")
+    assert result.returncode == 0, result.stderr
+    [check] = _samples(result.stdout, "serial_part_check")
+    metrics = check["metrics"]
+    assert metrics["measured_bytes"] == 64 << 20 and metrics["scaled_by"] == 4
+    assert metrics["scaled_s"] == pytest.approx(4 * metrics["part_s"])
+    assert metrics["kept"] == (max(metrics["whole_s"] / metrics["scaled_s"], metrics["scaled_s"] / metrics["whole_s"]) <= metrics["within"])
+    strategies = _samples(result.stdout, "strategy")
+    assert all(s["metrics"]["verified"] and s["case"]["size_bytes"] == 256 << 20 for s in strategies)
+    checked_first = [s for s in strategies if s["case"]["strategy"] == check["case"]["strategy"] and s["case"]["rep"] == 0]
+    assert len(checked_first) == 1 and "measured_bytes" not in checked_first[0]["metrics"]
+    for sample in strategies:
+        name, m = sample["case"]["strategy"], sample["metrics"]
+        if "parallel" in name or sample is checked_first[0] or not metrics["kept"]:
+            if "parallel" in name:
+                assert "measured_bytes" not in m
+            continue
+        assert m["measured_bytes"] == 64 << 20 and m["scaled_by"] == 4, sample
+        if name == "mmap + memset" and m["minor_faults"] is not None:
+            assert m["minor_faults"] == pytest.approx((64 << 20) // 4096, rel=0.02), sample
+    counts = {}
+    for sample in strategies:
+        counts[sample["case"]["strategy"]] = counts.get(sample["case"]["strategy"], 0) + 1
+    assert all(n == 2 for n in counts.values()), counts
+
+
+def test_a_failed_serial_part_check_measures_every_serial_row_whole_from_then_on():
+    """The check failed on purpose (MEMCOST_INJECT_FAILURE=serial_part_check): a warning, and no row
+    measured on a part after it."""
+    result = subprocess.run([str(probe_path()), "bigarray", "--size", "128M", "--inits", "zero", "--reps", "2",
+                             "--repeat", "0", "--limit-reps", "1", "--strategies", "new[],mmap+memset",
+                             "--side-by-side", "1", "--serial-part", "64M"],
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "MEMCOST_INJECT_FAILURE": "serial_part_check"})
+    assert result.returncode == 0, result.stderr
+    [check] = _samples(result.stdout, "serial_part_check")
+    assert check["metrics"]["kept"] is False
+    warnings = [json.loads(line) for line in result.stdout.splitlines() if '"serial_part_off"' in line]
+    assert len(warnings) == 1 and "measured on the whole array from here" in warnings[0]["message"]
+    assert "on 64 MiB of the array" in warnings[0]["message"]
+    assert not any("measured_bytes" in s["metrics"] for s in _samples(result.stdout, "strategy"))
+
+
+def test_rows_on_a_part_are_scaled_marked_and_said_and_the_allocators_follow_the_check():
+    from memcost.analysis.bigarray import summarize
+    from memcost.experiments.bigarray import _serial_part_flags, notes, tables
+
+    def row(name, rep, seconds, part):
+        sample = _strategy_sample(rep, seconds, {})
+        sample["case"].update(strategy=name, size_bytes=32 << 30)
+        sample["metrics"].update(free_s=0.25, minor_faults=2_097_152, system_s=3.0, user_s=1.0, huge_fraction=0.0,
+                                 verified=True)
+        if part:
+            sample["metrics"].update(measured_bytes=8 << 30, scaled_by=4.0)
+        return sample
+    check = {"case": {"part": "serial_part_check", "strategy": "new[]", "init": "zero", "rep": 0},
+             "metrics": {"whole_s": 16.0, "part_s": 4.1, "measured_bytes": 8 << 30, "scaled_by": 4.0, "scaled_s": 16.4,
+                         "kept": True}}
+    samples = [check, row("new[]", 0, 16.0, False), row("new[]", 1, 4.0, True), row("std::vector", 0, 4.2, True),
+               row("make_big_array auto", 0, 0.6, False)]
+    summary = summarize(samples)
+    rows = {r["strategy"]: r for r in summary["rows"]}
+    assert rows["std::vector"]["median_s"] == pytest.approx(16.8) and rows["std::vector"]["faults"] == 8_388_608
+    assert rows["std::vector"]["free_s"] == pytest.approx(1.0) and rows["std::vector"]["measured_bytes"] == 8 << 30
+    assert rows["std::vector"]["gb_per_s"] == pytest.approx((32 << 30) / 16.8 / 1e9)
+    assert rows["new[]"]["median_s"] == pytest.approx(16.0) and rows["make_big_array auto"]["measured_bytes"] is None
+    [(_, _, cells)] = [t for t in tables(summary) if "zero initialization" in t[0]]
+    names = [c[1] for c in cells]
+    assert "std::vector †" in names and "new[] †" in names and "make_big_array auto" in names
+    said = "\n".join(notes(summary))
+    assert "† measured on the first 8 GiB of the 32 GiB array, and scaled ×4" in said
+    assert "serial-part check: new[] (zero) took 16.000 s on the whole array and 16.400 s scaled from 8 GiB (1.02×)" in said
+    assert _serial_part_flags(samples) == ["--serial-part-checked"]
+    assert _serial_part_flags([{**check, "metrics": {**check["metrics"], "kept": False}}]) == ["--serial-part", "0"]
+    assert _serial_part_flags([]) == []
+
+
+def test_the_repeat_scenarios_serial_variants_run_on_the_part_and_are_scaled(tmp_path):
+    """--serial-part 64M on 256 MiB: std::vector and malloc + memset iterate on 64 MiB (16,384 fresh
+    pages an iteration: above glibc's largest mmap threshold, 32 MiB, each is a fresh mapping; scaled
+    to 65,536 in the summary, marked †); the other variants and the floor on the whole array."""
+    result = run_memcost("--results-dir", str(tmp_path), "bigarray", "--size", "256M", "--reps", "1", "--repeat", "2",
+                         "--strategies", "make_big_array auto", "--inits", "zero", "--no-allocators", "--serial-part", "64M")
+    assert result.returncode == 0, result.stderr
+    document = load_document(tmp_path / "latest" / "bigarray.json")
+    raw = {s["case"]["variant"]: s["metrics"] for s in document["samples"] if s["case"]["part"] == "repeat"}
+    summary = {r["variant"]: r for r in document["summary"]["repeat"]}
+    for name in ("std::vector", "malloc + memset"):
+        assert raw[name]["measured_bytes"] == 64 << 20 and raw[name]["scaled_by"] == 4, raw[name]
+        assert summary[name]["measured_bytes"] == 64 << 20
+        assert summary[name]["faults_per_iteration"] == pytest.approx(256 * 1024 * 1024 // 4096, rel=0.02)
+    assert all("measured_bytes" not in m for name, m in raw.items() if name not in ("std::vector", "malloc + memset"))
+    assert "std::vector †" in result.stdout and "† measured on the first 64 MiB of the 256 MiB array" in result.stdout

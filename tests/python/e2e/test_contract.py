@@ -19,7 +19,9 @@ RUNS = {
               "--frames", "3", "--threads-size", "16M", "--idle-size", "16M", "--idle-seconds", "0.1",
               "--idle-reps", "1"],
     "scaling": ["scaling", "--counts", "100,200", "--block-sizes", "64K", "--reps", "1"],
-    "bigarray": ["bigarray", "--size", "32M", "--reps", "1", "--limit-reps", "1", "--repeat", "2", "--side-by-side", "2"],
+    # 128 MiB with a 64 MiB part: serial rows on a part, and the part's check.
+    "bigarray": ["bigarray", "--size", "128M", "--reps", "1", "--limit-reps", "1", "--repeat", "2", "--side-by-side", "2",
+                 "--serial-part", "64M"],
     "monitor": ["monitor", "--duration", "0.1", "--interval-ms", "50", "--pid", "1"],
     # A command that maps and touches memory: calls, faults and stacks as well as the run. dd's
     # 64 MiB buffer takes 16,384 faults, so the CPU sampled every 100 us lands in the fault handler

@@ -53,6 +53,13 @@ void declare(CLI::App& command, Settings& s) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // an allocator's run: the front end's value last
   command.add_flag("--side-by-side-checked", s.side_by_side_checked, "the main run's side-by-side check held: an "
                    "allocator's run measures its rows side by side without a check of its own");
+  add_size_option(command, "--serial-part", s.serial_part, "8G",
+                  "rows that write the array from one thread are measured on this much of it when it is larger, their "
+                  "times scaled to the whole; checked once against one such row measured whole (0: every row whole; "
+                  "at least 64M)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  command.add_flag("--serial-part-checked", s.serial_part_checked, "the main run's check of the serial rows' part held: "
+                   "an allocator's run measures them on a part without a check of its own");
   command.add_option("--repeat", s.repeat, "iterations of the repeat scenario: allocate, initialize, free (0: none)")
       ->check(CLI::Range(0, 1000));
   command.add_option("--budget", s.budget, "memory budget (default 80% of available memory)");
@@ -155,7 +162,7 @@ void say_estimate(const Settings& s, Emitter& emitter, const std::vector<NamedSt
                   unsigned threads, const MeasuredRates& rates, std::size_t side_by_side) {
   RunShape shape{.bytes = bytes, .rows = {}, .inits = static_cast<int>(s.inits.size()), .limit_reps = s.limit_reps,
                  .repeat = s.repeat, .allocator_runs = s.allocator_runs, .fixed_reps = s.reps > 0, .reps = s.reps,
-                 .side_by_side = side_by_side};
+                 .side_by_side = side_by_side, .serial_part_bytes = serial_part_of(s, bytes), .serial_part_checked = s.serial_part_checked};
   for (const NamedStrategy& strategy : chosen) {
     shape.rows.push_back({.serial = strategy.serial_writes,
                           .huge_pages = strategy.huge_pages,
@@ -165,7 +172,7 @@ void say_estimate(const Settings& s, Emitter& emitter, const std::vector<NamedSt
   }
   const RunEstimate estimate = estimate_run(shape, rates);
   if (estimate.seconds <= 0) return;
-  emitter.warning("estimate", describe(estimate, rates, side_by_side));
+  emitter.warning("estimate", describe(estimate, rates, side_by_side, shape.serial_part_bytes));
   emitter.sample({{"part", "estimate"}, {"size_bytes", bytes}, {"threads", threads}},
                  {{"seconds", estimate.seconds}, {"rows_seconds", estimate.rows_seconds},
                   {"fixed_seconds", estimate.fixed_seconds}, {"allocator_seconds", estimate.allocator_seconds},
@@ -185,6 +192,11 @@ std::vector<Step> plan(const Settings& s, bool size_given, Emitter& emitter) {
   const unsigned threads = s.threads ? s.threads : os::logical_cpu_count();
   const std::size_t count = bytes / sizeof(WorkItem);
   if (count == 0) throw ProbeError(exit_bad_arguments, "bad_arguments", "--size must hold at least one 16-byte item");
+  // Below glibc's largest mmap threshold (32 MiB) malloc serves a freed block again from memory it
+  // keeps: a part that small would time that, not what the whole array's rows do.
+  if (s.serial_part > 0 && s.serial_part < (std::size_t{64} << 20)) {
+    throw ProbeError(exit_bad_arguments, "bad_arguments", "--serial-part must be 0 (every row on the whole array) or at least 64M");
+  }
   const auto chosen = chosen_strategies(s, usable_page_kinds(bytes, emitter));
   // An allocator's run neither estimates (the main run's estimate counted it) nor calibrates.
   const MeasuredRates rates = s.libc_only ? MeasuredRates{} : calibrate(threads);

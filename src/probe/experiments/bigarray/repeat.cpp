@@ -43,6 +43,9 @@ struct RepeatVariant {
   std::string name;
   // One iteration: allocate, initialize to kRepeatValue, free. `kept` is the floor's one array.
   std::function<void(std::size_t count)> iterate;
+  // It writes the array from one thread: above --serial-part, measured on a part and scaled, as the
+  // ranked serial rows are (strategy_rounds.cpp, "A serial row on a part").
+  bool serial = false;
 };
 
 std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std::shared_ptr<big_memory_resource> resource,
@@ -68,7 +71,7 @@ std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std
        [](std::size_t count) {
          std::vector<std::uint32_t> v(count, kRepeatValue);
          measure::keep_writes(v.data());
-       }},
+       }, true},
       {"malloc + memset",
        [](std::size_t count) {
          auto* p = static_cast<std::uint32_t*>(std::malloc(count * sizeof(std::uint32_t)));
@@ -76,7 +79,7 @@ std::vector<RepeatVariant> repeat_variants(std::shared_ptr<array_pool> pool, std
          std::memset(p, 0x01, count * sizeof(std::uint32_t));
          measure::keep_writes(p);
          std::free(p);
-       }},
+       }, true},
       {"one array kept, filled again (the floor)",
        [kept, floor_method, threads](std::size_t count) {
          if (kept->size() != count) *kept = make_big_array<std::uint32_t>(count, zero);
@@ -136,13 +139,16 @@ struct RepeatTimes {
 // 3 times the floor in every pair, 5 times with two pairs, 15 times with one (the variants that
 // fault their memory in afresh each time: at 4 GiB, 3.4 s an iteration against 0.16); at least
 // kRepeatMinIterations iterations, --repeat at most.
-RepeatTimes time_repeat(const RepeatVariant& variant, const RepeatVariant& floor, std::size_t elements, int repeat,
-                        bool adaptive) {
+// `variant_elements`: what the variant writes (a serial variant's part, else `elements`); the
+// adaptive rule sets its time, scaled to `elements`, against the floor's on the whole.
+RepeatTimes time_repeat(const RepeatVariant& variant, const RepeatVariant& floor, std::size_t elements,
+                        std::size_t variant_elements, int repeat, bool adaptive) {
   RepeatTimes times;
+  const double scale = static_cast<double>(elements) / static_cast<double>(variant_elements);
   auto timed = [&](const RepeatVariant& run, json& ns, bool counted) {
     const MachineEvents events_before = machine_events();
     auto before = measure::take_snapshot({.machine = false});
-    run.iterate(elements);
+    run.iterate(counted ? variant_elements : elements);
     auto interval = measure::between(before, measure::take_snapshot({.machine = false}));
     ns.push_back(interval.wall_ns);
     if (counted) {
@@ -162,7 +168,7 @@ RepeatTimes time_repeat(const RepeatVariant& variant, const RepeatVariant& floor
     if (adaptive && times.done >= kRepeatMinIterations) {
       std::vector<double> ratios;
       for (int k = 1; k < times.done; ++k) {
-        ratios.push_back(times.iteration_ns[k].get<double>() / std::max(1.0, times.floor_ns[k].get<double>()));
+        ratios.push_back(scale * times.iteration_ns[k].get<double>() / std::max(1.0, times.floor_ns[k].get<double>()));
       }
       const Settled now = settled(ratios, 1.0, StoppingRule{.max_rounds = repeat});
       if (now == Settled::tight || now == Settled::far_behind) break;
@@ -192,22 +198,29 @@ void add_repeat_steps(std::vector<Step>& steps, const Settings& s, Emitter& emit
   const std::vector<RepeatVariant> variants = repeat_variants(pool, resource, kept, floor_method, threads);
   const RepeatVariant& floor = variants.back();
   const std::size_t elements = repeat_bytes / sizeof(std::uint32_t);
+  const std::size_t part_elements = serial_part_of(s, repeat_bytes) / sizeof(std::uint32_t);
   for (std::size_t v = 0; v < variants.size(); ++v) {
     const bool first = v == 0, last = v + 1 == variants.size();
     steps.push_back({"repeat " + variants[v].name, [&emitter, variant = variants[v], floor, elements, repeat_bytes, pool,
-                                                    kept, floor_method, first, last, repeat = s.repeat, threads,
+                                                    kept, floor_method, first, last, repeat = s.repeat, threads, part_elements,
                                                     adaptive = s.reps == 0] {
       if (first) {
         *kept = make_big_array<std::uint32_t>(elements, zero, {.threads = threads});
         *floor_method = fastest_floor_method(kept->data(), repeat_bytes, threads);
       }
-      RepeatTimes times = time_repeat(variant, floor, elements, repeat, adaptive);
+      const std::size_t variant_elements = variant.serial && part_elements > 0 ? part_elements : elements;
+      RepeatTimes times = time_repeat(variant, floor, elements, variant_elements, repeat, adaptive);
       pool->release();
       if (last) *kept = big_array<std::uint32_t>();
+      json metrics = {{"iteration_ns", std::move(times.iteration_ns)}, {"iteration_faults", std::move(times.iteration_faults)},
+                      {"floor_ns", std::move(times.floor_ns)}, {"iteration_events", std::move(times.iteration_events)}};
+      if (variant_elements < elements) {
+        metrics["measured_bytes"] = variant_elements * sizeof(std::uint32_t);
+        metrics["scaled_by"] = static_cast<double>(elements) / static_cast<double>(variant_elements);
+      }
       emitter.sample({{"part", "repeat"}, {"variant", variant.name}, {"size_bytes", repeat_bytes}, {"iterations", times.done},
                       {"floor_method", detail::fill_method_name(*floor_method)}, {"is_floor", last}},
-                     {{"iteration_ns", std::move(times.iteration_ns)}, {"iteration_faults", std::move(times.iteration_faults)},
-                      {"floor_ns", std::move(times.floor_ns)}, {"iteration_events", std::move(times.iteration_events)}});
+                     metrics);
     }});
   }
 }

@@ -27,8 +27,20 @@ struct Settings {
   // alone. `side_by_side_checked`: the main run's check held already (an allocator's run skips its own).
   std::size_t side_by_side = 0;
   bool side_by_side_checked = false;
+  // Rows that write the array from one thread (NamedStrategy::serial_writes) are measured on the
+  // array's first `serial_part` bytes when it is larger, their times scaled to the whole
+  // (strategy_rounds.cpp, "A serial row on a part"); 0: every row on the whole array.
+  // `serial_part_checked`: the main run's check held (an allocator's run skips its own).
+  std::size_t serial_part = std::size_t{8} << 30;
+  bool serial_part_checked = false;
   int allocator_runs = 0;  // runs under other allocators the front end will add: for the estimate
   std::uint64_t order_seed = probe::fresh_seed();  // the ranked rows' order, round by round
 };
+
+// The bytes a serial row writes of an array of `bytes`: --serial-part where it is smaller, else 0
+// (the whole array).
+[[nodiscard]] inline std::size_t serial_part_of(const Settings& s, std::size_t bytes) {
+  return s.serial_part > 0 && s.serial_part < bytes ? s.serial_part : 0;
+}
 
 }  // namespace memcost::probe::bigarray

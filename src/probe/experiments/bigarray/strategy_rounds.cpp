@@ -93,12 +93,45 @@ bool raced_host_reporting(const json& metrics) {
 // freed before it, and so would each retake (at 4 GiB, 43 of 240 repetitions raced three times
 // running and the retakes took half the run); it is kept, marked, and counted in the notes.
 constexpr double kRetakeBelowS = 1.0;
+
+// A serial row on a part (Settings::serial_part): a row that writes the array from one thread
+// (NamedStrategy::serial_writes) takes time in proportion to the bytes, at about one thread's rate
+// whatever the size (its faults and writes one after the other), and at 32 GiB on 16 CPUs such rows
+// took 15-25 s a repetition, more than half of a 9-minute run (2026-11-27). Above the part's size
+// each repetition writes the array's first `count` elements instead, and its times and faults are
+// scaled to the whole (the sample keeps what was measured: measured_bytes and scaled_by). Checked,
+// not assumed: the run's first serial row is measured on the whole array (its repetition of that
+// round) and on its part, once; where the scaled part is more than kPartOffAtMost away from the
+// whole, every serial row is measured whole from then on. The check looks for a time that does not
+// grow with the bytes (reclaim, compaction, a host that backs a big array differently), not for a
+// repetition's noise: two repetitions of one serial row there differed by up to 1.24x (mmap +
+// memset [thp], 9.5 and 7.7 s), and these rows are far behind the fastest (15-30x) where 15 %
+// changes no rank.
+struct SerialPart {
+  std::size_t count = 0;  // elements a serial row writes; 0: the whole array
+  bool checked = false;
+  [[nodiscard]] std::size_t of(const NamedStrategy& row, std::size_t whole) const {
+    return row.serial_writes && count > 0 && count < whole ? count : whole;
+  }
+};
+constexpr double kPartOffAtMost = 1.15;
+
+// The metrics of a repetition on `measured` of the array's `count` elements, marked as such.
+void mark_part(json& metrics, std::size_t measured, std::size_t count) {
+  if (measured >= count) return;
+  metrics["measured_bytes"] = measured * sizeof(WorkItem);
+  metrics["scaled_by"] = static_cast<double>(count) / static_cast<double>(measured);
+}
+
+// One repetition of `strategy` on `measured` elements of a `count`-element array: its seconds,
+// scaled to the whole array (the adaptive rule judges rows by their whole array's time).
 std::optional<double> measure_strategy(Emitter& emitter, const Settings& s, const NamedStrategy& strategy, std::size_t count,
-                                       unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
+                                       std::size_t measured_count, unsigned threads, bool zero_init, int rep,
+                                       std::set<std::string>& failed) {
   json metrics, raced = json::array();
   bool overlap_kept = false;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    Measured measured = measure_strategy_once(strategy, count, threads, zero_init);
+    Measured measured = measure_strategy_once(strategy, measured_count, threads, zero_init);
     if (measured.metrics.is_null()) {
       warn_failed_once(emitter, strategy.name, measured.failure, failed);
       return std::nullopt;
@@ -113,7 +146,8 @@ std::optional<double> measure_strategy(Emitter& emitter, const Settings& s, cons
   }
   metrics["raced_with_host_reporting"] = std::move(raced);
   metrics["host_reporting_overlap_kept"] = overlap_kept;
-  const double seconds = metrics["elapsed_s"].get<double>();
+  mark_part(metrics, measured_count, count);
+  const double seconds = metrics["elapsed_s"].get<double>() * static_cast<double>(count) / static_cast<double>(measured_count);
   emitter.sample(strategy_case(s, strategy, count, threads, zero_init, rep), metrics);
   return seconds;
 }
@@ -260,15 +294,62 @@ bool check_failure_injected() {
 // like any), then beside the others; if beside took more than kBesideSlowerAtMost times alone, the
 // rows slowed one another: the batch's side-by-side times are not kept (they stay in the check's
 // sample), its other rows are measured again, alone, and every row is alone from then on.
+// The part's check (SerialPart), on the first serial row still going in this batch, if the run has
+// not made it: that row's repetition of this round on the whole array, then once on its part. The
+// row is taken out of `going` (measured this round).
+bool serial_part_check_injected() {
+  const char* failing = std::getenv("MEMCOST_INJECT_FAILURE");
+  return failing && std::strstr(failing, "serial_part_check");
+}
+
+void check_serial_part(Emitter& emitter, const Settings& s, const std::vector<NamedStrategy>& chosen,
+                       std::vector<std::size_t>& going, RowsInRounds& rows, SerialPart& part, std::size_t count,
+                       unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
+  const auto at = std::ranges::find_if(going, [&](std::size_t index) { return part.of(chosen[index], count) < count; });
+  if (part.checked || at == going.end()) return;
+  const std::size_t index = *at;
+  going.erase(at);
+  part.checked = true;
+  const auto whole_s = measure_strategy(emitter, s, chosen[index], count, count, threads, zero_init, rep, failed);
+  if (!whole_s) {
+    rows.failed[index] = true;
+    part.checked = false;  // the next serial row makes the check
+    return;
+  }
+  rows.seconds[index].push_back(*whole_s);
+  const Measured on_part = measure_strategy_once(chosen[index], part.count, threads, zero_init);
+  const double scale = static_cast<double>(count) / static_cast<double>(part.count);
+  const double scaled_s = on_part.metrics.is_null() ? 0 : on_part.metrics["elapsed_s"].get<double>() * scale;
+  const bool keep = scaled_s > 0 && std::max(*whole_s / scaled_s, scaled_s / *whole_s) <= kPartOffAtMost &&
+                    !serial_part_check_injected();
+  emitter.sample({{"part", "serial_part_check"}, {"strategy", chosen[index].name}, {"init", zero_init ? "zero" : "value"},
+                  {"rep", rep}},
+                 {{"whole_s", *whole_s}, {"part_s", on_part.metrics.is_null() ? json(nullptr) : on_part.metrics["elapsed_s"]},
+                  {"measured_bytes", part.count * sizeof(WorkItem)}, {"scaled_by", scale}, {"scaled_s", scaled_s},
+                  {"kept", keep}, {"within", kPartOffAtMost}});
+  if (!keep) {
+    const std::size_t part_bytes = part.count * sizeof(WorkItem);
+    part.count = 0;
+    char ratio[16];
+    std::snprintf(ratio, sizeof ratio, "%.2f", scaled_s > 0 ? scaled_s / *whole_s : 0.0);
+    emitter.warning("serial_part_off", chosen[index].name + " on " + human_size(part_bytes) +
+                                           " of the array, scaled, came to " + ratio +
+                                           "x its time on the whole: every one-thread row is measured on the whole array "
+                                           "from here");
+  }
+}
+
 void measure_batch(Emitter& emitter, const Settings& s, const std::vector<NamedStrategy>& chosen,
-                   const std::vector<std::size_t>& batch, RowsInRounds& rows, SideBySide& side_by_side,
+                   const std::vector<std::size_t>& batch, RowsInRounds& rows, SideBySide& side_by_side, SerialPart& part,
                    std::size_t count, unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
   std::vector<std::size_t> going;
   for (std::size_t index : batch) {
     if (!rows.failed[index] && rows.settled[index] == Settled::no) going.push_back(index);
   }
+  check_serial_part(emitter, s, chosen, going, rows, part, count, threads, zero_init, rep, failed);
   auto alone = [&](std::size_t index) {
-    auto seconds = measure_strategy(emitter, s, chosen[index], count, threads, zero_init, rep, failed);
+    auto seconds = measure_strategy(emitter, s, chosen[index], count, part.of(chosen[index], count), threads, zero_init,
+                                    rep, failed);
     if (seconds) rows.seconds[index].push_back(*seconds);
     else rows.failed[index] = true;
     return seconds;
@@ -284,11 +365,15 @@ void measure_batch(Emitter& emitter, const Settings& s, const std::vector<NamedS
   }
   std::vector<const NamedStrategy*> strategies;
   for (std::size_t index : going) strategies.push_back(&chosen[index]);
-  std::vector<Measured> results = measure_side_by_side(strategies, count, zero_init);
+  // One-thread rows write serially: all on the part, or all whole.
+  const std::size_t measured = part.of(chosen[going.front()], count);
+  const double scale = static_cast<double>(count) / static_cast<double>(measured);
+  std::vector<Measured> results = measure_side_by_side(strategies, measured, zero_init);
   bool keep = true;
   if (!side_by_side.checked) {
     side_by_side.checked = true;
-    const double beside_s = results.front().metrics.is_null() ? 0 : results.front().metrics["elapsed_s"].get<double>();
+    const double beside_s =
+        results.front().metrics.is_null() ? 0 : results.front().metrics["elapsed_s"].get<double>() * scale;
     keep = beside_s > 0 && beside_s <= kBesideSlowerAtMost * *alone_s && !check_failure_injected();
     json names = json::array(), seconds = json::array();
     for (std::size_t i = 0; i < going.size(); ++i) {
@@ -321,7 +406,8 @@ void measure_batch(Emitter& emitter, const Settings& s, const std::vector<NamedS
     }
     results[i].metrics["raced_with_host_reporting"] = json::array();  // side by side, nothing is taken again
     results[i].metrics["host_reporting_overlap_kept"] = raced_host_reporting(results[i].metrics);
-    rows.seconds[index].push_back(results[i].metrics["elapsed_s"].get<double>());
+    mark_part(results[i].metrics, measured, count);
+    rows.seconds[index].push_back(results[i].metrics["elapsed_s"].get<double>() * scale);
     emitter.sample(strategy_case(s, chosen[index], count, threads, zero_init, rep), results[i].metrics);
   }
 }
@@ -361,6 +447,8 @@ void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& em
                         std::size_t side_by_side_rows, bool side_by_side_checked) {
   auto failed = std::make_shared<std::set<std::string>>();  // strategies already reported as failed
   auto side_by_side = std::make_shared<SideBySide>(SideBySide{.width = std::max<std::size_t>(1, side_by_side_rows), .checked = side_by_side_checked});
+  auto part = std::make_shared<SerialPart>(
+      SerialPart{.count = serial_part_of(s, count * sizeof(WorkItem)) / sizeof(WorkItem), .checked = s.serial_part_checked});
   const StoppingRule rule = s.reps > 0 ? StoppingRule::fixed(s.reps) : StoppingRule{};
   const auto order = probe::interleaved_order(chosen->size(), rule.max_rounds, s.order_seed);
   for (const std::string& init : s.inits) {
@@ -390,9 +478,9 @@ void add_strategy_steps(std::vector<Step>& steps, const Settings& s, Emitter& em
         std::string label;
         for (std::size_t index : batch) label += (label.empty() ? "" : " | ") + (*chosen)[index].name;
         steps.push_back({label + (zero_init ? " (zero)" : " (value)"),
-                         [&emitter, &s, chosen, failed, batch, count, threads, zero_init, rep, rows, side_by_side] {
-                           measure_batch(emitter, s, *chosen, batch, *rows, *side_by_side, count, threads, zero_init, rep,
-                                         *failed);
+                         [&emitter, &s, chosen, failed, batch, count, threads, zero_init, rep, rows, side_by_side, part] {
+                           measure_batch(emitter, s, *chosen, batch, *rows, *side_by_side, *part, count, threads, zero_init,
+                                         rep, *failed);
                          }});
       }
     }
