@@ -94,9 +94,44 @@ def this_machines_cost(directory, calibrate: bool, notes: list):
 SERVICE_DEFAULTS = {"touch_samples_per_second": 10, "cpu_sample_us": 0, "time_faults_one_in": 0}
 
 
-def record(values: dict, raw_path: Optional[Path] = None, on_sample=None):
+def process_started_monotonic() -> Optional[float]:
+    """When this process started, on time.monotonic()'s clock (CLOCK_MONOTONIC), to within the
+    kernel's clock tick: /proc/self/stat's start time counts ticks since boot (CLOCK_BOOTTIME)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        since_boot_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.monotonic() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot_s)
+
+
+def memcost_phases(run_record: dict, marks: dict) -> Optional[dict]:
+    """What memcost itself added before and after the command, in ms, from the front end's marks
+    (`marks`: when Python started, when it started the probe, when the probe's output ended, when
+    the summary was done, on time.monotonic()) and the probe's (run_record: when it began, when the
+    command started and how long it ran, when its records were done). None where a mark is
+    missing (a replay, a back end without them)."""
+    started_ns, began_ns, done_ns = (run_record.get(k) for k in ("command_started_ns", "probe_began_ns", "records_done_ns"))
+    if not (started_ns and began_ns and done_ns) or None in marks.values():
+        return None
+    started, began, done = started_ns / 1e9, began_ns / 1e9, done_ns / 1e9
+    ended = started + run_record.get("wall_ns", 0) / 1e9
+    parts = {"start_python_ms": marks["probe_spawned"] - marks["python_started"],
+             "start_probe_ms": started - marks["probe_spawned"],
+             "end_probe_ms": marks["output_ended"] - ended,
+             "end_summary_ms": marks["summarized"] - marks["output_ended"]}
+    phases = {name: round(seconds * 1e3, 1) for name, seconds in parts.items()}
+    phases["probe_setup_ms"] = round((started - began) * 1e3, 1)     # of start_probe: after the probe's own start-up
+    phases["probe_records_ms"] = round((done - ended) * 1e3, 1)      # of end_probe: the records finished and sent
+    phases["start_ms"] = round(phases["start_python_ms"] + phases["start_probe_ms"], 1)
+    phases["end_ms"] = round(phases["end_probe_ms"] + phases["end_summary_ms"], 1)
+    return phases
+
+
+def record(values: dict, raw_path: Optional[Path] = None, on_sample=None, marks: Optional[dict] = None):
     """Run the probe around the command (or attached to a pid). Ctrl-C and SIGTERM go to the probe,
-    which passes them to the command (src/trace/tracer.hpp) and still reports what it recorded."""
+    which passes them to the command (src/trace/tracer.hpp) and still reports what it recorded.
+    `marks` gets when the probe was started and when its output ended (memcost_phases)."""
     if values.get("pid"):
         values = {**values, **{name: value for name, value in SERVICE_DEFAULTS.items() if values.get(name) is None}}
     probe_arguments = EXPERIMENT.probe_arguments(values)
@@ -110,8 +145,13 @@ def record(values: dict, raw_path: Optional[Path] = None, on_sample=None):
     try:
         with tracefs.available():
             target = ["--command-stdout-fd", str(stdout_copy), "--", *values["command"]] if values.get("command") else []
-            return run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True,
+            if marks is not None:
+                marks["probe_spawned"] = time.monotonic()
+            run = run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True,
                              on_sample=on_sample, reap_later=True)
+            if marks is not None:
+                marks["output_ended"] = time.monotonic()
+            return run
     finally:
         os.close(stdout_copy)
 
@@ -134,8 +174,9 @@ def measure(values: dict, directory, report_modules=()) -> dict:
         windows = Windows(values["windows_folder"], cost, frames_of(values), socket.gethostname(),
                           str(values["pid"]) if values.get("pid") else Path(values["command"][0]).name)
     importing = import_meanwhile(END_MODULES + tuple(report_modules))
+    marks = {"python_started": process_started_monotonic()}
     try:
-        run = record(values, raw, windows.take if windows else None)
+        run = record(values, raw, windows.take if windows else None, marks)
     except BaseException:
         importing.join()
         if raw:
@@ -147,7 +188,7 @@ def measure(values: dict, directory, report_modules=()) -> dict:
         importing.join()  # from here on this thread imports: never two threads at once
         from .analysis.trace import records as trace_records
         trace = trace_records.read(run.samples)
-        document = _store(values, directory, run, trace, cost, raw, windows, notes)
+        document = _store(values, directory, run, trace, cost, raw, windows, notes, marks)
     if values.get("verify") and values.get("command") and not document["summary"]["totals"]["interrupted"]:
         # The trace is stored first: a Ctrl-C while verifying ends with 130 and keeps it as it is.
         probe.reap()
@@ -211,7 +252,7 @@ def _take_measured(item: dict, found: Optional[dict]) -> None:
                     measured_saving_interval_ms=found["measured_saving_interval_ms"], verdict=found["verdict"])
 
 
-def _store(values: dict, directory, run, trace: Trace, cost, raw, windows, notes: list) -> dict:
+def _store(values: dict, directory, run, trace: Trace, cost, raw, windows, notes: list, marks: dict) -> dict:
     from .analysis.trace import summary as trace_summary
     from .analysis.trace.advice import pinning_advice
     from .experiments.shared import finish
@@ -225,6 +266,8 @@ def _store(values: dict, directory, run, trace: Trace, cost, raw, windows, notes
     summary["pinning"] = pinning_advice(summary["touching"], pinned)
     _corrected_by_verification(summary, directory.root, run.context.get("host", ""))
     summary["totals"]["interrupted"] = summary["totals"]["interrupted"] or interrupts.interrupted
+    marks["summarized"] = time.monotonic()
+    summary["totals"]["memcost_phases"] = memcost_phases(trace.run, marks)
     if values.get("overhead") and values.get("command") and not summary["totals"]["interrupted"]:
         summary["totals"].update(_untraced_run(values["command"]))
     params = {**{k: v for k, v in values.items() if k != "windows_folder"}, "probe_settings": run.settings, "raw_records": RAW_NAME if raw else None}

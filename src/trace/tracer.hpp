@@ -294,6 +294,7 @@ struct Result {
   int exit_code = 0;          // as a shell reports it: 128 + signal when killed
   int signal = 0;
   std::uint64_t wall_ns = 0;
+  std::uint64_t started_ns = 0;  // CLOCK_MONOTONIC when the command went through the door (wall_ns from here)
   std::uint64_t user_ns = 0;  // the command and its waited-for children
   std::uint64_t system_ns = 0;
   std::uint64_t minor_faults = 0;  // the kernel's own count (rusage), to check the samples against

@@ -193,6 +193,7 @@ class Tracing {
     result_.paused_ns = counts.paused_ns;
     result_.kernel_stops = counts.kernel_stops;
     result_.interrupted = g_interrupted || g_stop_requested;
+    result_.started_ns = started_ns_;
     result_.wall_ns = measure::now_ns() - started_ns_;
     if (options_.window_closed) options_.window_closed();
     loop.finish();

@@ -17,6 +17,18 @@ from . import flamegraph
 TOP_ROWS = 15
 
 
+def phase_lines(totals: dict) -> list[str]:
+    """What memcost itself added to the whole command before and after the command ran."""
+    phases = totals.get("memcost_phases")
+    if not phases:
+        return []
+    return [f"memcost's own time around the command: {phases['start_ms']:,.0f} ms before it (Python "
+            f"{phases['start_python_ms']:,.0f} ms, the probe's start and its events {phases['start_probe_ms']:,.0f} ms), "
+            f"{phases['end_ms']:,.0f} ms after it until the summary (the probe finishing its records "
+            f"{phases['end_probe_ms']:,.0f} ms, the summary {phases['end_summary_ms']:,.0f} ms); storing and "
+            "printing the results follow."]
+
+
 def overhead_lines(totals: dict) -> list[str]:
     """With --overhead: traced against untraced wall time, and the tracer's presence in the command."""
     if not totals.get("untraced_wall_ms"):
@@ -181,7 +193,7 @@ def totals_lines(summary: dict) -> list[str]:
         + (f", {totals['elsewhere_ms']:,.1f} ms charged elsewhere, memcost's own front end included"
            if totals.get("elsewhere_ms") is not None else "")
         + f"); tracing cost {totals['tracer_cpu_ms']:,.0f} ms of CPU."]
-    lines += overhead_lines(totals)
+    lines += phase_lines(totals) + overhead_lines(totals)
     if totals.get("counted_in_kernel"):
         how = (f"How: faults from {totals['fault_source']}: every fault counted, charged in the probe to the mappings "
                f"live in its region within one generation (no page taken away between), the touching sites shared out "

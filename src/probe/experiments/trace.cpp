@@ -345,8 +345,11 @@ void throw_if_failed(const trace::Failure& failure) {
 }
 
 // The run record: the command's accounting, the tracer's own and how each figure was obtained.
+// `began_ns`: when the probe began to set the trace up (CLOCK_MONOTONIC, as the front end's clock):
+// with the command's start and end and this moment, what memcost itself added before and after it.
 void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& result, const trace::Attribution& attribution,
-              const measure::Snapshot& before, const measure::Snapshot& after, const std::string& thp) {
+              const measure::Snapshot& before, const measure::Snapshot& after, const std::string& thp,
+              std::uint64_t began_ns) {
   measure::Interval interval = measure::between(before, after);
   std::optional<std::int64_t> elsewhere = interval.elsewhere_ns();
   // A process attached to ran beside the probe all along: it is the subject, not "elsewhere".
@@ -354,6 +357,7 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
   emitter.sample(
       {{"record", "run"}},
       {{"exit_code", result.exit_code}, {"signal", result.signal}, {"wall_ns", result.wall_ns},
+       {"probe_began_ns", began_ns}, {"command_started_ns", result.started_ns}, {"records_done_ns", measure::now_ns()},
        {"user_ns", result.user_ns}, {"system_ns", result.system_ns},
        {"rusage_minor_faults", result.minor_faults}, {"rusage_major_faults", result.major_faults},
        {"faults_before_exec", result.faults_before_exec},
@@ -443,6 +447,7 @@ class Windows {
 // The command (or the process attached to) traced: the attribution fed as the records stream,
 // kept raw too when asked, the windows emitted as they end, then the aggregate and the run record.
 void trace_and_emit(const Settings& settings, Emitter& emitter) {
+  const std::uint64_t began_ns = measure::now_ns();
   trace::Options options = tracer_options(settings);
   JsonSink output(emitter);
   const std::string thp = thp_mode_name();
@@ -465,7 +470,7 @@ void trace_and_emit(const Settings& settings, Emitter& emitter) {
     raw->close();
     if (!raw->error().empty()) emitter.warning("raw_file_incomplete", raw->error() + ": the raw records are incomplete");
   }
-  emit_run(emitter, settings, result, attribution, windows.before, windows.after, thp);
+  emit_run(emitter, settings, result, attribution, windows.before, windows.after, thp, began_ns);
 }
 
 }  // namespace
