@@ -4,7 +4,7 @@ command and checked: a benchmark, not a test (CI has no GPU, and no session that
 was lent one). Run it where a GPU is:
 
     python3 bench/gpu_host.py [--size 32G] [--bundle DIR] [--out DIR] [--steps pinned,bigarray,trace,torch,overhead]
-        [--hugetlb] [--quick] [--pinned-rounds N] [--verify-rounds N] [--python PYTHON] [--order-seed N]
+        [--hugetlb] [--quick] [--pinned-rounds N] [--pinned-ways LIST] [--verify-rounds N] [--python PYTHON] [--order-seed N]
 
 The steps run one after the other, each in a process of its own, nothing built beside them:
   pinned    `memcost pinned --size SIZE`: every way to pin SIZE, ranked (docs/pinned.md); with
@@ -385,6 +385,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a rehearsal: fewer rounds, `bigarray --quick`")
     parser.add_argument("--pinned-rounds", type=int,
                         help="rounds of `memcost pinned` (default its own, 3; --quick 2): fewer where device time is short")
+    parser.add_argument("--pinned-ways", help="only these ways of `memcost pinned` (its --ways: names containing one "
+                                              "of these, comma-separated): fewer where device time is short")
     parser.add_argument("--verify-rounds", type=int, default=5,
                         help="rounds of the torch step's --verify (default 5): fewer where device time is short")
     parser.add_argument("--trace-bytes", default="1073741824", help="bytes the traced CUDA program pins each way")
@@ -415,6 +417,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if "pinned" in steps:
             rounds = args.pinned_rounds or (2 if args.quick else None)
             extra = ["--rounds", str(rounds)] if rounds else []
+            extra += ["--ways", args.pinned_ways] if args.pinned_ways else []
             if args.hugetlb:
                 extra += ["--reserve-hugepages", hugetlb_pool_size(args.size)]
             code, _, document = runner.memcost("pinned", "pinned", "--size", args.size, *extra)

@@ -64,6 +64,8 @@ def _torch_samples(run, values: dict) -> tuple[list, list]:
     for round_ in range(rounds):
         for way in TORCH_WAYS:
             name = way.format(threads=threads)
+            if values.get("ways") and not any(part in name for part in values["ways"]):
+                continue  # --ways names the ways to measure, PyTorch's among them
             env = dict(os.environ)
             if "cudaHostRegister" in way:
                 env["PYTORCH_CUDA_ALLOC_CONF"] = f"pinned_use_cuda_host_register:True,pinned_num_register_threads:{threads}"

@@ -331,7 +331,7 @@ def test_pytorch_rows_run_one_process_a_round_apart_from_the_rounds(fake_driver,
     each, in processes of their own, set against the fastest by their medians (not paired)."""
     fake_torch = DATA / "fake_torch"
     result = run_memcost("--results-dir", str(tmp_path), "pinned", "--size", "16M", "--copy-size", "4M", "--rounds", "3",
-                         "--ways", "make_big_array",
+                         "--ways", "make_big_array,torch.",
                          env={"MEMCOST_CUDA_LIBRARY": str(fake_driver),
                               "PYTHONPATH": os.pathsep.join(filter(None, [str(fake_torch), os.environ.get("PYTHONPATH")]))})
     assert result.returncode == 0, result.stderr
@@ -343,6 +343,23 @@ def test_pytorch_rows_run_one_process_a_round_apart_from_the_rounds(fake_driver,
     register = next(way for way in rows if "cudaHostRegister on" in way)
     assert rows["torch.empty(pin_memory=True)"]["rounds"] == 3 and rows[register]["rounds"] == 3
     assert not [w for w in document["warnings"] if w["code"] in ("torch_absent", "torch_failed")]
+
+
+def test_ways_leave_out_pytorchs_rows_unless_they_name_them(fake_driver, tmp_path):
+    """--ways names the ways to measure, PyTorch's two among them: "make_big_array" alone runs none of
+    PyTorch's, "cudaHostRegister on" one of them."""
+    fake_torch = DATA / "fake_torch"
+    env = {"MEMCOST_CUDA_LIBRARY": str(fake_driver),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(fake_torch), os.environ.get("PYTHONPATH")]))}
+    for ways, expected in (("make_big_array", set()), ("make_big_array,cudaHostRegister on", {"cudaHostRegister"})):
+        root = tmp_path / ways.replace(",", "_").replace(" ", "_")
+        result = run_memcost("--results-dir", str(root), "pinned", "--size", "16M", "--copy-size", "4M", "--rounds", "1",
+                             "--ways", ways, env=env)
+        assert result.returncode == 0, result.stderr
+        document = json.loads(next(root.glob("*/pinned.json")).read_text())
+        torch_ways = {s["case"]["way"] for s in document["samples"] if s["case"].get("way", "").startswith("torch.")}
+        assert {word for word in ("cudaHostRegister",) if any(word in way for way in torch_ways)} == expected, torch_ways
+        assert len(torch_ways) == len(expected)
 
 
 @pytest.mark.parametrize("after_s", [0.3, 1.5])
