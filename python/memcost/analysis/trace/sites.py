@@ -153,9 +153,11 @@ class SiteNames:
             detail = (called.get("function") or "") if called else ""
             groups[(detail, frame_name(frames[index]))][stack_id] = [_caller_key(frame) for frame in _callers(frames, index, which)]
         for (detail, first), paths in groups.items():
+            distinct = {tuple(path) for path in paths.values()}
+            sharing, functions = _Sharing(distinct), _functions_by_depth(distinct)
             for stack_id, path in paths.items():
-                self._names[stack_id] = first + "".join(CALLED_FROM + _caller_name(key, paths.values(), depth)
-                                                        for depth, key in enumerate(_distinguishing(path, paths.values())))
+                self._names[stack_id] = first + "".join(CALLED_FROM + _caller_name(key, functions, depth)
+                                                        for depth, key in enumerate(_distinguishing(path, sharing)))
                 if detail:
                     self._details[stack_id] = detail
 
@@ -200,24 +202,49 @@ def go_runtime_mapping(frames: list) -> Optional[str]:
     return GO_STARTUP if any(function in GO_STARTUP_FUNCTIONS for function in named) else GO_HEAP
 
 
-def _distinguishing(path: list, others) -> list:
+class _Sharing:
+    """The distinct paths of one group that share a prefix, by prefix, each list filtered from its
+    parent prefix's the first time it is asked for: naming each of a group's paths then costs what
+    its own prefixes share, not the whole group for every path and depth (a PyTorch import's 3,000
+    stacks, most starting at one frame, took 0.3 s that way on a 16-vCPU host)."""
+
+    def __init__(self, distinct: set):
+        self._by_prefix: dict[tuple, list] = {(): list(distinct)}
+
+    def __call__(self, prefix: tuple) -> list:
+        found = self._by_prefix.get(prefix)
+        if found is None:
+            depth = len(prefix) - 1
+            found = self._by_prefix[prefix] = [other for other in self(prefix[:-1])
+                                                if len(other) > depth and other[depth] == prefix[depth]]
+        return found
+
+
+def _functions_by_depth(distinct: set) -> dict[tuple, set]:
+    """(depth, function) -> the distinct callers (function, file, line) there across a group's paths."""
+    found: dict[tuple, set] = defaultdict(set)
+    for path in distinct:
+        for depth, key in enumerate(path):
+            found[(depth, key[0])].add(key)
+    return found
+
+
+def _distinguishing(path: list, sharing: _Sharing) -> list:
     """The shortest prefix of `path` that no other distinct path shares unless it is the same path
     all the way (a stack cut short, a prefix of a longer one, does not count as different)."""
-    distinct = {tuple(other) for other in others}
+    whole = tuple(path)
     depth = 0
     while depth < len(path):
-        sharing = {other for other in distinct if other[:depth] == tuple(path[:depth])}
-        if all(tuple(path)[:len(other)] == other[:len(path)] for other in sharing):
+        if all(whole[:len(other)] == other[:len(whole)] for other in sharing(whole[:depth])):
             break
         depth += 1
     return path[:depth]
 
 
-def _caller_name(key: tuple, others, depth: int) -> str:
+def _caller_name(key: tuple, functions: dict[tuple, set], depth: int) -> str:
     """A caller by its function; with its line where another path has the same function there."""
     function, file, line = key
-    same_function = {other[depth] for other in others if len(other) > depth and other[depth][0] == function}
-    return f"{function}:{line}" if len(same_function) > 1 and line else function
+    return f"{function}:{line}" if len(functions.get((depth, function), ())) > 1 and line else function
 
 
 BEFORE_TRACE = "(mapped before the trace)"
