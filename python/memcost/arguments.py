@@ -19,6 +19,11 @@ def size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from error
 
 
+def size_or_zero(text: str) -> int:
+    """A size, or 0 where zero means "none" (bigarray --serial-part 0)."""
+    return 0 if text.strip() == "0" else size(text)
+
+
 def size_list(text: str) -> list[int]:
     try:
         return parse_size_list(text)

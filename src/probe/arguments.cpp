@@ -30,10 +30,12 @@ std::size_t parse_size(const std::string& text, const std::string& flag) {
 
 namespace {
 
-// CLI11 transformer: a size's text into its bytes, before CLI11 converts it to a number.
-CLI::Validator size_text(const std::string& flag) {
+// CLI11 transformer: a size's text into its bytes, before CLI11 converts it to a number; "0" kept
+// where zero means "none" (`zero_means_none`).
+CLI::Validator size_text(const std::string& flag, bool zero_means_none = false) {
   return CLI::Validator(
-      [flag](std::string& text) -> std::string {
+      [flag, zero_means_none](std::string& text) -> std::string {
+        if (zero_means_none && text == "0") return "";
         try {
           text = std::to_string(parse_size(text, flag));
           return "";
@@ -47,8 +49,8 @@ CLI::Validator size_text(const std::string& flag) {
 }  // namespace
 
 CLI::Option* add_size_option(CLI::App& command, const std::string& flag, std::size_t& target,
-                             const std::string& default_text, const std::string& help) {
-  return command.add_option(flag, target, help)->transform(size_text(flag))->default_str(default_text);
+                             const std::string& default_text, const std::string& help, bool zero_means_none) {
+  return command.add_option(flag, target, help)->transform(size_text(flag, zero_means_none))->default_str(default_text);
 }
 
 CLI::Option* add_sizes_option(CLI::App& command, const std::string& flag, std::vector<std::size_t>& target,

@@ -25,7 +25,8 @@ namespace memcost::probe {
 
 // A size ("64K", "8M", "1G", or bytes) into `target`, shown with `default_text`.
 CLI::Option* add_size_option(CLI::App& command, const std::string& flag, std::size_t& target,
-                             const std::string& default_text, const std::string& help);
+                             const std::string& default_text, const std::string& help,
+                             bool zero_means_none = false);
 // A comma-separated list of sizes.
 CLI::Option* add_sizes_option(CLI::App& command, const std::string& flag, std::vector<std::size_t>& target,
                               const std::string& default_text, const std::string& help);

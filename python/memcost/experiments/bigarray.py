@@ -50,7 +50,7 @@ OPTIONS = [
                           "mmap + memset, MAP_POPULATE, make_unique_for_overwrite) are measured on this much of the array "
                           "when it is larger, their seconds, faults and free scaled to the whole (default 8G; checked once "
                           "against one such row measured whole; 0: every row on the whole array)",
-           parse=arguments.size, metavar="SIZE"),
+           parse=arguments.size_or_zero, metavar="SIZE"),
     Option("no_allocators", "skip the runs under other allocators", flag_only=True, to_probe=None),
     budget_option(),
     *hugepage_options(),

@@ -584,3 +584,16 @@ def test_the_repeat_scenarios_serial_variants_run_on_the_part_and_are_scaled(tmp
         assert summary[name]["faults_per_iteration"] == pytest.approx(256 * 1024 * 1024 // 4096, rel=0.02)
     assert all("measured_bytes" not in m for name, m in raw.items() if name not in ("std::vector", "malloc + memset"))
     assert "std::vector †" in result.stdout and "† measured on the first 64 MiB of the 256 MiB array" in result.stdout
+
+
+def test_serial_part_zero_measures_every_row_whole_and_an_allocators_run_takes_it(tmp_path):
+    """--serial-part 0 (every row on the whole array: what an allocator's run gets after a failed
+    check) is accepted by the front end and the probe alike."""
+    result = run_memcost("--results-dir", str(tmp_path), "bigarray", "--size", "128M", "--reps", "1", "--repeat", "0",
+                         "--strategies", "vector", "--inits", "zero", "--no-allocators", "--serial-part", "0")
+    assert result.returncode == 0, result.stderr
+    probe = run_probe("bigarray", "--size", "128M", "--reps", "1", "--repeat", "0", "--limit-reps", "1", "--strategies",
+                      "malloc + memset", "--inits", "zero", "--libc-only", "--serial-part", "64M", "--serial-part", "0")
+    assert probe.returncode == 0, probe.stderr
+    assert not _samples(probe.stdout, "serial_part_check")
+    assert not any("measured_bytes" in s["metrics"] for s in _samples(probe.stdout, "strategy"))

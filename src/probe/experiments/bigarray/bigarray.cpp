@@ -56,7 +56,7 @@ void declare(CLI::App& command, Settings& s) {
   add_size_option(command, "--serial-part", s.serial_part, "8G",
                   "rows that write the array from one thread are measured on this much of it when it is larger, their "
                   "times scaled to the whole; checked once against one such row measured whole (0: every row whole; "
-                  "at least 64M)")
+                  "at least 64M)", true)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   command.add_flag("--serial-part-checked", s.serial_part_checked, "the main run's check of the serial rows' part held: "
                    "an allocator's run measures them on a part without a check of its own");
