@@ -110,7 +110,8 @@ def document_text(document: dict) -> str:
     if not isinstance(document.get("samples"), list):
         return json.dumps(document, indent=1) + "\n"
     text = json.dumps({**document, "samples": _SAMPLES_HERE}, indent=1)
-    samples = ",\n".join("  " + json.dumps(sample) for sample in document["samples"])
+    # A sample as the probe wrote it keeps its text (probe.ProbeSample): not encoded again.
+    samples = ",\n".join("  " + (getattr(sample, "text", None) or json.dumps(sample)) for sample in document["samples"])
     return text.replace(json.dumps(_SAMPLES_HERE), f"[\n{samples}\n ]" if samples else "[]", 1) + "\n"
 
 

@@ -69,3 +69,23 @@ def test_a_documents_samples_are_written_one_a_line_and_read_back_the_same():
     assert list(json.loads(text)) == list(document)  # the keys in their order
     assert json.loads(document_text({**document, "samples": []})) == {**document, "samples": []}
     assert json.loads(document_text({"experiment": "info"})) == {"experiment": "info"}
+
+
+def test_samples_read_from_the_probe_keep_its_text_and_read_back_the_same():
+    """A sample line from the probe is written back as the probe wrote it (not encoded again); a line
+    with non-ASCII text, or not of the sample's form, is encoded by json as any other."""
+    from memcost.probe import _parse_line, _take
+    from memcost.results import document_text
+    lines = ['{"type":"context","host":"h"}\n',
+             '{"type":"sample","case":{"record":"stack"},"metrics":{"frames":[{"function":"f","line":3}]}}\n',
+             '{"type":"sample","case":{"record":"stack"},"metrics":{"frames":[{"function":"café"}]}}\n',
+             '{"type":"sample","metrics":{"x":1},"case":{"record":"run"}}\n']
+    run = None
+    for line in lines:
+        run = _take(_parse_line(line), run, line)
+    texts = [sample.text for sample in run.samples]
+    assert texts == ['{"case":{"record":"stack"},"metrics":{"frames":[{"function":"f","line":3}]}}', None, None]
+    document = {"experiment": "trace", "samples": run.samples, "summary": {}}
+    text = document_text(document)
+    assert json.loads(text) == json.loads(json.dumps(document))
+    assert '\n  {"case":{"record":"stack"},"metrics":{"frames":[{"function":"f","line":3}]}},\n' in text
