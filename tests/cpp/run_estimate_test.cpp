@@ -97,15 +97,17 @@ TEST(RunEstimate, HugePagesAreNeverPricedSlowerThanBasePages) {
   EXPECT_NEAR(estimate_run(huge, rates).rows_seconds, 4.0 * GiB / 1e9 / 16.0, 1e-6);
 }
 
-// Nor slower than three quarters of writing memory already faulted in: a fresh many-core guest's
-// calibration faulted its small arrays in at 7.7 GB/s where the rows did at 56.5 (writing: 71.2).
-TEST(RunEstimate, HugePageFaultInIsNeverPricedBelowThreeQuartersOfWriting) {
+// A calibration of huge-page fault-in under a quarter of the writing rate is not believed: a fresh
+// many-core guest's faulted its small arrays in at 7.7 GB/s where the rows did at 56.5 (writing:
+// 71.2); it is priced at three quarters of writing instead. A calibration above a quarter stands.
+TEST(RunEstimate, AnImplausiblySlowHugePageCalibrationIsPricedAtThreeQuartersOfWriting) {
   MeasuredRates rates{1.0, 5.0, 7.7, 71.2, 1e9, 1e9};
   const RunShape huge{.bytes = 32 * GiB, .rows = {{.serial = false, .huge_pages = true}}, .inits = 1, .limit_reps = 0,
                       .repeat = 0, .fixed_reps = true, .reps = 1};
   EXPECT_NEAR(estimate_run(huge, rates).rows_seconds, 32.0 * GiB / 1e9 / (0.75 * 71.2), 1e-6);
-  rates.parallel_gb_per_s = 60.0;  // measured faster than the floor: the measurement
-  EXPECT_NEAR(estimate_run(huge, rates).rows_seconds, 32.0 * GiB / 1e9 / 60.0, 1e-6);
+  rates.parallel_gb_per_s = 20.1;  // the 2-vCPU guest's, against 54.3 writing: a share of 0.37, as measured
+  rates.faulted_gb_per_s = 54.3;
+  EXPECT_NEAR(estimate_run(huge, rates).rows_seconds, 32.0 * GiB / 1e9 / 20.1, 1e-6);
 }
 
 // One-thread rows measured side by side: a batch takes its slowest row's time, and the run's first
