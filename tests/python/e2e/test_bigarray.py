@@ -407,19 +407,28 @@ def test_one_thread_rows_measured_side_by_side_each_count_their_own_faults_and_a
     assert all(n == 2 for n in counts.values()), counts
 
 
+def _with_a_failed_check(check: str, warning: str, *arguments: str):
+    """The probe's bigarray with the check `check` failed on purpose (MEMCOST_INJECT_FAILURE, the
+    probe's test hook): the run, once it is known that the check said so and warned once, and the
+    warning's text."""
+    result = subprocess.run([str(probe_path()), "bigarray", *arguments], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "MEMCOST_INJECT_FAILURE": check})
+    assert result.returncode == 0, result.stderr
+    [sample] = _samples(result.stdout, check)
+    assert sample["metrics"]["kept"] is False
+    warnings = [json.loads(line) for line in result.stdout.splitlines() if f'"{warning}"' in line]
+    assert len(warnings) == 1, warnings
+    return result, warnings[0]["message"]
+
+
 def test_a_failed_side_by_side_check_measures_every_row_alone_from_then_on():
     """The check failed on purpose (MEMCOST_INJECT_FAILURE=side_by_side_check, the probe's test hook):
     a warning, the batch's side-by-side times not kept, its other rows measured again alone in the
     same round (with --reps 2 every row still has its two), every later repetition alone."""
-    result = subprocess.run([str(probe_path()), "bigarray", "--size", "16M", "--inits", "zero", "--reps", "2", "--repeat", "0",
-                             "--limit-reps", "1", "--strategies", "new[],malloc+memset,mmap+memset", "--side-by-side", "3"],
-                            capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "MEMCOST_INJECT_FAILURE": "side_by_side_check"})
-    assert result.returncode == 0, result.stderr
-    [check] = _samples(result.stdout, "side_by_side_check")
-    assert check["metrics"]["kept"] is False
-    warnings = [json.loads(line) for line in result.stdout.splitlines() if '"side_by_side_slower"' in line]
-    assert len(warnings) == 1 and "every row is measured alone from here" in warnings[0]["message"]
+    result, warning = _with_a_failed_check("side_by_side_check", "side_by_side_slower", "--size", "16M", "--inits", "zero",
+                                           "--reps", "2", "--repeat", "0", "--limit-reps", "1", "--strategies",
+                                           "new[],malloc+memset,mmap+memset", "--side-by-side", "3")
+    assert "every row is measured alone from here" in warning
     strategies = _samples(result.stdout, "strategy")
     assert all(s["metrics"]["side_by_side"] == 1 for s in strategies)
     counts = {}
@@ -520,17 +529,10 @@ def test_serial_rows_are_measured_on_a_part_scaled_and_checked_once_against_the_
 def test_a_failed_serial_part_check_measures_every_serial_row_whole_from_then_on():
     """The check failed on purpose (MEMCOST_INJECT_FAILURE=serial_part_check): a warning, and no row
     measured on a part after it."""
-    result = subprocess.run([str(probe_path()), "bigarray", "--size", "128M", "--inits", "zero", "--reps", "2",
-                             "--repeat", "0", "--limit-reps", "1", "--strategies", "new[],mmap+memset",
-                             "--side-by-side", "1", "--serial-part", "64M"],
-                            capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "MEMCOST_INJECT_FAILURE": "serial_part_check"})
-    assert result.returncode == 0, result.stderr
-    [check] = _samples(result.stdout, "serial_part_check")
-    assert check["metrics"]["kept"] is False
-    warnings = [json.loads(line) for line in result.stdout.splitlines() if '"serial_part_off"' in line]
-    assert len(warnings) == 1 and "measured on the whole array from here" in warnings[0]["message"]
-    assert "on 64 MiB of the array" in warnings[0]["message"]
+    result, warning = _with_a_failed_check("serial_part_check", "serial_part_off", "--size", "128M", "--inits", "zero",
+                                           "--reps", "2", "--repeat", "0", "--limit-reps", "1", "--strategies",
+                                           "new[],mmap+memset", "--side-by-side", "1", "--serial-part", "64M")
+    assert "measured on the whole array from here" in warning and "on 64 MiB of the array" in warning
     assert not any("measured_bytes" in s["metrics"] for s in _samples(result.stdout, "strategy"))
 
 
