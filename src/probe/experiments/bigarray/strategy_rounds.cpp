@@ -283,25 +283,15 @@ struct SideBySide {
 constexpr double kBesideSlowerAtMost = 1.10;
 
 // The probe's test hook (tests/python/e2e/test_bigarray.py): with MEMCOST_INJECT_FAILURE containing
-// "side_by_side_check" the check fails whatever it measured.
-bool check_failure_injected() {
+// a check's name ("side_by_side_check", "serial_part_check") that check fails whatever it measured.
+bool check_failure_injected(const char* check) {
   const char* failing = std::getenv("MEMCOST_INJECT_FAILURE");
-  return failing && std::strstr(failing, "side_by_side_check");
+  return failing && std::strstr(failing, check);
 }
 
-// A batch of one-thread rows of one round: those still going, measured side by side. The run's
-// first such batch of two or more is checked: its first row is measured alone first (a repetition
-// like any), then beside the others; if beside took more than kBesideSlowerAtMost times alone, the
-// rows slowed one another: the batch's side-by-side times are not kept (they stay in the check's
-// sample), its other rows are measured again, alone, and every row is alone from then on.
 // The part's check (SerialPart), on the first serial row still going in this batch, if the run has
 // not made it: that row's repetition of this round on the whole array, then once on its part. The
 // row is taken out of `going` (measured this round).
-bool serial_part_check_injected() {
-  const char* failing = std::getenv("MEMCOST_INJECT_FAILURE");
-  return failing && std::strstr(failing, "serial_part_check");
-}
-
 void check_serial_part(Emitter& emitter, const Settings& s, const std::vector<NamedStrategy>& chosen,
                        std::vector<std::size_t>& going, RowsInRounds& rows, SerialPart& part, std::size_t count,
                        unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
@@ -321,7 +311,7 @@ void check_serial_part(Emitter& emitter, const Settings& s, const std::vector<Na
   const double scale = static_cast<double>(count) / static_cast<double>(part.count);
   const double scaled_s = on_part.metrics.is_null() ? 0 : on_part.metrics["elapsed_s"].get<double>() * scale;
   const bool keep = scaled_s > 0 && std::max(*whole_s / scaled_s, scaled_s / *whole_s) <= kPartOffAtMost &&
-                    !serial_part_check_injected();
+                    !check_failure_injected("serial_part_check");
   emitter.sample({{"part", "serial_part_check"}, {"strategy", chosen[index].name}, {"init", zero_init ? "zero" : "value"},
                   {"rep", rep}},
                  {{"whole_s", *whole_s}, {"part_s", on_part.metrics.is_null() ? json(nullptr) : on_part.metrics["elapsed_s"]},
@@ -339,6 +329,11 @@ void check_serial_part(Emitter& emitter, const Settings& s, const std::vector<Na
   }
 }
 
+// A batch of one-thread rows of one round: those still going, measured side by side. The run's
+// first such batch of two or more is checked: its first row is measured alone first (a repetition
+// like any), then beside the others; if beside took more than kBesideSlowerAtMost times alone, the
+// rows slowed one another: the batch's side-by-side times are not kept (they stay in the check's
+// sample), its other rows are measured again, alone, and every row is alone from then on.
 void measure_batch(Emitter& emitter, const Settings& s, const std::vector<NamedStrategy>& chosen,
                    const std::vector<std::size_t>& batch, RowsInRounds& rows, SideBySide& side_by_side, SerialPart& part,
                    std::size_t count, unsigned threads, bool zero_init, int rep, std::set<std::string>& failed) {
@@ -374,7 +369,7 @@ void measure_batch(Emitter& emitter, const Settings& s, const std::vector<NamedS
     side_by_side.checked = true;
     const double beside_s =
         results.front().metrics.is_null() ? 0 : results.front().metrics["elapsed_s"].get<double>() * scale;
-    keep = beside_s > 0 && beside_s <= kBesideSlowerAtMost * *alone_s && !check_failure_injected();
+    keep = beside_s > 0 && beside_s <= kBesideSlowerAtMost * *alone_s && !check_failure_injected("side_by_side_check");
     json names = json::array(), seconds = json::array();
     for (std::size_t i = 0; i < going.size(); ++i) {
       names.push_back(chosen[going[i]].name);
