@@ -150,6 +150,11 @@ struct Wine {
 // of its pipe sees the end while this process finishes closing what it holds (perf's tracepoint
 // events wait for an RCU grace period each). Windows: flushed only.
 void release_stdout();
+// The C library's allocator keeps `bytes` beyond what it needs at the top of its heap each time
+// it grows the heap or gives memory back (glibc's M_TOP_PAD, default 128 KiB): memory freed and
+// allocated again stays in the process instead of being returned and faulted in anew. Windows:
+// nothing done.
+void pad_heap(std::size_t bytes);
 // The folder this process's executable is in ("" when it cannot be told).
 [[nodiscard]] std::string executable_directory();
 // Replace this process with a fresh run of its own executable and `argv`.

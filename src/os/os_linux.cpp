@@ -16,9 +16,11 @@
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -234,6 +236,14 @@ void release_stdout() {
   if (null < 0) return;
   dup2(null, STDOUT_FILENO);
   close(null);
+}
+
+void pad_heap(std::size_t bytes) {
+#if defined(__GLIBC__)
+  (void)mallopt(M_TOP_PAD, static_cast<int>(std::min<std::size_t>(bytes, std::numeric_limits<int>::max())));
+#else
+  (void)bytes;
+#endif
 }
 
 bool can_start_children() { return true; }

@@ -250,6 +250,8 @@ Status exit_with_parent() { return {}; }
 
 void release_stdout() { std::fflush(stdout); }
 
+void pad_heap(std::size_t) {}
+
 bool can_start_children() { return false; }
 
 Child start_child(const std::function<std::string()>&) {

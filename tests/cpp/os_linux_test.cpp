@@ -1,6 +1,7 @@
 // Linux primitives of the OS layer that only Linux has: the process status reader, against what
 // the process knows of itself and of a child it made a zombie.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,11 +9,13 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <atomic>
 #include <fstream>
 #include <thread>
 #include <string>
+#include <vector>
 
 #include "os/os.hpp"
 
@@ -127,6 +130,31 @@ TEST(ReleaseStdout, TheReaderSeesTheEndBeforeTheWriterEnds) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
+
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+// With the heap padded, memory freed at the heap's top stays in the process (its releasable top
+// holds the pad) instead of going back to the kernel; without, glibc keeps its default 128 KiB.
+// In a child, so that this process's allocator keeps its own settings. (AddressSanitizer's
+// allocator is not glibc's.)
+TEST(PadHeap, FreedMemoryAtTheTopStaysInTheProcess) {
+  constexpr std::size_t kPad = std::size_t{32} << 20;
+  auto top_kept_after_a_block = [](bool padded) {
+    const pid_t child = fork();
+    if (child == 0) {
+      if (padded) memcost::os::pad_heap(kPad);
+      std::vector<void*> blocks;
+      for (int i = 0; i < 64; ++i) blocks.push_back(std::malloc(64 << 10));  // under the mmap threshold: the heap
+      for (void* block : blocks) std::free(block);
+      _exit(mallinfo2().keepcost >= kPad / 2 ? 1 : 0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+  };
+  EXPECT_TRUE(top_kept_after_a_block(true));
+  EXPECT_FALSE(top_kept_after_a_block(false));
+}
+#endif
 
 // Work in a child of its own: its answer comes back whole (larger than a pipe holds), its memory
 // is not the parent's, and a child that threw or was killed says how it ended.
