@@ -141,6 +141,17 @@ __attribute__((noinline, no_sanitize("address"))) Captured capture_here() {
   return captured;
 }
 
+// A stand-in for CPython's eval loop (named as it is), called by a stand-in for its start-up.
+extern "C" __attribute__((noinline)) void _PyEval_EvalFrameDefault_stand_in(Captured* out) {
+  *out = capture_here();
+  __asm__ volatile("" ::: "memory");  // not a tail call: this frame stays on the stack
+}
+
+__attribute__((noinline)) void interpreter_start_up(Captured* out) {
+  _PyEval_EvalFrameDefault_stand_in(out);
+  __asm__ volatile("" ::: "memory");
+}
+
 // An unwinder that knows this process's code, and the sink it sends its stacks to.
 struct OwnUnwinder {
   OwnUnwinder() {
@@ -162,6 +173,51 @@ TEST(Unwind, ARealStackUnwindsToItsCallers) {
   ASSERT_GE(frames.size(), 2U);
   EXPECT_NE(frames[0].function.find("capture_here"), std::string::npos) << frames[0].function;
 }
+
+// Lines and inlined functions are read for the program's own modules and libraries, not for the C
+// library's, the loader's or the Python interpreter's (libpython, the executable, lib-dynload).
+TEST(Unwind, LinesAreReadForTheProgramNotForTheCLibraryOrTheInterpreter) {
+  for (const char* module : {"/usr/bin/sort", "/opt/app/libengine.so", "/tmp/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so",
+                             "/home/me/python_tool", "/usr/bin/python-config-helper", "/srv/pythonic"}) {
+    EXPECT_TRUE(detail::lines_wanted(module)) << module;
+  }
+  for (const char* module : {"/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2",
+                             "/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0", "/usr/lib/libpython3.12d.so",
+                             "/usr/bin/python3.12", "/usr/local/bin/python3", "/opt/py/bin/python",
+                             "/usr/lib/python3.12/lib-dynload/_ctypes.cpython-312-x86_64-linux-gnu.so"}) {
+    EXPECT_FALSE(detail::lines_wanted(module)) << module;
+  }
+}
+
+#if defined(__x86_64__)
+// Where Python frames take the interpreter's place (a release of the GIL, a brk where the
+// preload library's marker claims the heap), the native stack ends at the innermost eval loop:
+// its start-up past it is not unwound. Elsewhere the whole stack is.
+TEST(Unwind, AStackWithPythonFramesEndsAtTheEvalLoop) {
+  OwnUnwinder own;
+  Captured here;
+  interpreter_start_up(&here);
+  auto sample = [&](std::uint64_t release, bool moves_break) {
+    const std::uint32_t id = own.unwinder.stack(getpid(), gettid(), here.bp, here.sp, here.ip, here.stack.data(),
+                                                here.stack.size(), 1000, release, moves_break);
+    std::vector<std::string> names;
+    for (const Frame& frame : own.sink.stacks.at(id)) names.push_back(frame.function);
+    return names;
+  };
+  auto holds = [](const std::vector<std::string>& names, std::string_view part) {
+    return std::any_of(names.begin(), names.end(), [part](const std::string& name) { return name.find(part) != std::string::npos; });
+  };
+  const auto whole = sample(0, false);
+  EXPECT_TRUE(holds(whole, "_PyEval_EvalFrameDefault_stand_in"));
+  EXPECT_TRUE(holds(whole, "interpreter_start_up"));
+  for (const auto& cut : {sample(5, false), sample(0, true)}) {
+    ASSERT_FALSE(cut.empty());
+    EXPECT_NE(cut.back().find("_PyEval_EvalFrameDefault_stand_in"), std::string::npos) << cut.back();
+    EXPECT_FALSE(holds(cut, "interpreter_start_up"));
+    EXPECT_LT(cut.size(), whole.size());
+  }
+}
+#endif
 
 // A touching sample of a thread that had released the GIL (the BPF counter read the release's
 // number) gets the Python frames the thread sends when it takes the GIL back; it holds nothing

@@ -224,7 +224,8 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
     in.skip(size);
     std::uint64_t dynamic = size ? in.take<std::uint64_t>() : 0;
     if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
-      stack = unwinder_.stack(pid, tid, bp, sp, user_ip, bytes, std::min(dynamic, size), time, python_release);
+      const bool moves_break = call == CallKind::brk && args[0] != 0;
+      stack = unwinder_.stack(pid, tid, bp, sp, user_ip, bytes, std::min(dynamic, size), time, python_release, moves_break);
     }
   }
   switch (event.kind) {

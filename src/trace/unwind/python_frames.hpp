@@ -76,6 +76,12 @@ inline std::vector<Frame> python_frames(std::string_view block) {
   return at == block.size() ? frames : std::vector<Frame>{};
 }
 
+// CPython's eval loop: the native function that runs Python frames (3.11+: _PyEval_EvalFrameDefault;
+// 2.7: PyEval_EvalFrameEx).
+inline bool interpreter_loop(std::string_view function) {
+  return function.starts_with("_PyEval_EvalFrame") || function == "PyEval_EvalFrameEx";
+}
+
 // The Python frames stand where the interpreter runs them: in place of the eval loop's native
 // frames. The frames inside the innermost eval loop (the C code the Python line called) stay,
 // then the Python frames, then the native frames outside the outermost eval loop. The native
@@ -84,9 +90,7 @@ inline std::vector<Frame> python_frames(std::string_view block) {
 // any eval loop gets the Python frames at its end.
 inline std::vector<Frame> merge_python(const std::vector<Frame>& native, const std::vector<Frame>& python) {
   if (python.empty()) return native;
-  auto is_eval_loop = [](const Frame& frame) {
-    return frame.function.rfind("_PyEval_EvalFrame", 0) == 0 || frame.function == "PyEval_EvalFrameEx";
-  };
+  auto is_eval_loop = [](const Frame& frame) { return interpreter_loop(frame.function); };
   std::size_t innermost = native.size(), outermost = native.size();
   for (std::size_t i = 0; i < native.size(); ++i) {
     if (!is_eval_loop(native[i])) continue;

@@ -59,6 +59,9 @@ int on_frame(Dwfl_Frame* frame, void* arg) {
   if (!dwfl_frame_pc(frame, &pc, &activation)) return DWARF_CB_ABORT;
   // A return address points after the call: the call itself is one byte before.
   input->pcs->push_back(activation ? pc : pc - 1);
+  if (input->stop_at_interpreter && input->stop_at_interpreter->in_interpreter_loop(*input->process, input->pcs->back())) {
+    return DWARF_CB_ABORT;
+  }
   return input->pcs->size() >= input->max_frames ? DWARF_CB_ABORT : DWARF_CB_OK;
 }
 
@@ -85,7 +88,8 @@ void Unwinder::fork(int parent, int child) {
 }
 
 std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
-                               std::uint64_t stack_bytes, std::uint64_t time_ns, std::uint64_t python_release) {
+                               std::uint64_t stack_bytes, std::uint64_t time_ns, std::uint64_t python_release,
+                               bool moves_break) {
   Process& process = get(pid);
   // Memo key: the instruction pointer and every word on the stack that points into code. The
   // return addresses that decide the unwound stack are among them; locals and saved data,
@@ -94,7 +98,9 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   std::string_view python;
   std::string key;
   key.reserve(256);
-  for (std::uint64_t value : {std::uint64_t(process.generation), ip}) {
+  // Cut at the eval loop (stack() in unwinder.hpp) where the sample says so; a block found below cuts too.
+  const bool cut = (moves_break && options_.python_frames) || python_release != 0;
+  for (std::uint64_t value : {std::uint64_t(process.generation), ip, std::uint64_t(cut)}) {
     key.append(reinterpret_cast<const char*>(&value), sizeof(value));
   }
   code_ranges(process);
@@ -136,7 +142,7 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   if (before_slow_work) before_slow_work();  // the first unwind through a module loads its CFI
   std::vector<std::uint64_t> pcs;
   if (prepare(process)) {
-    process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames};
+    process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames, cut || !python.empty() ? this : nullptr, &process};
     dwfl_getthread_frames(process.dwfl, tid, on_frame, &process.input);
   }
   if (pcs.empty()) {
@@ -147,6 +153,15 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   const std::uint32_t released_id = released.empty() ? id : stack_id(process, pcs, released, time_ns, false);
   by_sample_.emplace(std::move(key), Unwound{id, std::move(pcs)});
   return released_id;
+}
+
+bool Unwinder::in_interpreter_loop(Process& process, std::uint64_t pc) {
+  auto [known, fresh] = process.interpreter_loop.try_emplace(pc, false);
+  if (fresh) {
+    Dwfl_Module* module = dwfl_addrmodule(process.dwfl, pc);
+    known->second = module != nullptr && interpreter_loop(symbolize_function(process, module, pc).function);
+  }
+  return known->second;
 }
 
 std::size_t Unwinder::refused_perf_maps() const {
@@ -397,26 +412,22 @@ std::string Unwinder::function_name(Dwarf_Die* die) {
   return plain ? plain : "";
 }
 
-namespace {
-
-// The C library's and the loader's frames are named by their symbols alone: they are never a site
-// while a stack holds a frame of the program's own, and their lines live in a separate debug file
-// where one is installed (Debian's libc6-dbg: compressed DWARF that libdw inflated for every
-// trace, 60-70 ms of the probe's 0.23 s on `trace -- true` on the 2-vCPU guest).
-bool lines_wanted(const Frame& frame) {
-  const auto slash = frame.module.rfind('/');
-  const std::string_view file = std::string_view(frame.module).substr(slash == std::string::npos ? 0 : slash + 1);
+bool lines_wanted(std::string_view module) {
+  const auto slash = module.rfind('/');
+  const std::string_view file = module.substr(slash == std::string_view::npos ? 0 : slash + 1);
   for (std::string_view prefix : {"libc.so", "libc-", "ld-linux", "ld64.so", "libpthread", "libdl.so", "librt.so", "libm.so"})
-    if (file.rfind(prefix, 0) == 0) return false;
-  return true;
+    if (file.starts_with(prefix)) return false;
+  if (file.starts_with("libpython") && file.find(".so") != std::string_view::npos) return false;
+  if (module.find("/lib-dynload/") != std::string_view::npos) return false;
+  // The interpreter's executable: python, python3, python3.12 (a static build holds all of it).
+  std::string_view version = file.starts_with("python") ? file.substr(6) : "-";
+  return !std::all_of(version.begin(), version.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
 }
-
-}  // namespace
 
 std::vector<Frame> Unwinder::symbolize(Process& process, std::uint64_t pc) {
   Dwfl_Module* module = process.dwfl ? dwfl_addrmodule(process.dwfl, pc) : nullptr;
   Frame frame = symbolize_function(process, module, pc);
-  const bool lines = module != nullptr && lines_wanted(frame);
+  const bool lines = module != nullptr && lines_wanted(frame.module);
   if (Dwfl_Line* line = lines ? dwfl_module_getsrc(module, pc) : nullptr) {
     int number = 0;
     if (const char* file = dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {

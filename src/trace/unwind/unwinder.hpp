@@ -31,6 +31,9 @@
 
 namespace memcost::trace::detail {
 
+class Unwinder;
+struct Process;
+
 struct UnwindInput {
   pid_t tid = 0;
   std::uint64_t bp = 0, sp = 0, ip = 0;
@@ -38,6 +41,9 @@ struct UnwindInput {
   std::uint64_t stack_bytes = 0;
   std::vector<std::uint64_t>* pcs = nullptr;
   std::uint32_t max_frames = 0;
+  // Stop at the innermost frame of CPython's eval loop (Unwinder::stack says when).
+  Unwinder* stop_at_interpreter = nullptr;
+  Process* process = nullptr;
 };
 
 struct FileMapping {
@@ -47,6 +53,16 @@ struct FileMapping {
 
 // A process's executable mappings of files, from /proc/PID/maps (empty once it has gone).
 std::vector<FileMapping> executable_file_mappings(int pid);
+
+// Whether frames in `module` (a file's path) get their source lines and inlined functions, which
+// libdw reads from the debug information: not the C library's and the loader's, nor the Python
+// interpreter's (libpython, the python executable, the standard library's extension modules in
+// lib-dynload). Their frames are never a site while a stack holds a frame of the program's own
+// (docs/trace.md), and their lines cost the most: Debian's libc6-dbg is compressed DWARF that libdw
+// inflated for every trace (60-70 ms of the probe's 0.23 s on `trace -- true` on the 2-vCPU guest);
+// pyenv's libpython carries its DWARF, and a traced `import torch` spent 93 ms of the probe's CPU on
+// the lines of 717 of its addresses there. They are named by their symbols.
+bool lines_wanted(std::string_view module);
 
 // One traced process image (a pid between two execs): its modules and unwinder.
 struct Process {
@@ -63,6 +79,8 @@ struct Process {
   bool read_proc_maps = false;
   // Each module's symbols, sorted the first time a frame lands in it (symbol_table.hpp).
   std::unordered_map<Dwfl_Module*, SymbolTable> symbols;
+  // Whether an address is in CPython's eval loop, by its symbol (Unwinder::in_interpreter_loop).
+  std::unordered_map<std::uint64_t, bool> interpreter_loop;
   // Each compile unit's inlined functions, walked the first time a frame lands in it (inline_scopes.hpp).
   std::map<std::pair<Dwfl_Module*, Dwarf_Off>, InlineScopes> inline_scopes;
 
@@ -89,8 +107,20 @@ class Unwinder {
   // bpf/fault_counts.h), whose Python stack comes when the thread takes the GIL back: the stack
   // is then given those frames (as for a pending block, resolve_python), unless the copied stack
   // had a Python block of its own.
+  // Where Python frames take the interpreter's place, unwinding stops at the innermost frame of
+  // CPython's eval loop: merge_python drops the native frames past it but the interpreter's
+  // start-up (main, Py_RunMain), which names nothing. That is where the copied stack holds the
+  // preload library's block, where `python_release` is set, and at `moves_break` (a brk that moves
+  // the break) where Python frames are read: the preload library claims a growth of the heap with
+  // its Python stack at once (a marker, interposer.c), and a shrink's is the interpreter's. A
+  // traced `import torch`: up to 48 native frames a stack (Options::max_frames), the innermost
+  // eval loop at 8 to 28 of them.
   std::uint32_t stack(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip, const std::uint8_t* stack,
-                      std::uint64_t stack_bytes, std::uint64_t time_ns, std::uint64_t python_release = 0);
+                      std::uint64_t stack_bytes, std::uint64_t time_ns, std::uint64_t python_release = 0,
+                      bool moves_break = false);
+
+  // Whether `pc` is in CPython's eval loop (its symbol), once per address.
+  bool in_interpreter_loop(Process& process, std::uint64_t pc);
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
 
