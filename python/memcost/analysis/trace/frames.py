@@ -110,7 +110,7 @@ class FrameFilter:
         return judge
 
     def _judge(self, frame: dict, by_module_only: bool) -> bool:
-        module = os.path.basename(frame.get("module") or "")
+        module = file_name(frame.get("module") or "")
         function = frame.get("function") or ""
         if not module:
             return False  # a frame in no module is not code (an unwinder that ran off the stack): never a site
@@ -151,6 +151,13 @@ def _is_users(which: FrameFilter, kind: Optional[str], module: str, function: st
 DEFAULT_FRAMES = FrameFilter()
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def file_name(path: str) -> str:
+    """os.path.basename, once per path: a trace's frames name a few hundred modules, and the loops
+    over its stacks ask for them about 25,000 times (a PyTorch import)."""
+    return os.path.basename(path)
+
+
 def python_library(frame: dict, packages_only: bool = False) -> bool:
     """Whether a native frame is an installed Python package's (PYTHON_PACKAGE_MODULES), or, unless
     `packages_only`, the interpreter's own (PYTHON_INTERPRETER_MODULES)."""
@@ -178,7 +185,7 @@ def library_call(frames: list, index: int) -> Optional[dict]:
         if frame.get("kind") == "python" or python_jit(frame):
             return None
         function = frame.get("function") or ""
-        if os.path.basename(frame.get("module") or "").startswith(C_AND_ALLOCATOR_MODULES):
+        if file_name(frame.get("module") or "").startswith(C_AND_ALLOCATOR_MODULES):
             continue  # memcost's own preload library sits in site-packages too
         if python_library(frame, packages_only=True) and function and not re.match(SYSTEM_FUNCTIONS, function):
             return frame
@@ -233,7 +240,7 @@ def user_frame_index(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optio
         return first_by_module
     # Every frame is a library's or a runtime's: the first one past the C library and the allocators.
     for index, frame in enumerate(frames):
-        module = os.path.basename(frame.get("module") or "")
+        module = file_name(frame.get("module") or "")
         if module and not module.startswith(C_AND_ALLOCATOR_MODULES):
             return index
     return 0 if frames else None
@@ -244,7 +251,7 @@ def runtime_of(frame: Optional[dict]) -> Optional[str]:
     switches: "jvm" (HotSpot or a Java method), "node", "go"; None for native code and Python."""
     if frame is None:
         return None
-    module = os.path.basename(frame.get("module") or "")
+    module = file_name(frame.get("module") or "")
     function = frame.get("function") or ""
     if module.startswith(("libjvm.so", "libjli.so", "libjava.so")):
         return "jvm"
