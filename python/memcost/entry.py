@@ -62,25 +62,4 @@ def main() -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
-    return _leave(code)
-
-
-def _leave(code: int) -> int:
-    """Exit now, as Python would, less the interpreter's teardown: the atexit functions run, other
-    threads are waited for and the output is flushed, but the objects are not freed one by one. A
-    traced PyTorch import leaves about a million objects (its trace document and summary), and
-    freeing them took 80-110 ms of every such trace on the 2-vCPU guest, after its last line."""
-    import atexit
-    import threading
-    if not isinstance(code, int):
-        return code
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        return code  # a closed or broken pipe: Python's own exit reports it as it always has
-    os._exit(code)
+    return code
