@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -29,6 +28,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 
 #ifndef MADV_POPULATE_WRITE

@@ -158,8 +158,10 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
 bool Unwinder::in_interpreter_loop(Process& process, std::uint64_t pc) {
   auto [known, fresh] = process.interpreter_loop.try_emplace(pc, false);
   if (fresh) {
+    // The eval loop is C: its symbol's name, not demangled, nor the module's name looked up.
     Dwfl_Module* module = dwfl_addrmodule(process.dwfl, pc);
-    known->second = module != nullptr && interpreter_loop(symbolize_function(process, module, pc).function);
+    const char* name = module != nullptr ? symbols_of(process, module).name_at(pc) : nullptr;
+    known->second = name != nullptr && interpreter_loop(name);
   }
   return known->second;
 }
@@ -480,10 +482,14 @@ Frame Unwinder::symbolize_function(Process& process, Dwfl_Module* module, std::u
   const char* name = dwfl_module_info(module, nullptr, &low, nullptr, nullptr, nullptr, &main_file, nullptr);
   frame.module = main_file ? main_file : (name ? name : "");
   frame.module_offset = pc - low;
+  frame.function = demangle(symbols_of(process, module).name_at(pc));
+  return frame;
+}
+
+const SymbolTable& Unwinder::symbols_of(Process& process, Dwfl_Module* module) {
   auto [table, fresh] = process.symbols.try_emplace(module);
   if (fresh) table->second = SymbolTable(module);
-  frame.function = demangle(table->second.name_at(pc));
-  return frame;
+  return table->second;
 }
 
 }  // namespace memcost::trace::detail

@@ -198,6 +198,9 @@ class Unwinder {
   // The function's module and symbol name, without its line (symbolize reads that).
   static Frame symbolize_function(Process& process, Dwfl_Module* module, std::uint64_t pc);
 
+  // The module's symbol table, read the first time a frame lands in it.
+  static const SymbolTable& symbols_of(Process& process, Dwfl_Module* module);
+
   const Options& options_;
   Sink& sink_;
   std::unordered_map<int, std::shared_ptr<Process>> processes_;
