@@ -2,6 +2,10 @@
 // field known, and records that wrap around the buffer's end.
 #include "trace/perf/record_reader.hpp"
 
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <vector>
 
@@ -104,6 +108,48 @@ TEST(RecordReader, ReadsFaultsCallsAndLostRecordsAcrossTheBuffersEnd) {
   EXPECT_EQ(sink.calls[0].result, 0);
   EXPECT_EQ(reader.lost, 5U);
   EXPECT_EQ(buffer.meta()->data_tail, buffer.meta()->data_head);  // the space is given back
+}
+
+// A call's stack is unwound where the attribution keeps it (the memory it makes, advice that
+// refuses huge pages); a munmap's, an mremap's or other advice's is only read for links to Python
+// stacks (Unwinder::read_links), and the call carries none.
+TEST(RecordReader, OnlyTheCallsWhoseStacksAreKeptAreUnwound) {
+  Options options;
+  CollectingSink sink;
+  detail::RecordReader reader(options, sink);
+  reader.events[kEnterId] = detail::Event{detail::EventKind::enter, detail::kEnterSampleType, 8, {16, 24, 32}};
+  reader.events[kExitId] = detail::Event{detail::EventKind::exit, detail::kExitSampleType, 8, {16}};
+  FakeBuffer buffer(0);
+  struct Made {
+    long number;
+    std::uint64_t third;  // mmap's protection, madvise's advice
+  };
+  const std::vector<Made> calls = {{SYS_mmap, PROT_READ}, {SYS_munmap, 0}, {SYS_mremap, 1 << 21},
+                                   {SYS_madvise, MADV_NORMAL}, {SYS_madvise, MADV_NOHUGEPAGE}, {SYS_brk, 0}};
+  std::uint64_t time = 1'000;
+  for (const Made& made : calls) {
+    std::vector<std::uint64_t> enter = {kEnterId, pid_tid(getpid(), gettid()), time};
+    for (std::uint64_t word : raw(made.number, {0x7f0000000000, 1 << 20, made.third})) enter.push_back(word);
+    // The registers (bp, sp, ip), then a copy of 16 bytes of stack and its dynamic size.
+    for (std::uint64_t word : {std::uint64_t{PERF_SAMPLE_REGS_ABI_64}, std::uint64_t{0}, std::uint64_t{0x7ffc0000},
+                               std::uint64_t{0x1000}, std::uint64_t{16}, std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{16}}) {
+      enter.push_back(word);
+    }
+    buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, enter);
+    std::vector<std::uint64_t> exit = {kExitId, pid_tid(getpid(), gettid()), time + 100};
+    for (std::uint64_t word : raw(made.number, {0x7f0000000000})) exit.push_back(word);
+    buffer.put(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, exit);
+    time += 1'000;
+  }
+  reader.buffers.push_back(buffer.ring());
+  reader.drain(true);
+  ASSERT_EQ(sink.calls.size(), calls.size());
+  EXPECT_NE(sink.calls[0].stack, 0U);  // mmap: its allocation site
+  EXPECT_EQ(sink.calls[1].stack, 0U);  // munmap
+  EXPECT_EQ(sink.calls[2].stack, 0U);  // mremap: the mapping keeps its site
+  EXPECT_EQ(sink.calls[3].stack, 0U);  // madvise(MADV_NORMAL): the preload library's link, if any
+  EXPECT_NE(sink.calls[4].stack, 0U);  // madvise(MADV_NOHUGEPAGE): the site that refused huge pages
+  EXPECT_NE(sink.calls[5].stack, 0U);  // brk: the heap's growth, or the preload library's marker
 }
 
 TEST(RecordReader, TouchingSamplesCarryTheirPeriod) {

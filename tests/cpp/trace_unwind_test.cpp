@@ -291,6 +291,32 @@ TEST(Unwind, AStackWaitingForItsPythonFramesBecomesTheStackWithThem) {
   EXPECT_EQ(unwinder.oldest_pending_python_ns(), UINT64_MAX);
 }
 
+// A stack that is not unwound (a munmap's, the preload library's resolving madvise) is still read
+// for the link to a release's Python stack: the stack waiting for it gets its frames.
+TEST(Unwind, ALinkOnAStackThatIsNotUnwoundResolvesItsRelease) {
+  Options options;
+  CollectingSink sink;
+  detail::Unwinder unwinder(options, sink);
+  const auto mappings = code_mappings();
+  ASSERT_FALSE(mappings.empty());
+  const std::vector<std::uint64_t> returns = {mappings[0].start + 17, mappings[0].start + 33};
+  const std::uint32_t waiting = unwinder.stack_of_returns(getpid(), returns, pending_python_block(7), 1000);
+  const std::string line_12 = python_block({{12, "/app/train.py", "load_batch"}, {30, "/app/train.py", "<module>"}});
+  // A copied stack: a word of something else, the link (its magic and the release), the block.
+  std::string copied(8, '\x5a');
+  const memcost_python_pending link{MEMCOST_PYTHON_RESOLVES_MAGIC, 7};
+  copied.append(reinterpret_cast<const char*>(&link), sizeof(link));
+  copied += line_12;
+  copied.resize((copied.size() + 7) / 8 * 8 + 64, '\0');
+  unwinder.read_links(getpid(), reinterpret_cast<const std::uint8_t*>(copied.data()), 8);  // the link cut off
+  EXPECT_FALSE(sink.same.count(waiting));
+  unwinder.read_links(getpid(), reinterpret_cast<const std::uint8_t*>(copied.data()), copied.size());
+  ASSERT_TRUE(sink.same.count(waiting));
+  EXPECT_EQ(unwinder.oldest_pending_python_ns(), UINT64_MAX);
+  const std::uint32_t direct = unwinder.stack_of_returns(getpid(), returns, line_12, 2000);
+  EXPECT_EQ(sink.same[waiting], direct);
+}
+
 // libdwfl's view of this process, its modules reported as libdwfl finds them itself.
 struct ThisProcess {
   ThisProcess() {

@@ -59,6 +59,22 @@ inline std::optional<CallKind> mapping_call(long number) {
   return std::nullopt;
 }
 
+// Whether the attribution keeps a call's stack, so that its sample is unwound: the stack of the
+// memory a call makes (mmap, brk: its allocation site) and of advice that refuses huge pages
+// (the site that did). A munmap, an mremap (its mapping keeps its site) and other advice name
+// nothing with theirs (attribution.cpp); `args` as the call entered.
+inline bool stack_names_call(CallKind kind, const std::uint64_t (&args)[6]) {
+  switch (kind) {
+    case CallKind::mmap:
+    case CallKind::brk:
+      return true;
+    case CallKind::madvise:
+      return args[2] == MADV_NOHUGEPAGE;
+    default:
+      return false;
+  }
+}
+
 struct RingBuffer {
   int fd = -1;
   void* base = nullptr;

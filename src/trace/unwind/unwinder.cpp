@@ -115,12 +115,7 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
       python = python_block_at(stack + offset, stack_bytes - offset);
       key.append(python);
     }
-    if (word == kPythonResolvesMagic && offset + kPythonHeaderBytes <= stack_bytes) {
-      memcost_python_pending link{};
-      std::memcpy(&link, stack + offset, sizeof(link));
-      const std::uint64_t block = offset + sizeof(link);
-      resolve_python(pid, link.release, python_block_at(stack + block, stack_bytes - block));
-    }
+    if (word == kPythonResolvesMagic) read_link(pid, stack, stack_bytes, offset);
     if (word - code_low >= code_bytes) continue;
     auto above = std::upper_bound(process.code.begin(), process.code.end(), std::make_pair(word, UINT64_MAX));
     if (above != process.code.begin() && word < std::prev(above)->second) {
@@ -153,6 +148,22 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   const std::uint32_t released_id = released.empty() ? id : stack_id(process, pcs, released, time_ns, false);
   by_sample_.emplace(std::move(key), Unwound{id, std::move(pcs)});
   return released_id;
+}
+
+void Unwinder::read_link(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes, std::uint64_t offset) {
+  if (offset + kPythonHeaderBytes > stack_bytes) return;
+  memcost_python_pending link{};
+  std::memcpy(&link, stack + offset, sizeof(link));
+  const std::uint64_t block = offset + sizeof(link);
+  resolve_python(pid, link.release, python_block_at(stack + block, stack_bytes - block));
+}
+
+void Unwinder::read_links(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes) {
+  for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, stack + offset, sizeof(word));
+    if (word == kPythonResolvesMagic) read_link(pid, stack, stack_bytes, offset);
+  }
 }
 
 bool Unwinder::in_interpreter_loop(Process& process, std::uint64_t pc) {
