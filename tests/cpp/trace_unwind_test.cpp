@@ -291,6 +291,29 @@ TEST(Unwind, AStackWaitingForItsPythonFramesBecomesTheStackWithThem) {
   EXPECT_EQ(unwinder.oldest_pending_python_ns(), UINT64_MAX);
 }
 
+// The search each stack word takes agrees with a plain scan of the ranges, at their edges and
+// between them, for every count of ranges from none to 40.
+TEST(Unwind, TheCodeRangeSearchAgreesWithAScan) {
+  std::mt19937_64 random(7);
+  for (std::size_t count = 0; count <= 40; ++count) {
+    std::vector<std::uint64_t> starts, ends, probes = {0, UINT64_MAX};
+    std::uint64_t at = 0x1000;
+    for (std::size_t i = 0; i < count; ++i) {
+      at += 1 + random() % 0x10000;  // a gap of at least one byte
+      starts.push_back(at);
+      at += 1 + random() % 0x10000;
+      ends.push_back(at);
+      for (std::uint64_t edge : {starts.back() - 1, starts.back(), ends.back() - 1, ends.back()}) probes.push_back(edge);
+    }
+    for (int i = 0; i < 200; ++i) probes.push_back(random() % (at + 0x20000));
+    for (std::uint64_t address : probes) {
+      bool scanned = false;
+      for (std::size_t i = 0; i < count; ++i) scanned = scanned || (starts[i] <= address && address < ends[i]);
+      EXPECT_EQ(detail::in_sorted_ranges(starts, ends, address), scanned) << count << " ranges, address " << address;
+    }
+  }
+}
+
 // A stack that is not unwound (a munmap's, the preload library's resolving madvise) is still read
 // for the link to a release's Python stack: the stack waiting for it gets its frames.
 TEST(Unwind, ALinkOnAStackThatIsNotUnwoundResolvesItsRelease) {
@@ -442,6 +465,10 @@ TEST(SymbolTable, ReadDirectlyHoldsWhatLibdwflsReadingGives) {
     EXPECT_TRUE(ours.read_directly()) << mapping.path;
     direct += ours.read_directly();
     ASSERT_EQ(ours.size(), theirs.size()) << mapping.path;
+    // In order: by start, then rank, then place in the file's table.
+    EXPECT_TRUE(std::is_sorted(ours.symbols().begin(), ours.symbols().end(), [](const auto& a, const auto& b) {
+      return a.start != b.start ? a.start < b.start : a.rank != b.rank ? a.rank < b.rank : a.index < b.index;
+    })) << mapping.path;
     for (std::size_t i = 0; i < ours.size(); ++i) {
       const auto& a = ours.symbols()[i];
       const auto& b = theirs.symbols()[i];

@@ -104,10 +104,11 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
     key.append(reinterpret_cast<const char*>(&value), sizeof(value));
   }
   code_ranges(process);
-  // From the first code range's start to the last one's end: most stack words (counts, heap and
-  // stack pointers) fall outside, and one comparison rules them out before the search.
-  const std::uint64_t code_low = process.code.empty() ? 0 : process.code.front().first;
-  const std::uint64_t code_bytes = process.code.empty() ? 0 : process.code.back().second - code_low;
+  // From the first code range's start to the last one's end: small numbers fall outside, and one
+  // comparison rules them out before the search; so do pointers into the copied stack itself
+  // (saved frame pointers, locals' addresses), most of what is left in a deep stack.
+  const std::uint64_t code_low = process.code_starts.empty() ? 0 : process.code_starts.front();
+  const std::uint64_t code_bytes = process.code_starts.empty() ? 0 : process.code_ends.back() - code_low;
   for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
     std::uint64_t word = 0;
     std::memcpy(&word, stack + offset, sizeof(word));
@@ -116,9 +117,8 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
       key.append(python);
     }
     if (word == kPythonResolvesMagic) read_link(pid, stack, stack_bytes, offset);
-    if (word - code_low >= code_bytes) continue;
-    auto above = std::upper_bound(process.code.begin(), process.code.end(), std::make_pair(word, UINT64_MAX));
-    if (above != process.code.begin() && word < std::prev(above)->second) {
+    if (word - code_low >= code_bytes || word - sp < stack_bytes) continue;
+    if (in_sorted_ranges(process.code_starts, process.code_ends, word)) {
       key.append(reinterpret_cast<const char*>(&offset), 2);
       key.append(reinterpret_cast<const char*>(&word), sizeof(word));
     }
@@ -287,20 +287,37 @@ Process& Unwinder::get(int pid) {
 
 void Unwinder::code_ranges(Process& process) {
   if (process.code_known == process.mappings.size()) return;
-  process.code.clear();
-  for (const FileMapping& mapping : process.mappings) process.code.emplace_back(mapping.start, mapping.end);
-  std::sort(process.code.begin(), process.code.end());
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  ranges.reserve(process.mappings.size());
+  for (const FileMapping& mapping : process.mappings) ranges.emplace_back(mapping.start, mapping.end);
+  std::sort(ranges.begin(), ranges.end());
   // Ranges that touch or overlap made one: fewer steps for the search every stack word takes.
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < process.code.size(); ++i) {
-    if (kept > 0 && process.code[i].first <= process.code[kept - 1].second) {
-      process.code[kept - 1].second = std::max(process.code[kept - 1].second, process.code[i].second);
+  process.code_starts.clear();
+  process.code_ends.clear();
+  for (const auto& [start, end] : ranges) {
+    if (!process.code_ends.empty() && start <= process.code_ends.back()) {
+      process.code_ends.back() = std::max(process.code_ends.back(), end);
     } else {
-      process.code[kept++] = process.code[i];
+      process.code_starts.push_back(start);
+      process.code_ends.push_back(end);
     }
   }
-  process.code.resize(kept);
   process.code_known = process.mappings.size();
+}
+
+bool in_sorted_ranges(const std::vector<std::uint64_t>& starts, const std::vector<std::uint64_t>& ends,
+                      std::uint64_t address) {
+  std::size_t left = starts.size();
+  if (left == 0 || address < starts[0]) return false;
+  // The last start at or before the address: halving with a conditional move, not a branch (a
+  // branch on stack words mispredicts half the time, and was most of this search's cost).
+  const std::uint64_t* found = starts.data();
+  while (left > 1) {
+    const std::size_t half = left / 2;
+    found = found[half] <= address ? found + half : found;
+    left -= half;
+  }
+  return address < ends[static_cast<std::size_t>(found - starts.data())];
 }
 
 std::optional<std::uint64_t> Unwinder::load_bias(const FileMapping& mapping) {

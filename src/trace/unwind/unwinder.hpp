@@ -64,6 +64,11 @@ std::vector<FileMapping> executable_file_mappings(int pid);
 // the lines of 717 of its addresses there. They are named by their symbols.
 bool lines_wanted(std::string_view module);
 
+// Whether `address` lies in one of the ranges [starts[i], ends[i]), sorted and disjoint: the test
+// every word of a copied stack takes (Process::code_starts).
+bool in_sorted_ranges(const std::vector<std::uint64_t>& starts, const std::vector<std::uint64_t>& ends,
+                      std::uint64_t address);
+
 // One traced process image (a pid between two execs): its modules and unwinder.
 struct Process {
   int pid = 0;
@@ -73,7 +78,9 @@ struct Process {
   std::vector<FileMapping> pending;
   std::set<std::string> reported;  // files given to libdwfl, each once, at its first load bias
   std::vector<FileMapping> mappings;  // every executable file mapping seen
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> code;  // their ranges, sorted, touching ones joined
+  // Their ranges, sorted, touching ones joined: the starts and the ends apart, so that the search
+  // each stack word takes (in_code) reads 8 bytes a step, without a branch to mispredict.
+  std::vector<std::uint64_t> code_starts, code_ends;
   std::size_t code_known = static_cast<std::size_t>(-1);
   UnwindInput input;
   bool read_proc_maps = false;
