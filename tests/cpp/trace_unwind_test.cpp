@@ -249,19 +249,33 @@ TEST(Unwind, ATouchingSampleInAReleaseOfTheGilGetsItsPythonFramesWhenTheyCome) {
 }
 #endif
 
+// An unwinder and two return addresses in this program's code, for stacks that wait for their
+// Python frames (stack_of_returns with a pending block).
+class WaitingForPython : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto mappings = code_mappings();
+    ASSERT_FALSE(mappings.empty());
+    returns = {mappings[0].start + 17, mappings[0].start + 33};
+  }
+  Options options;
+  CollectingSink sink;
+  detail::Unwinder unwinder{options, sink};
+  std::vector<std::uint64_t> returns;
+};
+
+// A Python stack of a function `load_batch` at `line`, called from line 30.
+std::string load_batch_at(std::uint32_t line) {
+  return python_block({{line, "/app/train.py", "load_batch"}, {30, "/app/train.py", "<module>"}});
+}
+
 // A big call made while its thread had released the GIL has a stack of its own, waiting for its
 // Python frames; when the thread sends them, that stack is the same as the stack with them, so
 // that every call from one line is one site. Sent before the call's stack was read (another
 // CPU's buffer read first), they are kept for it.
-TEST(Unwind, AStackWaitingForItsPythonFramesBecomesTheStackWithThem) {
-  Options options;
-  CollectingSink sink;
-  detail::Unwinder unwinder(options, sink);
-  const auto mappings = code_mappings();
-  ASSERT_FALSE(mappings.empty());
-  const std::vector<std::uint64_t> returns = {mappings[0].start + 17, mappings[0].start + 33};
-  const std::string line_12 = python_block({{12, "/app/train.py", "load_batch"}, {30, "/app/train.py", "<module>"}});
-  const std::string line_14 = python_block({{14, "/app/train.py", "load_batch"}, {30, "/app/train.py", "<module>"}});
+TEST_F(WaitingForPython, AStackWaitingForItsPythonFramesBecomesTheStackWithThem) {
+  const std::string line_12 = load_batch_at(12);
+  const std::string line_14 = load_batch_at(14);
 
   const std::uint32_t waiting = unwinder.stack_of_returns(getpid(), returns, pending_python_block(7), 1000);
   const std::uint32_t other = unwinder.stack_of_returns(getpid(), returns, pending_python_block(8), 2000);
@@ -276,7 +290,7 @@ TEST(Unwind, AStackWaitingForItsPythonFramesBecomesTheStackWithThem) {
   ASSERT_TRUE(sink.same.count(waiting) && sink.same.count(other));
   EXPECT_EQ(sink.same[waiting], direct);
   EXPECT_NE(sink.same[other], direct);
-  auto lines = [&sink](std::uint32_t id) {
+  auto lines = [this](std::uint32_t id) {
     std::vector<int> found;
     for (const Frame& frame : sink.stacks.at(id)) found.push_back(frame.line);
     return found;
@@ -316,15 +330,9 @@ TEST(Unwind, TheCodeRangeSearchAgreesWithAScan) {
 
 // A stack that is not unwound (a munmap's, the preload library's resolving madvise) is still read
 // for the link to a release's Python stack: the stack waiting for it gets its frames.
-TEST(Unwind, ALinkOnAStackThatIsNotUnwoundResolvesItsRelease) {
-  Options options;
-  CollectingSink sink;
-  detail::Unwinder unwinder(options, sink);
-  const auto mappings = code_mappings();
-  ASSERT_FALSE(mappings.empty());
-  const std::vector<std::uint64_t> returns = {mappings[0].start + 17, mappings[0].start + 33};
+TEST_F(WaitingForPython, ALinkOnAStackThatIsNotUnwoundResolvesItsRelease) {
   const std::uint32_t waiting = unwinder.stack_of_returns(getpid(), returns, pending_python_block(7), 1000);
-  const std::string line_12 = python_block({{12, "/app/train.py", "load_batch"}, {30, "/app/train.py", "<module>"}});
+  const std::string line_12 = load_batch_at(12);
   // A copied stack: a word of something else, the link (its magic and the release), the block.
   std::string copied(8, '\x5a');
   const memcost_python_pending link{MEMCOST_PYTHON_RESOLVES_MAGIC, 7};
