@@ -79,7 +79,7 @@ struct Process {
   std::set<std::string> reported;  // files given to libdwfl, each once, at its first load bias
   std::vector<FileMapping> mappings;  // every executable file mapping seen
   // Their ranges, sorted, touching ones joined: the starts and the ends apart, so that the search
-  // each stack word takes (in_code) reads 8 bytes a step, without a branch to mispredict.
+  // each stack word takes (in_sorted_ranges) reads 8 bytes a step, without a branch to mispredict.
   std::vector<std::uint64_t> code_starts, code_ends;
   std::size_t code_known = static_cast<std::size_t>(-1);
   UnwindInput input;
@@ -129,7 +129,7 @@ class Unwinder {
   // A sample whose stack no record keeps (stack_names_call in perf.hpp: a munmap, an mremap, most
   // madvise calls): not unwound, only read for the links to Python stacks it carries, as stack()
   // reads them (the preload library's madvise(NULL, 0, MADV_NORMAL) that resolves a release of
-  // the GIL). A traced `import torch` made 820 munmaps and 800 such madvises of its 3,700 calls.
+  // the GIL). A traced `import torch` made 820 munmaps of its 3,700 calls.
   void read_links(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes);
 
   // Whether `pc` is in CPython's eval loop (its symbol), once per address.
