@@ -210,6 +210,8 @@ class Tracing {
     result_.malformed_records = reader_.malformed + (preload_ ? preload_->malformed_records() : 0);
     result_.malformed_bytes = preload_ ? preload_->malformed_bytes() : 0;
     result_.unwind_failures = reader_.unwind_failures();
+    result_.stacks_unwound = reader_.unwinder().unwound();
+    result_.stacks_unwound_by_rules = reader_.unwinder().unwound_by_rules();
     workload_.collect(result_);
     return result_;
   }

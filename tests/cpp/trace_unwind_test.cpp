@@ -152,6 +152,30 @@ __attribute__((noinline)) void interpreter_start_up(Captured* out) {
   __asm__ volatile("" ::: "memory");
 }
 
+// Captured `depth` calls further down, through a pointer (no call is inlined away).
+__attribute__((noinline)) void capture_down(Captured* out, int depth, void (*next)(Captured*, int, void*)) {
+  if (depth == 0) {
+    *out = capture_here();
+  } else {
+    next(out, depth - 1, reinterpret_cast<void*>(&capture_down));
+  }
+  __asm__ volatile("" ::: "memory");
+}
+
+void capture_down_by_pointer(Captured* out, int depth, void* self) {
+  reinterpret_cast<void (*)(Captured*, int, void (*)(Captured*, int, void*))>(self)(out, depth, &capture_down_by_pointer);
+}
+
+// Captured from inside the C library's qsort (its frames have call-frame information, no frame pointer).
+Captured* qsort_capture = nullptr;
+int compare_and_capture(const void* a, const void* b) {
+  if (qsort_capture != nullptr) {
+    *qsort_capture = capture_here();
+    qsort_capture = nullptr;
+  }
+  return *static_cast<const int*>(a) - *static_cast<const int*>(b);
+}
+
 // An unwinder that knows this process's code, and the sink it sends its stacks to.
 struct OwnUnwinder {
   OwnUnwinder() {
@@ -161,6 +185,33 @@ struct OwnUnwinder {
   CollectingSink sink;
   detail::Unwinder unwinder{options, sink};
 };
+
+// Unwound by the rules of its frames' addresses, a real stack gives what libdwfl gives, frame for
+// frame: through this program's functions at depths 0 to 24, and through the C library's qsort.
+// Most are unwound by the rules (libdwfl only where a frame's rule is not a plain one).
+TEST(Unwind, ByItsFramesRulesAStackUnwindsAsLibdwflUnwindsIt) {
+  OwnUnwinder own;
+  std::vector<Captured> stacks;
+  for (int depth = 0; depth <= 24; depth += 3) {
+    Captured captured;
+    capture_down(&captured, depth, &capture_down_by_pointer);
+    stacks.push_back(captured);
+  }
+  int numbers[64];
+  for (int i = 0; i < 64; ++i) numbers[i] = (i * 37) % 64;
+  Captured in_qsort;
+  qsort_capture = &in_qsort;
+  std::qsort(numbers, 64, sizeof(int), compare_and_capture);
+  stacks.push_back(in_qsort);
+  for (std::size_t i = 0; i < stacks.size(); ++i) {
+    const Captured& c = stacks[i];
+    const auto by_rules = own.unwinder.unwound_pcs(getpid(), gettid(), c.bp, c.sp, c.ip, c.stack.data(), c.stack.size(), true);
+    const auto by_libdwfl = own.unwinder.unwound_pcs(getpid(), gettid(), c.bp, c.sp, c.ip, c.stack.data(), c.stack.size(), false);
+    EXPECT_EQ(by_rules, by_libdwfl) << "stack " << i;
+    EXPECT_GE(by_rules.size(), 3U) << "stack " << i;
+  }
+  EXPECT_GE(own.unwinder.unwound_by_rules(), stacks.size() - 1);
+}
 
 TEST(Unwind, ARealStackUnwindsToItsCallers) {
   OwnUnwinder own;
@@ -534,6 +585,10 @@ TEST(Unwind, RandomAndTruncatedStacksNeverCrashTheUnwinder) {
     const std::uint64_t bp = random() % 2 == 0 ? sp + random() % 8192 : random();
     const std::uint64_t ip = random() % 4 == 0 ? random() : code_address();
     (void)unwinder.stack(getpid(), gettid(), bp, sp, ip, bytes ? stack.data() : nullptr, bytes, 0);
+    // Unwound by its frames' rules or by libdwfl alone, a stack is the same, however corrupt.
+    const std::uint8_t* copy = bytes ? stack.data() : nullptr;
+    ASSERT_EQ(unwinder.unwound_pcs(getpid(), gettid(), bp, sp, ip, copy, bytes, true),
+              unwinder.unwound_pcs(getpid(), gettid(), bp, sp, ip, copy, bytes, false)) << "round " << round;
   }
   EXPECT_GT(unwinder.unwind_failures() + sink.stacks.size(), 0U);
 }

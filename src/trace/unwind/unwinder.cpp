@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include "memcost/measure.hpp"
@@ -138,7 +139,7 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   std::vector<std::uint64_t> pcs;
   if (prepare(process)) {
     process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames, cut || !python.empty() ? this : nullptr, &process};
-    dwfl_getthread_frames(process.dwfl, tid, on_frame, &process.input);
+    unwind(process, true);
   }
   if (pcs.empty()) {
     ++unwind_failures_;
@@ -148,6 +149,142 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   const std::uint32_t released_id = released.empty() ? id : stack_id(process, pcs, released, time_ns, false);
   by_sample_.emplace(std::move(key), Unwound{id, std::move(pcs)});
   return released_id;
+}
+
+std::vector<std::uint64_t> Unwinder::unwound_pcs(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip,
+                                                  const std::uint8_t* stack, std::uint64_t stack_bytes, bool by_rules) {
+  Process& process = get(pid);
+  std::vector<std::uint64_t> pcs;
+  if (prepare(process)) {
+    process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames, nullptr, &process};
+    unwind(process, by_rules);
+  }
+  return pcs;
+}
+
+void Unwinder::unwind(Process& process, bool by_rules) {
+  ++unwound_;
+  if (by_rules && unwind_by_rules(process)) {
+    ++unwound_by_rules_;
+    return;
+  }
+  process.input.pcs->clear();
+  dwfl_getthread_frames(process.dwfl, process.input.tid, on_frame, &process.input);
+}
+
+bool Unwinder::unwind_by_rules(Process& process) {
+#if defined(__x86_64__)
+  UnwindInput& input = process.input;
+  std::vector<std::uint64_t>& pcs = *input.pcs;
+  std::uint64_t pc = input.ip, sp = input.sp, bp = input.bp;
+  bool bp_known = true;
+  // As libdwfl's on_frame: a return address points after its call (the call is a byte before),
+  // the innermost frame's address is where it is; the eval loop and max_frames end the stack.
+  for (bool innermost = true;; innermost = false) {
+    const std::uint64_t at = innermost ? pc : pc - 1;
+    pcs.push_back(at);
+    if (input.stop_at_interpreter != nullptr && in_interpreter_loop(process, at)) return true;
+    if (pcs.size() >= input.max_frames) return true;
+    const UnwindRule rule = rule_at(process, at);
+    if (rule.kind == UnwindRule::Kind::last) return true;
+    if (rule.kind != UnwindRule::Kind::plain || (rule.cfa_from_frame_pointer && !bp_known)) return false;
+    const std::uint64_t cfa = (rule.cfa_from_frame_pointer ? bp : sp) + static_cast<std::uint64_t>(rule.cfa_offset);
+    Dwarf_Word return_address = 0;
+    // Past the copy libdwfl knows no caller either: the stack ends, as there.
+    if (!memory_read(nullptr, cfa - 8, &return_address, &input)) return true;
+    if (rule.frame_pointer == UnwindRule::FramePointer::undefined) {
+      bp_known = false;
+    } else if (rule.frame_pointer == UnwindRule::FramePointer::saved) {
+      Dwarf_Word saved = 0;
+      bp_known = memory_read(nullptr, cfa + static_cast<std::uint64_t>(rule.frame_pointer_offset), &saved, &input);
+      bp = saved;
+    }
+    if (return_address == 0) return true;  // libdwfl's end of the stack too
+    pc = return_address;
+    sp = cfa;
+  }
+#else
+  (void)process;
+  return false;
+#endif
+}
+
+namespace {
+
+#if defined(__x86_64__)
+constexpr unsigned kDwarfReturnAddress = 16;  // x86-64's return address column
+
+// Where a register's rule says it is: `undefined`, `same`, or saved at the CFA plus `offset`.
+// libdw says undefined with no operations in the caller's memory, the same value with no
+// operations and none given (libdwfl's handle_cfi reads them so), saved with
+// DW_OP_call_frame_cfa and maybe DW_OP_plus_uconst. Anything else: false.
+bool plain_register(Dwarf_Frame* frame, unsigned regno, UnwindRule::FramePointer& where, std::int64_t& offset) {
+  Dwarf_Op memory[3];
+  Dwarf_Op* ops = nullptr;
+  std::size_t count = 0;
+  if (dwarf_frame_register(frame, static_cast<int>(regno), memory, &ops, &count) != 0) return false;
+  offset = 0;
+  if (count == 0) {
+    where = ops == nullptr ? UnwindRule::FramePointer::same : UnwindRule::FramePointer::undefined;
+    return true;
+  }
+  if (ops[0].atom != DW_OP_call_frame_cfa || count > 2) return false;
+  if (count == 2) {
+    if (ops[1].atom != DW_OP_plus_uconst) return false;
+    offset = static_cast<std::int64_t>(ops[1].number);
+  }
+  where = UnwindRule::FramePointer::saved;
+  return true;
+}
+
+UnwindRule rule_of(Dwarf_Frame* frame) {
+  UnwindRule rule;
+  Dwarf_Addr start = 0, end = 0;
+  bool signal = false;
+  if (dwarf_frame_info(frame, &start, &end, &signal) != static_cast<int>(kDwarfReturnAddress) || signal) return rule;
+  Dwarf_Op* cfa = nullptr;
+  std::size_t count = 0;
+  if (dwarf_frame_cfa(frame, &cfa, &count) != 0 || count != 1 || cfa[0].atom != DW_OP_bregx ||
+      (cfa[0].number != kDwarfStackPointer && cfa[0].number != kDwarfFramePointer)) {
+    return rule;
+  }
+  UnwindRule::FramePointer return_address{};
+  std::int64_t return_offset = 0;
+  if (!plain_register(frame, kDwarfReturnAddress, return_address, return_offset) ||
+      !plain_register(frame, kDwarfFramePointer, rule.frame_pointer, rule.frame_pointer_offset)) {
+    return rule;
+  }
+  rule.cfa_from_frame_pointer = cfa[0].number == kDwarfFramePointer;
+  rule.cfa_offset = static_cast<std::int64_t>(cfa[0].number2);
+  if (return_address == UnwindRule::FramePointer::undefined) {
+    rule.kind = UnwindRule::Kind::last;
+  } else if (return_address == UnwindRule::FramePointer::saved && return_offset == -8) {
+    rule.kind = UnwindRule::Kind::plain;
+  }
+  return rule;
+}
+#endif
+
+}  // namespace
+
+UnwindRule Unwinder::rule_at(Process& process, std::uint64_t pc) {
+  auto [slot, fresh] = process.rules.try_emplace(pc);
+#if defined(__x86_64__)
+  if (!fresh) return slot->second;
+  // libdwfl's order: the module's .eh_frame, then its .debug_frame.
+  Dwfl_Module* module = dwfl_addrmodule(process.dwfl, pc);
+  for (bool eh : {true, false}) {
+    if (module == nullptr) break;
+    Dwarf_Addr bias = 0;
+    Dwarf_CFI* cfi = eh ? dwfl_module_eh_cfi(module, &bias) : dwfl_module_dwarf_cfi(module, &bias);
+    Dwarf_Frame* frame = nullptr;
+    if (cfi == nullptr || dwarf_cfi_addrframe(cfi, pc - bias, &frame) != 0) continue;
+    slot->second = rule_of(frame);
+    std::free(frame);
+    break;
+  }
+#endif
+  return slot->second;
 }
 
 void Unwinder::read_link(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes, std::uint64_t offset) {

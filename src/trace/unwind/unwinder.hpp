@@ -69,6 +69,19 @@ bool lines_wanted(std::string_view module);
 bool in_sorted_ranges(const std::vector<std::uint64_t>& starts, const std::vector<std::uint64_t>& ends,
                       std::uint64_t address);
 
+// How one code address's frame unwinds, where its call-frame information says the common thing
+// (x86-64): the CFA is rsp or rbp plus an offset, the return address is saved at CFA - 8, and rbp
+// is undefined, unchanged or saved at the CFA plus an offset; `last`: the return address is
+// undefined (the outermost frame, `_start`). Anything else (an expression, a signal frame, no
+// information, no module) is `other`, and that stack is left to libdwfl.
+struct UnwindRule {
+  enum class Kind : std::uint8_t { other, plain, last } kind = Kind::other;
+  enum class FramePointer : std::uint8_t { undefined, same, saved } frame_pointer = FramePointer::undefined;
+  bool cfa_from_frame_pointer = false;
+  std::int64_t cfa_offset = 0;
+  std::int64_t frame_pointer_offset = 0;  // from the CFA, where saved
+};
+
 // One traced process image (a pid between two execs): its modules and unwinder.
 struct Process {
   int pid = 0;
@@ -88,6 +101,9 @@ struct Process {
   std::unordered_map<Dwfl_Module*, SymbolTable> symbols;
   // Whether an address is in CPython's eval loop, by its symbol (Unwinder::in_interpreter_loop).
   std::unordered_map<std::uint64_t, bool> interpreter_loop;
+  // Each code address's unwinding rule, read from its module's call-frame information the first
+  // time a frame is there (Unwinder::rule_at).
+  std::unordered_map<std::uint64_t, UnwindRule> rules;
   // Each compile unit's inlined functions, walked the first time a frame lands in it (inline_scopes.hpp).
   std::map<std::pair<Dwfl_Module*, Dwarf_Off>, InlineScopes> inline_scopes;
 
@@ -132,10 +148,19 @@ class Unwinder {
   // the GIL). A traced `import torch` made 820 munmaps of its 3,700 calls.
   void read_links(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes);
 
+  // The pcs of one copied stack, unwound by its frames' rules where it can be (`by_rules`) or by
+  // libdwfl alone: for tests that hold the two to each other.
+  std::vector<std::uint64_t> unwound_pcs(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip,
+                                         const std::uint8_t* stack, std::uint64_t stack_bytes, bool by_rules);
+
   // Whether `pc` is in CPython's eval loop (its symbol), once per address.
   bool in_interpreter_loop(Process& process, std::uint64_t pc);
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
+  // Stacks unwound (not found in the memo), and of them those unwound by their frames' rules,
+  // without libdwfl (unwind).
+  [[nodiscard]] std::uint64_t unwound() const { return unwound_; }
+  [[nodiscard]] std::uint64_t unwound_by_rules() const { return unwound_by_rules_; }
 
   // Names the frames of JIT-compiled code from each process's perf map and sends those stacks
   // again, named. A runtime writes its map as it compiles (node) or only at exit (the JVM's
@@ -200,6 +225,15 @@ class Unwinder {
   // binary is in no record (node's frames stayed unnamed until a fault happened to land in it).
   bool prepare(Process& process);
 
+  // process.input's stack unwound into its pcs: by the rules of its frames' addresses where every
+  // frame has a plain one (`by_rules`), else by libdwfl. A traced `import torch` unwound 3,400
+  // distinct stacks, and libdwfl evaluates each frame's call-frame information anew (looking up
+  // the entry, allocating its frame state), as much of the tracer's CPU as the rest together.
+  void unwind(Process& process, bool by_rules);
+  // The same as libdwfl's on_frame gives, or false where a frame needs libdwfl.
+  bool unwind_by_rules(Process& process);
+  UnwindRule rule_at(Process& process, std::uint64_t pc);
+
   // `holds`: a pending block's wait holds back what is settled (PendingPython::holds).
   std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python,
                          std::uint64_t time_ns, bool holds = true);
@@ -225,6 +259,7 @@ class Unwinder {
     std::vector<std::uint64_t> pcs;  // for the same stack with a release's Python frames
   };
   std::unordered_map<std::string, Unwound> by_sample_;
+  std::uint64_t unwound_ = 0, unwound_by_rules_ = 0;
   std::unordered_map<std::string, std::uint32_t> stacks_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<Frame>> frames_;
   std::unordered_map<std::string, std::vector<Segment>> segments_;  // per file, read once
