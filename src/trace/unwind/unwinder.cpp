@@ -92,18 +92,67 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
                                std::uint64_t stack_bytes, std::uint64_t time_ns, std::uint64_t python_release,
                                bool moves_break) {
   Process& process = get(pid);
-  // Memo key: the instruction pointer and every word on the stack that points into code. The
-  // return addresses that decide the unwound stack are among them; locals and saved data,
-  // which change from sample to sample, are not, so a loop's samples unwind once. A Python
-  // stack the preload library put there is part of the key too.
-  std::string_view python;
-  std::string key;
-  key.reserve(256);
   // Cut at the eval loop (stack() in unwinder.hpp) where the sample says so; a block found below cuts too.
   const bool cut = (moves_break && options_.python_frames) || python_release != 0;
+  // The preload library's Python stack (the first block on the copy), and the links to released
+  // ones it carries.
+  std::string_view python;
+  for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, stack + offset, sizeof(word));
+    if ((word == kPythonMagic || word == kPythonPendingMagic) && python.empty()) {
+      python = python_block_at(stack + offset, stack_bytes - offset);
+    }
+    if (word == kPythonResolvesMagic) read_link(pid, stack, stack_bytes, offset);
+  }
+  // A sample's release of the GIL: the same unwound stack, with a pending block for its Python
+  // frames (not in the memo's key: each release is new, its unwinding is not).
+  std::string released;
+  if (python.empty() && python_release != 0) {
+    const memcost_python_pending pending{MEMCOST_PYTHON_PENDING_MAGIC, python_release};
+    released.assign(reinterpret_cast<const char*>(&pending), sizeof(pending));
+  }
+  std::vector<std::uint64_t> pcs;
+  const bool known = prepare(process);
+  if (known) {
+    process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames, cut || !python.empty() ? this : nullptr, &process};
+  }
+  // By each frame's rule (a few lookups a frame) where every frame has a plain one; else through
+  // the memo, whose key takes longer to make than such an unwinding, and libdwfl.
+  if (!known || !unwind_by_rules(process)) {
+    const std::string key = memo_key(process, ip, sp, cut, python, stack, stack_bytes);
+    if (auto found = by_sample_.find(key); found != by_sample_.end()) {
+      return released.empty() ? found->second.id : stack_id(process, found->second.pcs, released, time_ns, false);
+    }
+    if (before_slow_work) before_slow_work();  // the first unwind through a module loads its CFI
+    if (known) unwind(process, false);
+    if (pcs.empty()) {
+      ++unwind_failures_;
+      pcs.push_back(ip);
+    }
+    const std::uint32_t id = stack_id(process, pcs, python, time_ns);
+    const std::uint32_t released_id = released.empty() ? id : stack_id(process, pcs, released, time_ns, false);
+    by_sample_.emplace(key, Unwound{id, std::move(pcs)});
+    return released_id;
+  }
+  ++unwound_;
+  ++unwound_by_rules_;
+  const std::uint32_t id = stack_id(process, pcs, python, time_ns);
+  return released.empty() ? id : stack_id(process, pcs, released, time_ns, false);
+}
+
+std::string Unwinder::memo_key(Process& process, std::uint64_t ip, std::uint64_t sp, bool cut, std::string_view python,
+                               const std::uint8_t* stack, std::uint64_t stack_bytes) {
+  // The instruction pointer and every word on the stack that points into code. The return
+  // addresses that decide the unwound stack are among them; locals and saved data, which change
+  // from sample to sample, are not, so a loop's samples unwind once. A Python stack the preload
+  // library put there is part of the key too.
+  std::string key;
+  key.reserve(256);
   for (std::uint64_t value : {std::uint64_t(process.generation), ip, std::uint64_t(cut)}) {
     key.append(reinterpret_cast<const char*>(&value), sizeof(value));
   }
+  key.append(python);
   code_ranges(process);
   // From the first code range's start to the last one's end: small numbers fall outside, and one
   // comparison rules them out before the search; so do pointers into the copied stack itself
@@ -113,42 +162,13 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
     std::uint64_t word = 0;
     std::memcpy(&word, stack + offset, sizeof(word));
-    if ((word == kPythonMagic || word == kPythonPendingMagic) && python.empty()) {
-      python = python_block_at(stack + offset, stack_bytes - offset);
-      key.append(python);
-    }
-    if (word == kPythonResolvesMagic) read_link(pid, stack, stack_bytes, offset);
     if (word - code_low >= code_bytes || word - sp < stack_bytes) continue;
     if (in_sorted_ranges(process.code_starts, process.code_ends, word)) {
       key.append(reinterpret_cast<const char*>(&offset), 2);
       key.append(reinterpret_cast<const char*>(&word), sizeof(word));
     }
   }
-  // A sample's release of the GIL: the same unwound stack, with a pending block for its Python
-  // frames (not in the memo's key: each release is new, its unwinding is not).
-  std::string released;
-  if (python.empty() && python_release != 0) {
-    const memcost_python_pending pending{MEMCOST_PYTHON_PENDING_MAGIC, python_release};
-    released.assign(reinterpret_cast<const char*>(&pending), sizeof(pending));
-  }
-  if (auto found = by_sample_.find(key); found != by_sample_.end()) {
-    return released.empty() ? found->second.id : stack_id(process, found->second.pcs, released, time_ns, false);
-  }
-
-  if (before_slow_work) before_slow_work();  // the first unwind through a module loads its CFI
-  std::vector<std::uint64_t> pcs;
-  if (prepare(process)) {
-    process.input = {tid, bp, sp, ip, stack, stack_bytes, &pcs, options_.max_frames, cut || !python.empty() ? this : nullptr, &process};
-    unwind(process, true);
-  }
-  if (pcs.empty()) {
-    ++unwind_failures_;
-    pcs.push_back(ip);
-  }
-  const std::uint32_t id = stack_id(process, pcs, python, time_ns);
-  const std::uint32_t released_id = released.empty() ? id : stack_id(process, pcs, released, time_ns, false);
-  by_sample_.emplace(std::move(key), Unwound{id, std::move(pcs)});
-  return released_id;
+  return key;
 }
 
 std::vector<std::uint64_t> Unwinder::unwound_pcs(int pid, int tid, std::uint64_t bp, std::uint64_t sp, std::uint64_t ip,
@@ -271,6 +291,7 @@ UnwindRule Unwinder::rule_at(Process& process, std::uint64_t pc) {
   auto [slot, fresh] = process.rules.try_emplace(pc);
 #if defined(__x86_64__)
   if (!fresh) return slot->second;
+  if (before_slow_work) before_slow_work();  // the first frame in a module loads its call-frame information
   // libdwfl's order: the module's .eh_frame, then its .debug_frame.
   Dwfl_Module* module = dwfl_addrmodule(process.dwfl, pc);
   for (bool eh : {true, false}) {

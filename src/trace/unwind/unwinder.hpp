@@ -157,8 +157,8 @@ class Unwinder {
   bool in_interpreter_loop(Process& process, std::uint64_t pc);
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
-  // Stacks unwound (not found in the memo), and of them those unwound by their frames' rules,
-  // without libdwfl (unwind).
+  // Stacks unwound (by rules, or by libdwfl where the memo did not have them), and of them those
+  // unwound by their frames' rules, without libdwfl (unwind).
   [[nodiscard]] std::uint64_t unwound() const { return unwound_; }
   [[nodiscard]] std::uint64_t unwound_by_rules() const { return unwound_by_rules_; }
 
@@ -233,6 +233,9 @@ class Unwinder {
   // The same as libdwfl's on_frame gives, or false where a frame needs libdwfl.
   bool unwind_by_rules(Process& process);
   UnwindRule rule_at(Process& process, std::uint64_t pc);
+  // The memo's key for a stack that libdwfl unwinds (stack()).
+  static std::string memo_key(Process& process, std::uint64_t ip, std::uint64_t sp, bool cut, std::string_view python,
+                              const std::uint8_t* stack, std::uint64_t stack_bytes);
 
   // `holds`: a pending block's wait holds back what is settled (PendingPython::holds).
   std::uint32_t stack_id(Process& process, const std::vector<std::uint64_t>& pcs, std::string_view python,
