@@ -207,6 +207,21 @@ bool Unwinder::unwind_by_rules(Process& process) {
     if (pcs.size() >= input.max_frames) return true;
     const UnwindRule rule = rule_at(process, at);
     if (rule.kind == UnwindRule::Kind::last) return true;
+    if (rule.kind == UnwindRule::Kind::no_information) {
+      // libdwfl's x86-64 frame-pointer step: the caller's rbp at [rbp], its return address at
+      // [rbp + 8], its stack at rbp + 16; no rbp, no return address, or a stack that does not
+      // grow ends the stack.
+      if (!bp_known || bp == 0) return true;
+      Dwarf_Word caller_bp = 0, return_address = 0;
+      if (!memory_read(nullptr, bp, &caller_bp, &input)) caller_bp = 0;
+      if (!memory_read(nullptr, bp + 8, &return_address, &input)) return true;
+      const std::uint64_t caller_sp = bp + 16;
+      if (caller_sp <= sp) return true;
+      bp = caller_bp;
+      sp = caller_sp;
+      pc = return_address;
+      continue;
+    }
     if (rule.kind != UnwindRule::Kind::plain || (rule.cfa_from_frame_pointer && !bp_known)) return false;
     const std::uint64_t cfa = (rule.cfa_from_frame_pointer ? bp : sp) + static_cast<std::uint64_t>(rule.cfa_offset);
     Dwarf_Word return_address = 0;
@@ -292,7 +307,8 @@ UnwindRule Unwinder::rule_at(Process& process, std::uint64_t pc) {
 #if defined(__x86_64__)
   if (!fresh) return slot->second;
   if (before_slow_work) before_slow_work();  // the first frame in a module loads its call-frame information
-  // libdwfl's order: the module's .eh_frame, then its .debug_frame.
+  // libdwfl's order: the module's .eh_frame, then its .debug_frame, then the frame pointer.
+  slot->second.kind = UnwindRule::Kind::no_information;
   Dwfl_Module* module = dwfl_addrmodule(process.dwfl, pc);
   for (bool eh : {true, false}) {
     if (module == nullptr) break;

@@ -72,10 +72,12 @@ bool in_sorted_ranges(const std::vector<std::uint64_t>& starts, const std::vecto
 // How one code address's frame unwinds, where its call-frame information says the common thing
 // (x86-64): the CFA is rsp or rbp plus an offset, the return address is saved at CFA - 8, and rbp
 // is undefined, unchanged or saved at the CFA plus an offset; `last`: the return address is
-// undefined (the outermost frame, `_start`). Anything else (an expression, a signal frame, no
-// information, no module) is `other`, and that stack is left to libdwfl.
+// undefined (the outermost frame, `_start`); `no_information`: no module or no call-frame
+// information holds the address (JIT-compiled code, CPython's perf trampolines), where libdwfl
+// follows the frame pointer. Anything else (an expression, a signal frame) is `other`, and that
+// stack is left to libdwfl.
 struct UnwindRule {
-  enum class Kind : std::uint8_t { other, plain, last } kind = Kind::other;
+  enum class Kind : std::uint8_t { other, plain, last, no_information } kind = Kind::other;
   enum class FramePointer : std::uint8_t { undefined, same, saved } frame_pointer = FramePointer::undefined;
   bool cfa_from_frame_pointer = false;
   std::int64_t cfa_offset = 0;
