@@ -227,9 +227,9 @@ bool Unwinder::unwind_by_rules(Process& process) {
     Dwarf_Word return_address = 0;
     // Past the copy libdwfl knows no caller either: the stack ends, as there.
     if (!memory_read(nullptr, cfa - 8, &return_address, &input)) return true;
-    if (rule.frame_pointer == UnwindRule::FramePointer::undefined) {
+    if (rule.frame_pointer == UnwindRule::Register::undefined) {
       bp_known = false;
-    } else if (rule.frame_pointer == UnwindRule::FramePointer::saved) {
+    } else if (rule.frame_pointer == UnwindRule::Register::saved) {
       Dwarf_Word saved = 0;
       bp_known = memory_read(nullptr, cfa + static_cast<std::uint64_t>(rule.frame_pointer_offset), &saved, &input);
       bp = saved;
@@ -253,14 +253,14 @@ constexpr unsigned kDwarfReturnAddress = 16;  // x86-64's return address column
 // libdw says undefined with no operations in the caller's memory, the same value with no
 // operations and none given (libdwfl's handle_cfi reads them so), saved with
 // DW_OP_call_frame_cfa and maybe DW_OP_plus_uconst. Anything else: false.
-bool plain_register(Dwarf_Frame* frame, unsigned regno, UnwindRule::FramePointer& where, std::int64_t& offset) {
+bool plain_register(Dwarf_Frame* frame, unsigned regno, UnwindRule::Register& where, std::int64_t& offset) {
   Dwarf_Op memory[3];
   Dwarf_Op* ops = nullptr;
   std::size_t count = 0;
   if (dwarf_frame_register(frame, static_cast<int>(regno), memory, &ops, &count) != 0) return false;
   offset = 0;
   if (count == 0) {
-    where = ops == nullptr ? UnwindRule::FramePointer::same : UnwindRule::FramePointer::undefined;
+    where = ops == nullptr ? UnwindRule::Register::same : UnwindRule::Register::undefined;
     return true;
   }
   if (ops[0].atom != DW_OP_call_frame_cfa || count > 2) return false;
@@ -268,7 +268,7 @@ bool plain_register(Dwarf_Frame* frame, unsigned regno, UnwindRule::FramePointer
     if (ops[1].atom != DW_OP_plus_uconst) return false;
     offset = static_cast<std::int64_t>(ops[1].number);
   }
-  where = UnwindRule::FramePointer::saved;
+  where = UnwindRule::Register::saved;
   return true;
 }
 
@@ -283,7 +283,7 @@ UnwindRule rule_of(Dwarf_Frame* frame) {
       (cfa[0].number != kDwarfStackPointer && cfa[0].number != kDwarfFramePointer)) {
     return rule;
   }
-  UnwindRule::FramePointer return_address{};
+  UnwindRule::Register return_address{};
   std::int64_t return_offset = 0;
   if (!plain_register(frame, kDwarfReturnAddress, return_address, return_offset) ||
       !plain_register(frame, kDwarfFramePointer, rule.frame_pointer, rule.frame_pointer_offset)) {
@@ -291,9 +291,9 @@ UnwindRule rule_of(Dwarf_Frame* frame) {
   }
   rule.cfa_from_frame_pointer = cfa[0].number == kDwarfFramePointer;
   rule.cfa_offset = static_cast<std::int64_t>(cfa[0].number2);
-  if (return_address == UnwindRule::FramePointer::undefined) {
+  if (return_address == UnwindRule::Register::undefined) {
     rule.kind = UnwindRule::Kind::last;
-  } else if (return_address == UnwindRule::FramePointer::saved && return_offset == -8) {
+  } else if (return_address == UnwindRule::Register::saved && return_offset == -8) {
     rule.kind = UnwindRule::Kind::plain;
   }
   return rule;

@@ -78,7 +78,8 @@ bool in_sorted_ranges(const std::vector<std::uint64_t>& starts, const std::vecto
 // stack is left to libdwfl.
 struct UnwindRule {
   enum class Kind : std::uint8_t { other, plain, last, no_information } kind = Kind::other;
-  enum class FramePointer : std::uint8_t { undefined, same, saved } frame_pointer = FramePointer::undefined;
+  // Where a register's rule puts it in the caller (rbp's here; the return address's is read the same way).
+  enum class Register : std::uint8_t { undefined, same, saved } frame_pointer = Register::undefined;
   bool cfa_from_frame_pointer = false;
   std::int64_t cfa_offset = 0;
   std::int64_t frame_pointer_offset = 0;  // from the CFA, where saved
