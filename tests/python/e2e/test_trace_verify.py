@@ -34,17 +34,38 @@ def _variant(document, site_prefix, kind):
                 if v["site"].startswith(site_prefix) and v["kind"] == kind)
 
 
+# verify's own refusal on a machine whose untraced runs of the program spread too widely to compare
+# (analysis/verify.py): the product's answer on a noisy host, not a fault in it.
+TOO_NOISY = "varies too much to compare"
+
+
 @pytest.fixture(scope="module")
 def verified(verify_program, golden_results, tmp_path_factory):
-    root = _root(golden_results, tmp_path_factory.mktemp("verify"))
-    result = run_memcost("--results-dir", str(root), "trace", "--verify", "7", "--", str(verify_program))
-    return result, load_document(root / "latest" / "trace.json"), root
+    """A verified trace; tried up to three times where this machine was too noisy to compare runs
+    (a busy CI host), then the tests that need a measurement skip with verify's own reason."""
+    for _ in range(3):
+        root = _root(golden_results, tmp_path_factory.mktemp("verify"))
+        result = run_memcost("--results-dir", str(root), "trace", "--verify", "7", "--", str(verify_program))
+        document = load_document(root / "latest" / "trace.json")
+        refused = document["summary"]["verification"]["refused"]
+        if result.returncode != 0 or not (refused and TOO_NOISY in refused):
+            break
+    return result, document, root
+
+
+def _measured(verified):
+    """The verified trace, or a skip where verify refused, three times, for this machine's noise."""
+    result, document, root = verified
+    assert result.returncode == 0, result.stderr
+    refused = document["summary"]["verification"]["refused"]
+    if refused and TOO_NOISY in refused:
+        pytest.skip(f"verify refused three times on this machine: {refused}")
+    return result, document, root
 
 
 @needs_tracing
 def test_reuse_and_huge_pages_are_each_measured_to_save_time(verified):
-    result, document, _ = verified
-    assert result.returncode == 0, result.stderr
+    result, document, _ = _measured(verified)
     verification = document["summary"]["verification"]
     assert verification["refused"] is None and verification["rounds"] == 7
     reuse = _variant(document, "frames", "reuse")
@@ -68,7 +89,7 @@ def test_reuse_and_huge_pages_are_each_measured_to_save_time(verified):
 def test_every_advised_run_printed_what_the_plain_runs_printed(verified):
     """The program prints how many of its fresh buffers read as zeros: a reused buffer handed back
     uncleared would change its output."""
-    _, document, _ = verified
+    _, document, _ = _measured(verified)
     runs = document["summary"]["verification"]["runs"]
     assert len({run["stdout_sha256"] for run in runs}) == 1 and {run["exit_code"] for run in runs} == {0}
     assert len(runs) == 7 * (1 + len(document["summary"]["verification"]["variants"]))
@@ -76,7 +97,7 @@ def test_every_advised_run_printed_what_the_plain_runs_printed(verified):
 
 @needs_tracing
 def test_the_advice_carries_its_measured_saving_beside_its_estimate(verified):
-    _, document, _ = verified
+    _, document, _ = _measured(verified)
     frames = next(row for row in document["summary"]["rows"] if row["site"].startswith("frames"))
     reuse = next(item for item in frames["advice"] if item["kind"] == "reuse")
     assert reuse["verified"] is True and reuse["estimated_saving_ms"] == reuse["saving_ms"]
@@ -85,7 +106,7 @@ def test_the_advice_carries_its_measured_saving_beside_its_estimate(verified):
 
 @needs_tracing
 def test_the_next_trace_corrects_its_estimates_by_what_was_measured(verified, verify_program):
-    _, document, root = verified
+    _, document, root = _measured(verified)
     result = run_memcost("--results-dir", str(root), "trace", "--", str(verify_program))
     assert result.returncode == 0, result.stderr
     again = load_document(root / "latest" / "trace.json")
