@@ -5,10 +5,13 @@
 
 namespace memcost::probe {
 
-void Emitter::line(const json& object) {
-  // Flushed per line so that the reader sees progress as it happens.
-  std::cout << object.dump() << '\n' << std::flush;
+void Emitter::line(const json& object, bool may_wait) const {
+  std::cout << object.dump() << '\n';
+  // Flushed per line, unless held, so that the reader sees progress as it happens.
+  if (!(may_wait && holding_)) flush();
 }
+
+void Emitter::flush() { std::cout.flush(); }
 
 void Emitter::context(json machine) {
   json object = {{"type", "context"}};
@@ -21,7 +24,7 @@ void Emitter::progress(std::size_t done, std::size_t total, const std::string& l
 }
 
 void Emitter::sample(json case_parameters, json metrics) {
-  line({{"type", "sample"}, {"case", std::move(case_parameters)}, {"metrics", std::move(metrics)}});
+  line({{"type", "sample"}, {"case", std::move(case_parameters)}, {"metrics", std::move(metrics)}}, true);
 }
 
 void Emitter::warning(const std::string& code, const std::string& message) {

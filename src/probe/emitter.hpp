@@ -46,8 +46,30 @@ class Emitter {
   void warning(const std::string& code, const std::string& message);
   void error(const std::string& code, const std::string& message);
 
+  // While one is alive, samples wait in stdout's buffer (kStdoutBufferBytes, set by main) until
+  // flush() or until it is full: a trace sends thousands of stack lines, and a line written alone
+  // costs a system call and a wake-up of the reader each. Every other line, and the end of the
+  // holding, writes what waits first.
+  class Holding {
+   public:
+    explicit Holding(Emitter& emitter) : emitter_(emitter) { emitter_.holding_ = true; }
+    ~Holding() {
+      emitter_.holding_ = false;
+      emitter_.flush();
+    }
+    Holding(const Holding&) = delete;
+    Holding& operator=(const Holding&) = delete;
+
+   private:
+    Emitter& emitter_;
+  };
+  static void flush();
+  // stdout's buffer: a flush of held lines is one write then (stdio's own 4 KiB took three).
+  static constexpr std::size_t kStdoutBufferBytes = std::size_t{1} << 20;
+
  private:
-  static void line(const json& object);
+  void line(const json& object, bool may_wait = false) const;
+  bool holding_ = false;
 };
 
 }  // namespace memcost::probe

@@ -1,6 +1,7 @@
 // memcost-probe: runs one experiment per invocation and speaks the JSON-lines
 // protocol of DESIGN.md on stdout.
 #include <exception>
+#include <cstdio>
 #include <iostream>
 
 #include "os/os.hpp"
@@ -35,6 +36,8 @@ json settings_of(const CLI::App& command) {
 int main(int argc, char** argv) {
   // Not fatal when unavailable: the probe only loses the guarantee, and says nothing on stdout.
   (void)memcost::os::exit_with_parent();
+  static char stdout_buffer[Emitter::kStdoutBufferBytes];
+  std::setvbuf(stdout, stdout_buffer, _IOFBF, sizeof(stdout_buffer));  // before anything is written
   Emitter emitter;
   CLI::App app{"memcost-probe: measures one memory experiment and prints JSON lines"};
   app.set_version_flag("--version", std::string(MEMCOST_VERSION));

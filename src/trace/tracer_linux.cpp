@@ -185,7 +185,8 @@ class Tracing {
     auto stop_counting = [&] {
       for (const auto& source : sources_) source->stop_counting(*events_);
     };
-    const LoopCounts counts = loop.run(workload_.pid(), started_ns_, small_buffers(sources_, events_->buffer_bytes()), [&] {
+    const LoopCounts counts = loop.run(workload_.pid(), workload_.exit_fd(), started_ns_,
+                                       small_buffers(sources_, events_->buffer_bytes()), [&] {
       return workload_.ended(g_stop_requested, g_interrupted, options_.attach_seconds, stop_counting);
     });
     if (run_.attaching) events_->disable();  // it goes on running

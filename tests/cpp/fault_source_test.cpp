@@ -68,7 +68,7 @@ void trace_child(const Options& options, std::size_t buffer_pages, Traced& trace
   ASSERT_TRUE(workload.let_go(why)) << why.message();
   traced.started = true;
   TraceLoop loop(options, reader, nullptr, sources, traced.sink);
-  const LoopCounts counts = loop.run(workload.pid(), measure::now_ns(), small_buffers(sources, events.buffer_bytes()),
+  const LoopCounts counts = loop.run(workload.pid(), workload.exit_fd(), measure::now_ns(), small_buffers(sources, events.buffer_bytes()),
                                      [&] { return workload.ended(false, false, 0, {}); });
   loop.finish();
   traced.result.kernel_stops = counts.kernel_stops;

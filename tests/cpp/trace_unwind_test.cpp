@@ -431,7 +431,7 @@ TEST(SymbolTable, NamesAddressesAsLibdwflsLookupDoes) {
     }
     Dwfl_Module* module = dwfl_addrmodule(dwfl, mapping.start);
     ASSERT_NE(module, nullptr) << mapping.path;
-    const detail::SymbolTable table(module);
+    detail::SymbolTable table(module);
     EXPECT_GT(table.size(), 100U) << mapping.path;
     for (int i = 0; i < 3000; ++i) {
       const std::uint64_t address = mapping.start + random() % (mapping.end - mapping.start);
@@ -518,8 +518,8 @@ TEST(SymbolTable, ReadDirectlyHoldsWhatLibdwflsReadingGives) {
   for (const auto& mapping : code_mappings()) {
     Dwfl_Module* module = dwfl_addrmodule(process.dwfl, mapping.start);
     if (module == nullptr || !seen.insert(module).second) continue;
-    const detail::SymbolTable ours(module);
-    const detail::SymbolTable theirs = detail::SymbolTable::through_libdwfl(module);
+    detail::SymbolTable ours(module);
+    detail::SymbolTable theirs = detail::SymbolTable::through_libdwfl(module);
     if (theirs.size() == 0) continue;
     EXPECT_TRUE(ours.read_directly()) << mapping.path;
     direct += ours.read_directly();
@@ -541,7 +541,7 @@ TEST(SymbolTable, ReadDirectlyHoldsWhatLibdwflsReadingGives) {
 
 TEST(SymbolTable, TheHoldingSymbolWinsThenTheBestBoundThenTheNearestLabelBeforeIt) {
   using Symbol = detail::SymbolTable::Symbol;
-  const detail::SymbolTable table({Symbol{0x1000, 0x100, "outer", 0}, Symbol{0x1000, 0x100, "outer_local", 2},
+  detail::SymbolTable table({Symbol{0x1000, 0x100, "outer", 0}, Symbol{0x1000, 0x100, "outer_local", 2},
                                    Symbol{0x1040, 0, "label", 2}, Symbol{0x1200, 0x10, "small", 1},
                                    Symbol{0x1200, 0x10, "small_global", 0}, Symbol{0x1300, 0, "tail", 2}});
   EXPECT_STREQ(table.name_at(0x1000), "outer");
@@ -553,6 +553,39 @@ TEST(SymbolTable, TheHoldingSymbolWinsThenTheBestBoundThenTheNearestLabelBeforeI
   EXPECT_STREQ(table.name_at(0x1400), "tail");
   EXPECT_EQ(table.name_at(0x0fff), nullptr);
   EXPECT_EQ(detail::SymbolTable().name_at(0x1000), nullptr);
+}
+
+// A table sorts only the buckets lookups reach: each lookup names what it names in a table sorted
+// whole before the first. Random symbols, crowded at a few places and sparse elsewhere, of every
+// rank, sized or labels, many at one address; addresses at, between, before and past them.
+TEST(SymbolTable, SortingWhereLookedUpNamesAsSortingWholeDoes) {
+  using Symbol = detail::SymbolTable::Symbol;
+  std::mt19937_64 random(20261128);
+  for (const std::size_t count : {std::size_t{1}, std::size_t{15}, std::size_t{17}, std::size_t{3000}, std::size_t{100000}}) {
+    std::vector<std::string> names(count);
+    std::vector<Symbol> symbols;
+    for (std::size_t i = 0; i < count; ++i) {
+      names[i] = std::to_string(i);
+      const std::uint64_t base = random() % 4 == 0 ? 0x7f0000000000ULL : 0x400000ULL;
+      const std::uint64_t start = base + (random() % 2 ? random() % (count * 64 + 1) : random() % 256 * 16);
+      const std::uint64_t size = random() % 3 == 0 ? 0 : random() % 512;
+      const std::uint64_t section_end = size == 0 && random() % 2 ? start + random() % 4096 : UINT64_MAX;
+      symbols.push_back({start, size, names[i].c_str(), static_cast<int>(random() % 3), static_cast<std::uint32_t>(i + 1), section_end});
+    }
+    detail::SymbolTable lazy(symbols), whole(symbols);
+    (void)whole.symbols();  // every bucket sorted
+    for (int lookup = 0; lookup < 20000; ++lookup) {
+      const Symbol& near = symbols[random() % count];
+      const std::uint64_t address = lookup % 7 == 0 ? random() : near.start + random() % 1024 - 512;
+      const char* theirs = whole.name_at(address);
+      const char* ours = lazy.name_at(address);
+      ASSERT_EQ(ours == nullptr, theirs == nullptr) << count << " symbols, address " << std::hex << address;
+      if (ours) {
+        ASSERT_STREQ(ours, theirs) << count << " symbols, address " << std::hex << address;
+      }
+    }
+    EXPECT_EQ(lazy.symbols().size(), count);
+  }
 }
 
 // Random registers and random, truncated stacks: every call returns, none reads outside the

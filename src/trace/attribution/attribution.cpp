@@ -157,6 +157,7 @@ void Attribution::settle(std::uint64_t until_ns) {
   pending_regions_.erase(pending_regions_.begin(), pending_regions_.begin() + static_cast<std::ptrdiff_t>(regions));
   pending_call_faults_.erase(pending_call_faults_.begin(),
                              pending_call_faults_.begin() + static_cast<std::ptrdiff_t>(in_calls));
+  if (stacks) stacks->settle(until_ns);
 }
 
 void Attribution::finish() {

@@ -126,7 +126,8 @@ class Attribution : public trace::Sink {
   // `huge_bytes`: the THP (PMD) size, the region a single fault of a huge page covers.
   explicit Attribution(ThpMode thp, std::uint64_t huge_bytes = 2ULL << 20) : thp_(thp), huge_bytes_(huge_bytes) {}
 
-  // Stacks pass straight through to `next` (they are interned by the unwinder already).
+  // Stacks and processes pass straight through to it (stacks are interned by the unwinder
+  // already), and so does each settle, once the records before it are replayed.
   trace::Sink* stacks = nullptr;
 
   void stack(std::uint32_t id, const std::vector<trace::Frame>& frames) override;
@@ -141,7 +142,7 @@ class Attribution : public trace::Sink {
   void same_stack(std::uint32_t alias, std::uint32_t stack) override { same_stacks_[alias] = stack; }
 
   // Every record with a time up to `until_ns` has been delivered: replay them.
-  void settle(std::uint64_t until_ns);
+  void settle(std::uint64_t until_ns) override;
   // The end: replay everything, and count the faults of the mappings still live.
   void finish();
   // A window's end in a long trace: count the faults of live mappings whose page kind is not yet

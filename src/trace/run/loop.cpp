@@ -34,9 +34,11 @@ bool TraceLoop::stopped_by_kernel() {
   return std::any_of(sources_.begin(), sources_.end(), [](const auto& source) { return source->stopped_the_command(); });
 }
 
-LoopCounts TraceLoop::run(pid_t root, std::uint64_t started_ns, bool small, const std::function<bool()>& ended) {
+LoopCounts TraceLoop::run(pid_t root, int root_exit_fd, std::uint64_t started_ns, bool small,
+                          const std::function<bool()>& ended) {
   std::vector<pollfd> polls;
   for (const RingBuffer& buffer : reader_.buffers) polls.push_back({buffer.fd, POLLIN, 0});
+  if (root_exit_fd >= 0) polls.push_back({root_exit_fd, POLLIN, 0});
   int poll_ms = 10;
   for (const auto& source : sources_) poll_ms = std::min(poll_ms, source->poll_ms());
   Hold hold(root);
@@ -56,6 +58,12 @@ LoopCounts TraceLoop::run(pid_t root, std::uint64_t started_ns, bool small, cons
   while (true) {
     // perf may deliver its wakeup only at the next tick: look every so often as well.
     poll(polls.data(), polls.size(), poll_ms);
+    // A buffer whose event's task has exited says POLLHUP at every poll from then on: polled
+    // further, it made the loop spin until the command was reaped, 650 turns while a traced
+    // `import torch` tore down its address space. Its records are still read every turn.
+    for (pollfd& polled : polls) {
+      if (polled.revents & POLLHUP) polled.fd = -1;
+    }
     // Stopped by the kernel (Pacing): continued once what it wrote before the stop has been read,
     // below. Looked at before the tracer's own hold, whose stop it would report.
     const bool stopped = pacing && stopped_by_kernel();

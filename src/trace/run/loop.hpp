@@ -31,8 +31,9 @@ class TraceLoop {
       : options_(options), reader_(reader), preload_(preload), sources_(sources), sink_(sink) {}
 
   // Reads until `ended` says the workload has ended, holding the tree of `root` still whenever a
-  // buffer fills (before each slow step too, with small buffers).
-  LoopCounts run(pid_t root, std::uint64_t started_ns, bool small, const std::function<bool()>& ended);
+  // buffer fills (before each slow step too, with small buffers). `root_exit_fd` (-1: none) polls
+  // readable when `root` has exited: the loop then looks at `ended` at once.
+  LoopCounts run(pid_t root, int root_exit_fd, std::uint64_t started_ns, bool small, const std::function<bool()>& ended);
   // After the end: everything left, read and delivered, the sink settled to the end.
   void finish();
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <csignal>
@@ -30,7 +31,7 @@ std::string changed_value(const EnvironmentChange& change, const char* existing)
 }
 
 Workload::~Workload() {
-  for (int fd : {go_[0], go_[1], exec_error_[0], exec_error_[1]}) {
+  for (int fd : {go_[0], go_[1], exec_error_[0], exec_error_[1], exit_fd_}) {
     if (fd >= 0) close(fd);
   }
 }
@@ -100,6 +101,14 @@ bool Workload::attach(pid_t pid, Failure& why) {
   attached_ = true;
   name_ = os::task_name(pid).value_or("");
   return true;
+}
+
+int Workload::exit_fd() {
+#ifdef SYS_pidfd_open
+  if (!exit_fd_asked_ && pid_ > 0) exit_fd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+#endif
+  exit_fd_asked_ = true;
+  return exit_fd_;
 }
 
 std::vector<pid_t> Workload::targets() const {

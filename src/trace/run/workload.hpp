@@ -44,6 +44,9 @@ class Workload {
   bool attach(pid_t pid, Failure& why);
 
   [[nodiscard]] pid_t pid() const { return pid_; }
+  // A descriptor that polls readable once the command (or the process attached to) has exited,
+  // before it is reaped (pidfd_open, Linux 5.3); -1 where the kernel has none. The workload owns it.
+  [[nodiscard]] int exit_fd();
   [[nodiscard]] bool attached() const { return attached_; }
   [[nodiscard]] const std::string& name() const { return name_; }  // the program's file name
   // The command, or each thread of the process attached to: what the events are opened on.
@@ -70,6 +73,8 @@ class Workload {
   pid_t pid_ = 0;
   bool attached_ = false;
   int go_[2] = {-1, -1}, exec_error_[2] = {-1, -1};
+  int exit_fd_ = -1;
+  bool exit_fd_asked_ = false;
   std::uint64_t faults_before_exec_ = 0;
   std::string program_;  // as the command names it
   std::string name_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,7 +89,7 @@ inline bool interpreter_loop(std::string_view function) {
 // frames between two eval loops (a C function that called back into Python) are left out: the
 // public frame API does not say which eval loop runs which Python frame. A stack cut short before
 // any eval loop gets the Python frames at its end.
-inline std::vector<Frame> merge_python(const std::vector<Frame>& native, const std::vector<Frame>& python) {
+inline std::vector<Frame> merge_python(std::vector<Frame> native, std::vector<Frame> python) {
   if (python.empty()) return native;
   auto is_eval_loop = [](const Frame& frame) { return interpreter_loop(frame.function); };
   std::size_t innermost = native.size(), outermost = native.size();
@@ -97,9 +98,11 @@ inline std::vector<Frame> merge_python(const std::vector<Frame>& native, const s
     if (innermost == native.size()) innermost = i;
     outermost = i;
   }
-  std::vector<Frame> merged(native.begin(), native.begin() + static_cast<std::ptrdiff_t>(innermost));
-  merged.insert(merged.end(), python.begin(), python.end());
-  if (outermost < native.size()) merged.insert(merged.end(), native.begin() + static_cast<std::ptrdiff_t>(outermost) + 1, native.end());
+  // Moved, not copied: a stack's frames hold three strings each, and every new stack is merged.
+  auto from = [&](std::size_t at) { return std::make_move_iterator(native.begin() + static_cast<std::ptrdiff_t>(at)); };
+  std::vector<Frame> merged(from(0), from(innermost));
+  merged.insert(merged.end(), std::make_move_iterator(python.begin()), std::make_move_iterator(python.end()));
+  if (outermost < native.size()) merged.insert(merged.end(), from(outermost + 1), from(native.size()));
   return merged;
 }
 

@@ -1,9 +1,10 @@
-// A module's symbols, sorted once (symbol_table.hpp).
+// A module's symbols, bucketed once and sorted where looked up (symbol_table.hpp).
 #include "trace/unwind/symbol_table.hpp"
 
 #include <gelf.h>
 
 #include <algorithm>
+#include <bit>
 #include <unordered_map>
 
 namespace memcost::trace::detail {
@@ -27,7 +28,7 @@ SymbolTable::SymbolTable(Dwfl_Module* module) {
   if (count <= 0) return;
   read_directly_ = read_section(module, count);
   if (!read_directly_) read_through_libdwfl(module, count);
-  sort();
+  into_buckets();
 }
 
 SymbolTable SymbolTable::through_libdwfl(Dwfl_Module* module) {
@@ -35,7 +36,7 @@ SymbolTable SymbolTable::through_libdwfl(Dwfl_Module* module) {
   const int count = module ? dwfl_module_getsymtab(module) : -1;
   if (count <= 0) return table;
   table.read_through_libdwfl(module, count);
-  table.sort();
+  table.into_buckets();
   return table;
 }
 
@@ -73,6 +74,14 @@ bool SymbolTable::read_section(Dwfl_Module* module, int count) {
       static_cast<const char*>(names->d_buf)[names->d_size - 1] != '\0') {
     return false;
   }
+  // A 64-bit file's symbols are read in place, as libelf gives them in this machine's byte order
+  // (GElf_Sym is Elf64_Sym): gelf_getsym's copy of each was a third of reading PyTorch's table. A
+  // 32-bit file is left to libdwfl.
+  if (gelf_getclass(elf) != ELFCLASS64 || data->d_type != ELF_T_SYM || data->d_buf == nullptr ||
+      data->d_size / sizeof(GElf_Sym) < static_cast<std::size_t>(count)) {
+    return false;
+  }
+  const auto* in_file = static_cast<const GElf_Sym*>(data->d_buf);
   const char* strings = static_cast<const char*>(names->d_buf);
   // Each section's flags and end, read once rather than once a symbol (libdwfl's cost).
   std::size_t section_count = 0;
@@ -89,8 +98,7 @@ bool SymbolTable::read_section(Dwfl_Module* module, int count) {
   }
   symbols_.reserve(static_cast<std::size_t>(count));
   for (int i = 1; i < count; ++i) {
-    GElf_Sym symbol;
-    if (gelf_getsym(data, i, &symbol) == nullptr) return symbols_.clear(), false;
+    const GElf_Sym& symbol = in_file[i];
     // The name is not read here: PyTorch's string table is 78 MB, and only the names of the
     // addresses samples hit are read (name_at). One that is empty there names nothing.
     if (!is_code(symbol) || symbol.st_name == 0 || symbol.st_name >= names->d_size) continue;
@@ -133,28 +141,69 @@ void SymbolTable::read_through_libdwfl(Dwfl_Module* module, int count) {
   }
 }
 
-SymbolTable::SymbolTable(std::vector<Symbol> symbols) : symbols_(std::move(symbols)) { sort(); }
+SymbolTable::SymbolTable(std::vector<Symbol> symbols) : symbols_(std::move(symbols)) { into_buckets(); }
 
-void SymbolTable::sort() {
-  std::sort(symbols_.begin(), symbols_.end(), [](const Symbol& a, const Symbol& b) {
-    return a.start != b.start ? a.start < b.start : a.rank != b.rank ? a.rank < b.rank : a.index < b.index;
-  });
+std::size_t SymbolTable::bucket_of(std::uint64_t address) const {
+  const std::size_t buckets = bucket_starts_.size() - 1;
+  return static_cast<std::size_t>(std::min<std::uint64_t>((address - lowest_start_) >> bucket_shift_, buckets - 1));
 }
 
-const char* SymbolTable::name_at(std::uint64_t address) const {
+void SymbolTable::into_buckets() {
+  if (symbols_.empty()) return;
+  const auto [low, high] = std::minmax_element(symbols_.begin(), symbols_.end(),
+                                               [](const Symbol& a, const Symbol& b) { return a.start < b.start; });
+  const std::size_t buckets = std::bit_ceil(std::max<std::size_t>(1, symbols_.size() / kBucketSymbols));
+  lowest_start_ = low->start;
+  const std::uint64_t span = high->start - low->start;
+  bucket_shift_ = 0;
+  while (bucket_shift_ < 63 && (span >> bucket_shift_) >= buckets) ++bucket_shift_;
+  bucket_starts_.assign(buckets + 1, 0);
+  for (const Symbol& symbol : symbols_) ++bucket_starts_[bucket_of(symbol.start) + 1];
+  for (std::size_t bucket = 0; bucket < buckets; ++bucket) bucket_starts_[bucket + 1] += bucket_starts_[bucket];
+  std::vector<std::size_t> next(bucket_starts_.begin(), bucket_starts_.end() - 1);
+  std::vector<Symbol> placed(symbols_.size());
+  for (const Symbol& symbol : symbols_) placed[next[bucket_of(symbol.start)]++] = symbol;
+  symbols_ = std::move(placed);
+  bucket_sorted_.assign(buckets, false);
+}
+
+void SymbolTable::sort_bucket(std::size_t bucket) {
+  if (bucket_sorted_[bucket]) return;
+  bucket_sorted_[bucket] = true;
+  std::sort(symbols_.begin() + static_cast<std::ptrdiff_t>(bucket_starts_[bucket]),
+            symbols_.begin() + static_cast<std::ptrdiff_t>(bucket_starts_[bucket + 1]), [](const Symbol& a, const Symbol& b) {
+              return a.start != b.start ? a.start < b.start : a.rank != b.rank ? a.rank < b.rank : a.index < b.index;
+            });
+}
+
+const std::vector<SymbolTable::Symbol>& SymbolTable::symbols() {
+  for (std::size_t bucket = 0; bucket < bucket_sorted_.size(); ++bucket) sort_bucket(bucket);
+  return symbols_;
+}
+
+const char* SymbolTable::name_at(std::uint64_t address) {
+  if (symbols_.empty() || address < lowest_start_) return nullptr;
   // Back from the nearest symbol at or before the address. Starts descend, and within one start the
-  // ranks descend too, so the last match seen at a start is its best-ranked one.
-  auto it = std::upper_bound(symbols_.begin(), symbols_.end(), address,
-                             [](std::uint64_t value, const Symbol& symbol) { return value < symbol.start; });
+  // ranks descend too, so the last match seen at a start is its best-ranked one. Every symbol in a
+  // later bucket starts after the address, every one in an earlier bucket before its own bucket.
+  std::size_t bucket = bucket_of(address);
+  sort_bucket(bucket);
+  std::size_t at = static_cast<std::size_t>(
+      std::upper_bound(symbols_.begin() + static_cast<std::ptrdiff_t>(bucket_starts_[bucket]),
+                       symbols_.begin() + static_cast<std::ptrdiff_t>(bucket_starts_[bucket + 1]), address,
+                       [](std::uint64_t value, const Symbol& symbol) { return value < symbol.start; }) -
+      symbols_.begin());
   const Symbol* sized = nullptr;     // the nearest symbol whose extent holds the address
   const Symbol* sizeless = nullptr;  // the nearest one without an extent, where none holds it
   bool passed_sized = false;
-  for (std::size_t scanned = 0; it != symbols_.begin(); ++scanned) {
-    --it;
+  for (std::size_t scanned = 0; at > 0; ++scanned) {
+    --at;
+    while (at < bucket_starts_[bucket]) sort_bucket(--bucket);  // into an earlier bucket: sorted first
+    const Symbol* it = &symbols_[at];
     if (sized && it->start < sized->start) break;
-    if (it->size > 0 && address < it->start + it->size) sized = &*it;
+    if (it->size > 0 && address < it->start + it->size) sized = it;
     else if (it->size == 0 && !passed_sized && address < it->section_end && (!sizeless || it->start == sizeless->start)) {
-      sizeless = &*it;
+      sizeless = it;
     }
     // A sized symbol that ends before the address rules out the labels before it (libdwfl's rule:
     // the address is past that function, not inside some earlier label's code).

@@ -595,7 +595,7 @@ std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64
     if (const std::uint64_t release = pending_release(python); release != 0) {
       pending_python_[{process.pid, release}].push_back({slot->second, pcs, frames, time_ns, measure::now_ns(), holds});
     }
-    frames = merge_python(frames, python_frames(python));
+    frames = merge_python(std::move(frames), python_frames(python));
     // Code in no module is JIT-compiled (or a stack gone wrong): kept to be named by a perf map.
     if (std::any_of(frames.begin(), frames.end(), [](const Frame& f) { return f.module.empty() && f.address != 0; })) {
       struct stat status {};
@@ -688,7 +688,7 @@ Frame Unwinder::symbolize_function(Process& process, Dwfl_Module* module, std::u
   return frame;
 }
 
-const SymbolTable& Unwinder::symbols_of(Process& process, Dwfl_Module* module) {
+SymbolTable& Unwinder::symbols_of(Process& process, Dwfl_Module* module) {
   auto [table, fresh] = process.symbols.try_emplace(module);
   if (fresh) table->second = SymbolTable(module);
   return table->second;

@@ -255,7 +255,7 @@ class Unwinder {
   static Frame symbolize_function(Process& process, Dwfl_Module* module, std::uint64_t pc);
 
   // The module's symbol table, read the first time a frame lands in it.
-  static const SymbolTable& symbols_of(Process& process, Dwfl_Module* module);
+  static SymbolTable& symbols_of(Process& process, Dwfl_Module* module);
 
   const Options& options_;
   Sink& sink_;
