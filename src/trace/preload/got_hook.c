@@ -131,18 +131,22 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data) {
   struct walk *walk = data;
   if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds)) walk->adds = info->dlpi_adds;
   const ElfW(Addr) base = info->dlpi_addr;
-  uintptr_t code_start = 0, code_end = 0, relro_start = 0, relro_end = 0;
+  uintptr_t code_start = 0, code_end = 0, relro_start = 0, relro_end = 0, dynamic = 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr) *header = &info->dlpi_phdr[i];
     const uintptr_t start = base + header->p_vaddr, end = start + header->p_memsz;
     if (header->p_type == PT_LOAD && walk->own >= start && walk->own < end) return 0; /* the replacements' own */
     if (header->p_type == PT_GNU_RELRO) relro_start = start, relro_end = end;
     if (header->p_type == PT_LOAD && (header->p_flags & PF_X) && code_end == 0) code_start = start, code_end = end;
+    if (header->p_type == PT_DYNAMIC) dynamic = start;
   }
-  struct dynamic_tables tables;
-  if (code_end == 0 || !read_dynamic(info, &tables)) return 0;
-  int *done = NULL, *tries = tries_of((uintptr_t)tables.entries, &done);
+  /* An object finished with is passed before its dynamic section is read: each load of a library
+     walks every object loaded (an `import torch` loads about 400, a hundred at a time). */
+  if (code_end == 0 || dynamic == 0) return 0;
+  int *done = NULL, *tries = tries_of(dynamic, &done);
   if (!tries || *done) return 0;
+  struct dynamic_tables tables;
+  if (!read_dynamic(info, &tables)) return 0;
   /* A hook bound to one library's copy is for the objects that need that copy only. */
   unsigned allowed = 0;
   for (int h = 0; h < walk->count && h < 32; ++h) {

@@ -85,29 +85,32 @@ class FrameFilter:
     keep: Optional[str] = None
 
     def is_users(self, frame: dict, by_module_only: bool = False) -> bool:
-        return self.judge(by_module_only)(frame)
+        return self.verdicts([frame], by_module_only)[0]
 
-    def judge(self, by_module_only: bool = False):
-        """is_users as a function of the frame alone, for a loop over many frames. A trace's
-        stacks share their frames (a PyTorch import: 140,000 frames, a tenth of them distinct):
-        each distinct frame object is judged once, and a frame equal to one judged before
-        (another trace's, another record's) by its fields."""
+    def verdicts(self, frames: list, by_module_only: bool = False) -> list:
+        """is_users of each of `frames`. A trace's stacks share their frames (a PyTorch import:
+        140,000 frames, a tenth of them distinct): each distinct frame object is judged once, and
+        looked up by its id after that, a stack's frames in one pass at C speed; a frame equal to
+        one judged before (another trace's, another record's) is judged by its fields, once."""
         table = _JUDGED.get((id(self), by_module_only))
         if table is None or table[0] is not self:
-            table = _JUDGED[(id(self), by_module_only)] = (self, {})  # holding the filter keeps its id its own
-        judged = table[1]
-
-        def judge(frame: dict) -> bool:
-            found = judged.get(id(frame))
-            if found is not None and found[0] is frame:
-                return found[1]
-            verdict = _is_users(self, frame.get("kind"), frame.get("module") or "", frame.get("function") or "",
-                                frame.get("file") or "", by_module_only)
-            if len(judged) >= _JUDGED_MOST:
+            # Holding the filter keeps its id its own; holding each frame judged keeps its id its own.
+            table = _JUDGED[(id(self), by_module_only)] = (self, {}, [])
+        _, judged, held = table
+        found = list(map(judged.get, map(id, frames)))
+        if None in found:
+            if len(held) >= _JUDGED_MOST:
                 judged.clear()
-            judged[id(frame)] = (frame, verdict)  # holding the frame keeps its id its own
-            return verdict
-        return judge
+                held.clear()
+            for index, verdict in enumerate(found):
+                if verdict is None:
+                    frame = frames[index]
+                    verdict = found[index] = _is_users(self, frame.get("kind"), frame.get("module") or "",
+                                                       frame.get("function") or "", frame.get("file") or "",
+                                                       by_module_only)
+                    judged[id(frame)] = verdict
+                    held.append(frame)
+        return found
 
     def _judge(self, frame: dict, by_module_only: bool) -> bool:
         module = file_name(frame.get("module") or "")
@@ -138,7 +141,7 @@ class FrameFilter:
         return not any(re.match(SYSTEM_FUNCTIONS, name) for name in named)
 
 
-# (id(filter), by_module_only) -> (filter, {id(frame): (frame, verdict)}): FrameFilter.judge's.
+# (id(filter), by_module_only) -> (filter, {id(frame): verdict}, [every frame judged]): FrameFilter.verdicts'.
 _JUDGED: dict = {}
 _JUDGED_MOST = 1 << 17
 
@@ -211,33 +214,31 @@ def user_frame(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[di
 
 def user_frame_index(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[int]:
     """The index of user_frame() in `frames`, or None for an empty stack."""
-    # The frames' kinds once, searched at C speed: a PyTorch import's 3,000 stacks of about 40 frames
-    # are most of a trace's summary time.
+    # The frames' kinds and verdicts once, searched at C speed: a PyTorch import's 3,000 stacks of
+    # about 40 frames are most of a trace's summary time.
     kinds = [frame.get("kind") for frame in frames]
     language = "python" if "python" in kinds else "jit" if "jit" in kinds else None
-    judge = which.judge()
-    if language == "jit" and not any(judge(frame) for frame, kind in zip(frames, kinds) if kind == "jit"):
+    users = which.verdicts(frames)
+    if language == "jit" and not any(users[index] for index, kind in enumerate(kinds) if kind == "jit"):
         language = None
     if language:
+        if not which.keep:
+            return next((index for index, kind in enumerate(kinds) if kind == language and users[index]),
+                        kinds.index(language))
         for index, (frame, kind) in enumerate(zip(frames, kinds)):
             if kind == language:
-                if judge(frame):
+                if users[index]:
                     return index
-            elif which.keep and re.search(which.keep, frame.get("function") or ""):
+            elif re.search(which.keep, frame.get("function") or ""):
                 return index
         return kinds.index(language)
     # The first frame of the program's own, else the first in a module of its own whatever the
-    # function's name: one pass, since a frame the first test takes the second takes too.
-    judge_module = which.judge(by_module_only=True)
-    first_by_module = None
-    for index, frame in enumerate(frames):
-        if judge_module(frame):
-            if judge(frame):
-                return index
-            if first_by_module is None:
-                first_by_module = index
-    if first_by_module is not None:
-        return first_by_module
+    # function's name (a frame the first test takes the second takes too).
+    if True in users:
+        return users.index(True)
+    by_module = which.verdicts(frames, by_module_only=True)
+    if True in by_module:
+        return by_module.index(True)
     # Every frame is a library's or a runtime's: the first one past the C library and the allocators.
     for index, frame in enumerate(frames):
         module = file_name(frame.get("module") or "")

@@ -121,9 +121,10 @@ def _callers(frames: list, index: int, which: FrameFilter) -> list[dict]:
     tell no paths of the program apart (the Go heap growing for two functions is one site, the
     runtime's, each function a touching site of its own)."""
     language = frames[index].get("kind") if frames[index].get("kind") in ("python", "jit") else None
-    judge = which.judge()
-    return [frame for frame in frames[index + 1:]  # a caller without a name (a stripped library's) tells a user nothing
-            if (language is None or frame.get("kind") == language) and judge(frame) and frame.get("function")]
+    callers = frames[index + 1:]
+    # A caller without a name (a stripped library's) tells a user nothing.
+    return [frame for frame, users in zip(callers, which.verdicts(callers))
+            if users and (language is None or frame.get("kind") == language) and frame.get("function")]
 
 
 def _caller_key(frame: dict) -> tuple:
