@@ -218,20 +218,20 @@ def user_frame_index(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optio
     # about 40 frames are most of a trace's summary time.
     kinds = [frame.get("kind") for frame in frames]
     language = "python" if "python" in kinds else "jit" if "jit" in kinds else None
-    users = which.verdicts(frames)
-    if language == "jit" and not any(users[index] for index, kind in enumerate(kinds) if kind == "jit"):
-        language = None
     if language:
-        if not which.keep:
-            return next((index for index, kind in enumerate(kinds) if kind == language and users[index]),
-                        kinds.index(language))
-        for index, (frame, kind) in enumerate(zip(frames, kinds)):
-            if kind == language:
-                if users[index]:
-                    return index
-            elif re.search(which.keep, frame.get("function") or ""):
-                return index
-        return kinds.index(language)
+        # Only that language's frames are judged (a native frame is the site only by --keep-frames).
+        at = [index for index, kind in enumerate(kinds) if kind == language]
+        users = which.verdicts([frames[index] for index in at])
+        if language == "jit" and True not in users:
+            language = None
+    if language:
+        first = at[users.index(True)] if True in users else None
+        if which.keep:  # a native frame --keep-frames names, before that
+            kept = next((index for index in range(len(frames) if first is None else first) if kinds[index] != language
+                         and re.search(which.keep, frames[index].get("function") or "")), None)
+            first = kept if kept is not None else first
+        return at[0] if first is None else first
+    users = which.verdicts(frames)
     # The first frame of the program's own, else the first in a module of its own whatever the
     # function's name (a frame the first test takes the second takes too).
     if True in users:

@@ -121,10 +121,9 @@ def _callers(frames: list, index: int, which: FrameFilter) -> list[dict]:
     tell no paths of the program apart (the Go heap growing for two functions is one site, the
     runtime's, each function a touching site of its own)."""
     language = frames[index].get("kind") if frames[index].get("kind") in ("python", "jit") else None
-    callers = frames[index + 1:]
+    callers = [frame for frame in frames[index + 1:] if language is None or frame.get("kind") == language]
     # A caller without a name (a stripped library's) tells a user nothing.
-    return [frame for frame, users in zip(callers, which.verdicts(callers))
-            if users and (language is None or frame.get("kind") == language) and frame.get("function")]
+    return [frame for frame, users in zip(callers, which.verdicts(callers)) if users and frame.get("function")]
 
 
 def _caller_key(frame: dict) -> tuple:
