@@ -311,7 +311,7 @@ struct Result {
   std::uint64_t paused_ns = 0;  // included in wall_ns
   std::uint64_t kernel_stops = 0;  // times the kernel stopped the command at half a buffer, and the tracer continued it
   std::uint64_t unwind_failures = 0;
-  std::uint64_t stacks_unwound = 0;           // copied stacks unwound (not found in the memo)
+  std::uint64_t stacks_unwound = 0;           // copied stacks unwound, by rules or by libdwfl (not found in its memo)
   std::uint64_t stacks_unwound_by_rules = 0;  // of those, unwound by their frames' cached rules, without libdwfl
   std::uint64_t unnamed_code_stacks = 0;  // stacks with code in no module and no perf map entry (JIT code unnamed)
   std::uint64_t refused_perf_maps = 0;    // processes whose /tmp/perf-PID.map was not theirs or root's: not read

@@ -224,7 +224,7 @@ void RecordReader::sample(const Event& event, Reader& in, std::uint16_t misc) {
     in.skip(size);
     std::uint64_t dynamic = size ? in.take<std::uint64_t>() : 0;
     if (abi != PERF_SAMPLE_REGS_ABI_NONE && event.kind == EventKind::enter && call && !stack_names_call(*call, args)) {
-      unwinder_.read_links(pid, bytes, std::min(dynamic, size));
+      (void)unwinder_.read_links(pid, bytes, std::min(dynamic, size));
     } else if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
       const bool moves_break = call == CallKind::brk && args[0] != 0;
       stack = unwinder_.stack(pid, tid, bp, sp, user_ip, bytes, std::min(dynamic, size), time, python_release, moves_break);

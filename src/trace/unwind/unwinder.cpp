@@ -94,17 +94,8 @@ std::uint32_t Unwinder::stack(int pid, int tid, std::uint64_t bp, std::uint64_t 
   Process& process = get(pid);
   // Cut at the eval loop (stack() in unwinder.hpp) where the sample says so; a block found below cuts too.
   const bool cut = (moves_break && options_.python_frames) || python_release != 0;
-  // The preload library's Python stack (the first block on the copy), and the links to released
-  // ones it carries.
-  std::string_view python;
-  for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
-    std::uint64_t word = 0;
-    std::memcpy(&word, stack + offset, sizeof(word));
-    if ((word == kPythonMagic || word == kPythonPendingMagic) && python.empty()) {
-      python = python_block_at(stack + offset, stack_bytes - offset);
-    }
-    if (word == kPythonResolvesMagic) read_link(pid, stack, stack_bytes, offset);
-  }
+  // The preload library's Python stack, and the links to released ones the copy carries.
+  const std::string_view python = read_links(pid, stack, stack_bytes);
   // A sample's release of the GIL: the same unwound stack, with a pending block for its Python
   // frames (not in the memo's key: each release is new, its unwinding is not).
   std::string released;
@@ -332,12 +323,17 @@ void Unwinder::read_link(int pid, const std::uint8_t* stack, std::uint64_t stack
   resolve_python(pid, link.release, python_block_at(stack + block, stack_bytes - block));
 }
 
-void Unwinder::read_links(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes) {
+std::string_view Unwinder::read_links(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes) {
+  std::string_view python;
   for (std::uint64_t offset = 0; offset + 8 <= stack_bytes; offset += 8) {
     std::uint64_t word = 0;
     std::memcpy(&word, stack + offset, sizeof(word));
+    if ((word == kPythonMagic || word == kPythonPendingMagic) && python.empty()) {
+      python = python_block_at(stack + offset, stack_bytes - offset);
+    }
     if (word == kPythonResolvesMagic) read_link(pid, stack, stack_bytes, offset);
   }
+  return python;
 }
 
 bool Unwinder::in_interpreter_loop(Process& process, std::uint64_t pc) {

@@ -148,8 +148,9 @@ class Unwinder {
   // A sample whose stack no record keeps (stack_names_call in perf.hpp: a munmap, an mremap, most
   // madvise calls): not unwound, only read for the links to Python stacks it carries, as stack()
   // reads them (the preload library's madvise(NULL, 0, MADV_NORMAL) that resolves a release of
-  // the GIL). A traced `import torch` made 820 munmaps of its 3,700 calls.
-  void read_links(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes);
+  // the GIL). A traced `import torch` made 820 munmaps of its 3,700 calls. Returns the first
+  // Python block on the copy (empty: none), which stack() unwinds with.
+  std::string_view read_links(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes);
 
   // The pcs of one copied stack, unwound by its frames' rules where it can be (`by_rules`) or by
   // libdwfl alone: for tests that hold the two to each other.
