@@ -83,6 +83,8 @@ struct Failure {
 // A system call that failed just now: errno, and the call in words.
 inline Failure errno_failure(const std::string& call) { return Failure{errno, call}; }
 
+struct Result;
+
 struct Options {
   std::vector<std::string> command;
   int attach_pid = 0;                    // instead of a command: a running process (needs tracepoints)
@@ -105,6 +107,10 @@ struct Options {
   // Called as the traced window opens (the command is let through the door, or attached to) and
   // as it closes, so that the caller can measure the rest of the machine over exactly that time.
   std::function<void()> window_opened, window_closed;
+  // Called with the result of a trace that ran, before run() lets go of what it holds (the
+  // unwinder's modules and tables, the events: 10 ms after a traced `import torch`), so that what
+  // the caller makes of the result goes out first. run() returns the same result after.
+  std::function<void(const Result&)> traced;
   // Every `period_ns` of tracing, once the records up to then are delivered: `period_ended` (a
   // long trace's windows; 0: none).
   std::uint64_t period_ns = 0;

@@ -384,7 +384,9 @@ Result run(const Options& options, Sink& sink, Failure& status) {
   }
   if (!set_up) return tracing.result();
   if (!tracing.trace_until_done()) return tracing.result();
-  return tracing.collect();
+  Result result = tracing.collect();
+  if (options.traced) options.traced(result);
+  return result;
 }
 
 }  // namespace memcost::trace

@@ -487,15 +487,22 @@ void trace_and_emit(const Settings& settings, Emitter& emitter) {
   Windows windows(emitter, attribution);
   windows.connect(options, settings.window_seconds);
   trace::Failure failure;
-  trace::Result result = trace::run(options, sink, failure);
-  throw_if_failed(failure);
-  attribution.finish();
-  emit_aggregate(emitter, attribution);
-  if (raw) {
-    raw->close();
-    if (!raw->error().empty()) emitter.warning("raw_file_incomplete", raw->error() + ": the raw records are incomplete");
-  }
-  emit_run(emitter, settings, result, attribution, windows.before, windows.after, thp, began_ns);
+  bool emitted = false;
+  auto emit = [&](const trace::Result& result) {
+    throw_if_failed(failure);
+    attribution.finish();
+    emit_aggregate(emitter, attribution);
+    if (raw) {
+      raw->close();
+      if (!raw->error().empty()) emitter.warning("raw_file_incomplete", raw->error() + ": the raw records are incomplete");
+    }
+    emit_run(emitter, settings, result, attribution, windows.before, windows.after, thp, began_ns);
+    Emitter::flush();  // before the tracer lets go of what it holds
+    emitted = true;
+  };
+  options.traced = emit;
+  const trace::Result result = trace::run(options, sink, failure);
+  if (!emitted) emit(result);  // a trace that never ran: its failure, or what little it has
 }
 
 }  // namespace
