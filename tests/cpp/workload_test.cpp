@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +52,24 @@ TEST(Workload, ACommandWaitsAtTheDoorUntilLetGo) {
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_EQ(workload.name(), "sh");
   EXPECT_EQ(workload.targets(), std::vector<pid_t>{workload.pid()});
+}
+
+// The descriptor the tracing loop polls for the command's end: not readable while it runs, readable
+// once it has exited and before it is reaped, so that the loop looks at once (it spun on its
+// events' POLLHUP while an exited `import torch` tore down its address space).
+TEST(Workload, ItsExitDescriptorIsReadableOnceItHasExited) {
+  Workload workload;
+  Failure why;
+  ASSERT_TRUE(workload.start({"sh", "-c", "sleep 0.3"}, {}, -1, -1, why)) << why.message();
+  const int exit_fd = workload.exit_fd();
+  if (exit_fd < 0) GTEST_SKIP() << "this kernel has no pidfd_open (Linux 5.3)";
+  EXPECT_EQ(workload.exit_fd(), exit_fd) << "one descriptor, kept";
+  ASSERT_TRUE(workload.let_go(why)) << why.message();
+  pollfd polled{exit_fd, POLLIN, 0};
+  EXPECT_EQ(poll(&polled, 1, 0), 0) << "readable while the command runs";
+  ASSERT_EQ(poll(&polled, 1, 10'000), 1) << "not readable within 10 s of a 0.3 s command";
+  EXPECT_TRUE(polled.revents & POLLIN);
+  EXPECT_TRUE(workload.ended(false, false, 0, {})) << "readable, and not yet reaped";
 }
 
 // A command killed while it waits at the door (a Ctrl-C to the whole process group during the
