@@ -100,7 +100,11 @@ def test_each_allocators_rows_ran_under_it_and_are_right(bigarray_run, allocator
         assert metrics["huge_fraction"] is not None  # the page kind was read back from the kernel
         assert 0 <= metrics["minor_faults"] <= pages_64mib * 1.1, (sample["case"], metrics["minor_faults"])
     # Its first big block is fresh memory: a fault per base page (THP madvise: malloc advises none).
-    assert samples[0]["metrics"]["minor_faults"] >= 32
+    # Where the VM handed memory to its host during that repetition, the probe took it again and
+    # kept the first try's faults: the retake can reuse what tcmalloc kept.
+    first = samples[0]["metrics"]
+    first_try = (first["raced_with_host_reporting"] or [first])[0]
+    assert first_try["minor_faults"] >= 32, first
     if allocator in ("jemalloc", "mimalloc"):
         # They give a freed block of 64 MiB back to the kernel: every repetition faults it in again.
         # (tcmalloc keeps it and hands it out again: only its first allocation faults; docs/bigarray.md.)
