@@ -31,11 +31,13 @@ if TYPE_CHECKING:
 
 
 # What a trace needs once its command has ended (its analysis, advice, verification, results and
-# rich's console), imported on a thread of its own while the command runs: importing them first
-# held the command's start back by 0.1 s on the 2-vCPU guest, the most of `memcost trace -- true`'s
-# fixed cost on the Python side. A module the end needs before the thread has imported it waits
-# for that import (Python's import lock), and an import that fails fails again there, and is said.
-END_MODULES = ("memcost.analysis.trace.records", "memcost.analysis.trace.summary", "memcost.analysis.trace.advice",
+# rich's console), and what reads its stacks as they come (StacksMeanwhile), imported on a thread of
+# its own while the command runs: importing them first held the command's start back by 0.1 s on
+# the 2-vCPU guest, the most of `memcost trace -- true`'s fixed cost on the Python side. A module the
+# end needs before the thread has imported it waits for that import (Python's import lock), and an
+# import that fails fails again there, and is said.
+END_MODULES = ("memcost.analysis.trace.records", "memcost.analysis.trace.sites", "memcost.analysis.trace.summary",
+               "memcost.analysis.trace.advice",
                "memcost.analysis.verify", "memcost.experiments.shared", "memcost.console", "memcost.verify")
 
 
@@ -55,6 +57,48 @@ def import_meanwhile(modules) -> threading.Thread:
     thread = threading.Thread(target=load, name="memcost-imports", daemon=True)
     thread.start()
     return thread
+
+
+class StacksMeanwhile:
+    """The trace's stacks read as the probe sends them, each one's part of its site's name worked
+    out as it comes (sites.stack_parts), while the command runs: after it had ended, that took 60 ms
+    of a traced `import torch`'s 0.1 s summary on the 2-vCPU guest. Stacks that come while
+    `importing` still imports the modules that read them wait for it (never two threads importing);
+    the rest are read at once."""
+
+    def __init__(self, values: dict, importing: threading.Thread):
+        self.values, self.importing = values, importing
+        self.waiting: list = []
+        self.stacks = None  # records.Stacks, once the modules are there
+        self.which = None
+        self.parts: dict = {}
+
+    def take(self, sample: dict) -> bool:
+        """run_probe's on_sample: never keeps a sample from the run."""
+        if sample["case"].get("record") == "stack":
+            self.waiting.append(sample["metrics"])
+            if not self.importing.is_alive():
+                self.catch_up()
+        return False
+
+    def catch_up(self) -> None:
+        """Reads the stacks that waited (all of them, once the command has ended)."""
+        if self.stacks is None:
+            from .analysis.trace.frames import frames_of
+            from .analysis.trace.records import Stacks
+            self.stacks, self.which = Stacks(), frames_of(self.values)
+        from .analysis.trace.sites import stack_parts
+        for metrics in self.waiting:
+            self.parts[metrics["stack"]] = stack_parts(self.stacks.take(metrics), self.which)
+        self.waiting.clear()
+
+    def read(self, samples: list) -> "Trace":
+        """The trace of the run's samples, with its stacks and their parts read already."""
+        from .analysis.trace import records, sites
+        self.catch_up()
+        trace = records.read(samples, self.stacks)
+        trace.memo[(sites.STACK_PARTS, self.which)] = self.parts
+        return trace
 
 
 CALIBRATION = {"pages": "base,thp", "routes": "os", "parts": "rows,threads,reuse", "sizes": "64M", "reps": 5,
@@ -174,9 +218,10 @@ def measure(values: dict, directory, report_modules=()) -> dict:
         windows = Windows(values["windows_folder"], cost, frames_of(values), socket.gethostname(),
                           str(values["pid"]) if values.get("pid") else Path(values["command"][0]).name)
     importing = import_meanwhile(END_MODULES + tuple(report_modules))
+    stacks = StacksMeanwhile(values, importing)
     marks = {"python_started": process_started_monotonic()}
     try:
-        run = record(values, raw, windows.take if windows else None, marks)
+        run = record(values, raw, lambda sample: stacks.take(sample) or bool(windows and windows.take(sample)), marks)
     except BaseException:
         importing.join()
         if raw:
@@ -186,8 +231,7 @@ def measure(values: dict, directory, report_modules=()) -> dict:
     # its events, probe.reap) is noted, and ends the command with 130 once the document is stored.
     with interrupts.held():
         importing.join()  # from here on this thread imports: never two threads at once
-        from .analysis.trace import records as trace_records
-        trace = trace_records.read(run.samples)
+        trace = stacks.read(run.samples)
         document = _store(values, directory, run, trace, cost, raw, windows, notes, marks)
     if values.get("verify") and values.get("command") and not document["summary"]["totals"]["interrupted"]:
         # The trace is stored first: a Ctrl-C while verifying ends with 130 and keeps it as it is.

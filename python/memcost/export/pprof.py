@@ -190,8 +190,7 @@ class Windows:
 
     def __init__(self, folder: Path, cost, which, host: str, traced: str):
         self.folder, self.cost, self.which, self.host, self.traced = Path(folder), cost, which, host, traced
-        self.stacks: dict = {}
-        self.frames_by_id: dict = {}  # the stack records' frames, each sent once (records.stack_frames)
+        self.stacks = trace_records.Stacks()
         self.names: dict[int, str] = {}
         self.period = 1
         self.previous_faults: dict[tuple, int] = {}
@@ -205,7 +204,7 @@ class Windows:
         """One probe record as it streams; True when it belongs to a window (and is not kept)."""
         record, metrics = sample["case"]["record"], sample["metrics"]
         if record == "stack":
-            self.stacks[metrics["stack"]] = trace_records.stack_frames(metrics, self.frames_by_id)
+            self.stacks.take(metrics)
         elif record == "process" and metrics.get("name"):
             self.names[metrics["pid"]] = metrics["name"]
         if "window" not in sample["case"]:
@@ -236,7 +235,7 @@ class Windows:
         origins = [{"stack": key[0], "call": key[1], "freed_bytes": bytes_ - self.previous_freed.get(key, 0)}
                    for key, bytes_ in freed.items() if bytes_ > self.previous_freed.get(key, 0)]
         self.previous_faults, self.previous_freed = faults, freed
-        window = trace_records.Trace(self.stacks, rows, origins, {"sample_period": self.period},
+        window = trace_records.Trace(self.stacks.by_id, rows, origins, {"sample_period": self.period},
                                 [{"pid": pid, "name": name} for pid, name in self.names.items()])
         started = datetime.datetime.fromtimestamp(start_ns / 1e9, datetime.timezone.utc)
         labels = {"host": self.host, "traced": self.traced, "window_start": started.isoformat(timespec="seconds")}

@@ -640,3 +640,42 @@ def test_advice_no_rerun_could_apply_is_said_with_its_reason_even_when_the_comma
     lines = verification_lines({"verification": refused})
     assert lines[0].startswith("Not verified: the command was refused, its own run time varies")
     assert "Unverified: growth at grow (app.c:3): only the source can reserve the final size." in lines
+
+
+class _Importing:
+    """A stand-in for tracing's import thread: alive until `done`."""
+    def __init__(self):
+        self.alive = True
+
+    def is_alive(self):
+        return self.alive
+
+
+@pytest.mark.parametrize("keep", [None, "helper"])
+def test_stacks_read_as_they_come_name_the_sites_as_the_whole_trace_read_at_the_end_does(keep):
+    # A helper called from two paths (sites told apart by their callers), a Python line that called
+    # a library's native code (its detail), a stack that comes with no frames, and --keep-frames.
+    torch_stack = [_native("c10::alloc_cpu(unsigned long)", f"{TORCH}/libc10.so"),
+                   _python("load", "/venv/lib/python3.12/site-packages/torch/serialization.py", 40),
+                   _python("load_batch", "/home/u/train.py", 12), _python("<module>", "/home/u/train.py", 30)]
+    samples = [stack(1, "helper", "left", "main"), stack(2, "helper", "right", "main"), stack(3, "writer", "main"),
+               {"case": {"record": "stack"}, "metrics": {"stack": 4, "frames": torch_stack}},
+               {"case": {"record": "stack"}, "metrics": {"stack": 5, "frames": []}},
+               faults((1, "mmap", 3, 7, 0, False, 100), (2, "mmap", 3, 7, 0, False, 50), (4, "mmap", 4, 7, 0, False, 70),
+                      (5, "mmap", 5, 7, 0, False, 9)),
+               origin(1, 1, 0, 2 * MIB, 100), origin(2, 1, 0, 2 * MIB, 50), origin(4, 1, 0, 2 * MIB, 70),
+               origin(5, 1, 0, 2 * MIB, 9), run()]
+    values = {"keep_frames": keep}
+    importing = _Importing()
+    meanwhile = tracing.StacksMeanwhile(values, importing)
+    for index, sample in enumerate(samples):
+        importing.alive = index < 2  # the first stacks come while the modules are imported: they wait
+        assert meanwhile.take(sample) is False  # every sample is kept for the results
+        assert len(meanwhile.waiting) == (index + 1 if index < 2 else 0)
+    assert set(meanwhile.parts) == {1, 2, 3, 4, 5} and meanwhile.parts[5] is None
+    as_they_came, _ = trace_summary.analyze_trace(meanwhile.read(samples), cost=COST, params=values)
+    at_the_end, _ = trace_summary.analyze(samples, cost=COST, params=values)
+    assert as_they_came == at_the_end
+    sites = {row["site"] for row in as_they_came["rows"]}
+    assert "c10::alloc_cpu(unsigned long) ← load_batch (train.py:12)" in sites
+    assert {"helper (app.c:10) ← left", "helper (app.c:10) ← right"} <= sites

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 
@@ -43,35 +44,48 @@ FAULT_KEY = ("allocation_stack", "allocation_call", "touch_stack", "pid", "progr
 KERNEL_TIME = ("timed_faults", "timings_ended", "kernel_ns", "kernel_ns_squares")
 
 
-def stack_frames(metrics: dict, frames_by_id: dict) -> list:
-    """A `stack` record's frames, innermost first: by id (`frame_ids`), each frame sent once, with
-    the first record that holds it (`new_frames`, kept in `frames_by_id` for the records after);
-    or listed whole (`frames`: results made before frames had ids)."""
-    if "frames" in metrics:
-        return metrics["frames"]
-    for frame in metrics["new_frames"]:
-        frames_by_id[frame["id"]] = {key: value for key, value in frame.items() if key != "id"}
-    return [frames_by_id[frame_id] for frame_id in metrics["frame_ids"]]
+class Stacks:
+    """A trace's stacks, read from its `stack` records one at a time as the probe sends them (while
+    the command runs: tracing.StacksMeanwhile), each frame one object however many stacks hold it."""
+
+    def __init__(self):
+        self.by_id: dict = {}
+        self._frames_by_id: dict = {}
+
+    def take(self, metrics: dict) -> list:
+        """A `stack` record's metrics: its frames, innermost first, kept by its id. They come by id
+        (`frame_ids`), each frame sent once, with the first record that holds it (`new_frames`,
+        kept for the records after); or listed whole (`frames`: results made before frames had ids)."""
+        if "frames" in metrics:
+            frames = metrics["frames"]
+        else:
+            for frame in metrics["new_frames"]:
+                self._frames_by_id[frame["id"]] = {key: value for key, value in frame.items() if key != "id"}
+            frames = [self._frames_by_id[frame_id] for frame_id in metrics["frame_ids"]]
+        self.by_id[metrics["stack"]] = frames
+        return frames
 
 
 def stacks_of(samples: list) -> dict:
     """The stacks of a trace's records, by id."""
-    stacks: dict = {}
-    frames_by_id: dict = {}
+    stacks = Stacks()
     for sample in samples:
         if sample["case"].get("record") == "stack":
-            stacks[sample["metrics"]["stack"]] = stack_frames(sample["metrics"], frames_by_id)
-    return stacks
+            stacks.take(sample["metrics"])
+    return stacks.by_id
 
 
-def read(samples: list) -> Trace:
-    stacks, faults, origins, processes, fault_time, touch_samples, call_faults = {}, [], [], [], [], [], []
+def read(samples: list, stacks: Optional[Stacks] = None) -> Trace:
+    """`stacks`: the samples' stacks, read already as they came (their records are then passed over)."""
+    faults, origins, processes, fault_time, touch_samples, call_faults = [], [], [], [], [], []
     run: dict = {}
-    frames_by_id: dict = {}
+    read_stacks = stacks is None
+    stacks = Stacks() if stacks is None else stacks
     for sample in samples:
         record, metrics = sample["case"]["record"], sample["metrics"]
         if record == "stack":
-            stacks[metrics["stack"]] = stack_frames(metrics, frames_by_id)
+            if read_stacks:
+                stacks.take(metrics)
         elif record == "faults":
             columns = (*FAULT_KEY, "faults")
             faults.extend(dict(zip(columns, row)) for row in zip(*(metrics[name] for name in columns)))
@@ -91,7 +105,7 @@ def read(samples: list) -> Trace:
         elif record == "run":
             run = metrics
     processes.sort(key=lambda p: p["time_ns"])
-    return Trace(stacks, faults, origins, run, processes, fault_time, touch_samples, call_faults)
+    return Trace(stacks.by_id, faults, origins, run, processes, fault_time, touch_samples, call_faults)
 
 
 def touch_rows(trace: Trace) -> list[dict]:

@@ -131,29 +131,47 @@ def _caller_key(frame: dict) -> tuple:
             os.path.basename(frame.get("file") or ""), frame.get("line") or 0)
 
 
+def stack_parts(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[tuple]:
+    """A stack's part of its site's name, whatever its role (allocation or touching): the library
+    call that is its detail ("" for none), its first frame of the program's own, by name, and that
+    frame's callers of the program's own, as keys (function, file, line); None for an empty stack.
+    Worked out per stack, as the probe sends it (tracing.StacksMeanwhile), while the command runs."""
+    index = user_frame_index(frames, which)
+    if index is None:
+        return None
+    called = library_call(frames, index)
+    detail = (called.get("function") or "") if called else ""
+    return detail, frame_name(frames[index]), tuple(_caller_key(frame) for frame in _callers(frames, index, which))
+
+
+# Trace.memo's key of {stack id: stack_parts} for one FrameFilter, where they were worked out as the
+# stacks came.
+STACK_PARTS = "stack_parts"
+
+
 class SiteNames:
     """Sites as call paths (docs/trace.md, "Sites are call paths"): a stack's site is its first frame of the
     program's own code, followed out through its callers until the first caller that tells it
     apart from every other stack whose site starts at the same frame. A function reached by one
     path keeps its short name; a helper called from two places is two sites, `helper ← caller`
     each (more callers where those are the same). Give it every stack of one role (the allocation
-    stacks, or the touching stacks) so that paths are told apart within that role."""
+    stacks, or the touching stacks) so that paths are told apart within that role. `parts`: each
+    stack's stack_parts where they were worked out already (the others are worked out here)."""
 
-    def __init__(self, stacks: dict, stack_ids, which: FrameFilter = DEFAULT_FRAMES):
+    def __init__(self, stacks: dict, stack_ids, which: FrameFilter = DEFAULT_FRAMES, parts: Optional[dict] = None):
         self._names: dict[int, str] = {}
         self._details: dict[int, str] = {}
-        groups: dict[tuple, dict[int, list[tuple]]] = defaultdict(dict)
+        groups: dict[tuple, dict[int, tuple]] = defaultdict(dict)
+        parts = parts if parts is not None else {}
         for stack_id in set(stack_ids):
-            frames = stacks.get(stack_id, [])
-            index = user_frame_index(frames, which)
-            if index is None:
+            found = parts[stack_id] if stack_id in parts else stack_parts(stacks.get(stack_id, []), which)
+            if found is None:
                 self._names[stack_id] = frame_name(None)
                 continue
-            called = library_call(frames, index)
-            detail = (called.get("function") or "") if called else ""
-            groups[(detail, frame_name(frames[index]))][stack_id] = [_caller_key(frame) for frame in _callers(frames, index, which)]
+            detail, first, callers = found
+            groups[(detail, first)][stack_id] = callers
         for (detail, first), paths in groups.items():
-            distinct = {tuple(path) for path in paths.values()}
+            distinct = set(paths.values())
             sharing, functions = _Sharing(distinct), _functions_by_depth(distinct)
             for stack_id, path in paths.items():
                 self._names[stack_id] = first + "".join(CALLED_FROM + _caller_name(key, functions, depth)
@@ -229,7 +247,7 @@ def _functions_by_depth(distinct: set) -> dict[tuple, set]:
     return found
 
 
-def _distinguishing(path: list, sharing: _Sharing) -> list:
+def _distinguishing(path: tuple, sharing: _Sharing) -> tuple:
     """The shortest prefix of `path` that no other distinct path shares unless it is the same path
     all the way (a stack cut short, a prefix of a longer one, does not count as different)."""
     whole = tuple(path)
@@ -258,21 +276,23 @@ def allocation_site(names: SiteNames, stack_id: int, call: str) -> str:
 
 def allocation_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
     if ("allocation", which) not in trace.memo:
-        names = SiteNames(trace.stacks, [origin["stack"] for origin in trace.origins], which)
-        for origin in trace.origins:
-            frames = trace.stacks.get(origin["stack"], [])
+        stack_ids = {origin["stack"] for origin in trace.origins}  # origins share stacks (a call made twice)
+        names = SiteNames(trace.stacks, stack_ids, which, trace.memo.get((STACK_PARTS, which)))
+        for stack_id in stack_ids:
+            frames = trace.stacks.get(stack_id, [])
             if (runtime := go_runtime_mapping(frames)) is not None:
-                names.rename(origin["stack"], runtime)
+                names.rename(stack_id, runtime)
             elif (pinning := pinning_frame(frames)) is not None:
                 # Memory a CUDA call's driver mapped for it (cudaHostAlloc's): named by the call.
-                names.call_first(origin["stack"], _unversioned(pinning))
+                names.call_first(stack_id, _unversioned(pinning))
         trace.memo[("allocation", which)] = names
     return trace.memo[("allocation", which)]
 
 
 def touching_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
     if ("touching", which) not in trace.memo:
-        trace.memo[("touching", which)] = SiteNames(trace.stacks, [row["touch_stack"] for row in touch_rows(trace)], which)
+        trace.memo[("touching", which)] = SiteNames(trace.stacks, [row["touch_stack"] for row in touch_rows(trace)], which,
+                                                    trace.memo.get((STACK_PARTS, which)))
     return trace.memo[("touching", which)]
 
 
