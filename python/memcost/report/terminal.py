@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from ..console import console
 from ..experiments.base import Table
@@ -31,7 +32,9 @@ def print_table(table: Table) -> None:
         else:
             shown.add_column(heading, justify="left" if heading in TEXT_HEADINGS else "right")
     for row in rows:
-        shown.add_row(*[escape(str(cell)) for cell in row])
+        # As Text: rich neither parses a cell for markup nor looks for emoji codes in it (a trace's
+        # three tables took 19 ms to print as markup strings on the 2-vCPU guest).
+        shown.add_row(*[Text(str(cell)) for cell in row])
     console.print(shown)
 
 

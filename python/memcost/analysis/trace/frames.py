@@ -303,9 +303,9 @@ RUNTIME_FLAGS = {
 
 def runtime_flags_missing(trace: Trace) -> list[str]:
     """One sentence per JIT runtime seen whose compiled code went unnamed, with the flags it needs."""
-    # A trace's stacks share their frame objects: each distinct frame is looked at once, and a stack
-    # only where one of its frames is a JIT runtime's (none in a Python program's trace).
-    distinct = {id(frame): frame for frames in trace.stacks.values() for frame in frames}.values()
+    # Each distinct frame is looked at once, and a stack only where one of its frames is a JIT
+    # runtime's (none in a Python program's trace).
+    distinct = trace.distinct_frames()
     if any(frame.get("kind") == "jit" for frame in distinct):
         return []  # a perf map was read: what it does not name is code it never listed (stubs, regexps)
     runtime_by_frame = {id(frame): runtime for frame in distinct if (runtime := runtime_of(frame)) in RUNTIME_FLAGS}

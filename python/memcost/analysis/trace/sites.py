@@ -7,7 +7,7 @@ import os
 import re
 from collections import Counter, defaultdict
 from functools import lru_cache
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .frames import DEFAULT_FRAMES, FrameFilter, frame_name, library_call, user_frame_index
 from .records import Trace, touch_rows
@@ -131,22 +131,40 @@ def _caller_key(frame: dict) -> tuple:
             os.path.basename(frame.get("file") or ""), frame.get("line") or 0)
 
 
-def stack_parts(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[tuple]:
-    """A stack's part of its site's name, whatever its role (allocation or touching): the library
-    call that is its detail ("" for none), its first frame of the program's own, by name, and that
-    frame's callers of the program's own, as keys (function, file, line); None for an empty stack.
-    Worked out per stack, as the probe sends it (tracing.StacksMeanwhile), while the command runs."""
+class StackParts(NamedTuple):
+    """What naming a stack's site needs from its frames, whatever its role (allocation or
+    touching); worked out once per stack (stack_parts), as the probe sends it, while the command
+    runs (tracing.StacksMeanwhile)."""
+    detail: str            # the library call the site's line made ("" for none): SiteNames
+    first: str             # its first frame of the program's own, by name
+    callers: tuple         # that frame's callers of the program's own, as keys (function, file, line)
+    go_runtime: Optional[str]  # go_runtime_mapping
+    pinning: Optional[dict]    # pinning_frame
+
+
+def stack_parts(frames: list, which: FrameFilter = DEFAULT_FRAMES) -> Optional[StackParts]:
+    """A stack's StackParts; None for an empty stack."""
     index = user_frame_index(frames, which)
     if index is None:
         return None
     called = library_call(frames, index)
-    detail = (called.get("function") or "") if called else ""
-    return detail, frame_name(frames[index]), tuple(_caller_key(frame) for frame in _callers(frames, index, which))
+    return StackParts((called.get("function") or "") if called else "", frame_name(frames[index]),
+                      tuple(_caller_key(frame) for frame in _callers(frames, index, which)),
+                      go_runtime_mapping(frames), pinning_frame(frames))
 
 
-# Trace.memo's key of {stack id: stack_parts} for one FrameFilter, where they were worked out as the
-# stacks came.
+# Trace.memo's key of {stack id: stack_parts} for one FrameFilter (filled as the stacks came, or
+# as they are asked for: parts_of).
 STACK_PARTS = "stack_parts"
+
+
+def parts_of(trace: Trace, stack_ids, which: FrameFilter = DEFAULT_FRAMES) -> dict:
+    """The StackParts of `stack_ids` (and of any stack worked out before), by id."""
+    known = trace.memo.setdefault((STACK_PARTS, which), {})
+    for stack_id in stack_ids:
+        if stack_id not in known:
+            known[stack_id] = stack_parts(trace.stacks.get(stack_id, []), which)
+    return known
 
 
 class SiteNames:
@@ -168,8 +186,7 @@ class SiteNames:
             if found is None:
                 self._names[stack_id] = frame_name(None)
                 continue
-            detail, first, callers = found
-            groups[(detail, first)][stack_id] = callers
+            groups[(found.detail, found.first)][stack_id] = found.callers
         for (detail, first), paths in groups.items():
             distinct = set(paths.values())
             sharing, functions = _Sharing(distinct), _functions_by_depth(distinct)
@@ -213,9 +230,11 @@ GO_STARTUP_FUNCTIONS = ("runtime.schedinit", "runtime.mallocinit", "runtime.rt0_
 def go_runtime_mapping(frames: list) -> Optional[str]:
     """GO_HEAP or GO_STARTUP for a mapping the Go runtime made with no Go function of the program's on
     its stack; None otherwise."""
-    named = [frame.get("function") or "" for frame in frames if frame.get("function")]
-    if not named or not named[0].startswith("runtime.") or \
-            not all(function.startswith(("runtime.", "internal/", "sync.")) for function in named):
+    first = next((frame["function"] for frame in frames if frame.get("function")), "")
+    if not first.startswith("runtime."):
+        return None  # most stacks: looked at no further
+    named = [frame["function"] for frame in frames if frame.get("function")]
+    if not all(function.startswith(("runtime.", "internal/", "sync.")) for function in named):
         return None
     return GO_STARTUP if any(function in GO_STARTUP_FUNCTIONS for function in named) else GO_HEAP
 
@@ -277,22 +296,24 @@ def allocation_site(names: SiteNames, stack_id: int, call: str) -> str:
 def allocation_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
     if ("allocation", which) not in trace.memo:
         stack_ids = {origin["stack"] for origin in trace.origins}  # origins share stacks (a call made twice)
-        names = SiteNames(trace.stacks, stack_ids, which, trace.memo.get((STACK_PARTS, which)))
+        parts = parts_of(trace, stack_ids, which)
+        names = SiteNames(trace.stacks, stack_ids, which, parts)
         for stack_id in stack_ids:
-            frames = trace.stacks.get(stack_id, [])
-            if (runtime := go_runtime_mapping(frames)) is not None:
-                names.rename(stack_id, runtime)
-            elif (pinning := pinning_frame(frames)) is not None:
+            if parts[stack_id] is None:
+                continue
+            if parts[stack_id].go_runtime is not None:
+                names.rename(stack_id, parts[stack_id].go_runtime)
+            elif parts[stack_id].pinning is not None:
                 # Memory a CUDA call's driver mapped for it (cudaHostAlloc's): named by the call.
-                names.call_first(stack_id, _unversioned(pinning))
+                names.call_first(stack_id, _unversioned(parts[stack_id].pinning))
         trace.memo[("allocation", which)] = names
     return trace.memo[("allocation", which)]
 
 
 def touching_names(trace: Trace, which: FrameFilter = DEFAULT_FRAMES) -> SiteNames:
     if ("touching", which) not in trace.memo:
-        trace.memo[("touching", which)] = SiteNames(trace.stacks, [row["touch_stack"] for row in touch_rows(trace)], which,
-                                                    trace.memo.get((STACK_PARTS, which)))
+        stack_ids = {row["touch_stack"] for row in touch_rows(trace)}
+        trace.memo[("touching", which)] = SiteNames(trace.stacks, stack_ids, which, parts_of(trace, stack_ids, which))
     return trace.memo[("touching", which)]
 
 

@@ -24,7 +24,7 @@ from ..derived import MB
 from .advice import advise, fault_us
 from .frames import DEFAULT_FRAMES, FrameFilter, frames_of, runtime_flags_missing, runtime_of, user_frame
 from .records import KERNEL_TIME, Site, Trace, ms, read, touch_rows
-from .sites import (STACK_PARTS, SiteNames, allocation_names, allocation_site, call_name, pinning_frame, readable,
+from .sites import (SiteNames, allocation_names, allocation_site, call_name, parts_of, pinning_frame, readable,
                     touching_names)
 
 
@@ -85,8 +85,8 @@ def summarize(trace: Trace, cost: CostModel, which: FrameFilter = DEFAULT_FRAMES
     sites, by_origin = _sites(trace, which)
     faulting_map_ns = _faulting_map_ns(trace, by_origin)
     # The program's own madvise(MADV_NOHUGEPAGE) calls on a site's memory, by name.
-    refusals = SiteNames(trace.stacks, [o["huge_refused_by"] for o in trace.origins if o.get("huge_refused_by")], which,
-                         trace.memo.get((STACK_PARTS, which)))
+    refused_by = {o["huge_refused_by"] for o in trace.origins if o.get("huge_refused_by")}
+    refusals = SiteNames(trace.stacks, refused_by, which, parts_of(trace, refused_by, which))
     rows = [_site_row(site, trace, cost, which, faulting_map_ns[site.site], refusals) for site in sites.values()
             if site.faults_base + site.faults_thp or site.total("freed_bytes") or site.total("bytes") >= MB]
     rows.sort(key=lambda r: r["fault_ms"] + r["free_ms"] + r["map_ms"], reverse=True)
