@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -63,6 +62,7 @@ def probe_path() -> Path:
         bundled = Path(__file__).parent / "_bin" / name
         if bundled.exists():
             return bundled
+    import shutil  # only where no probe is bundled: it loads the compression modules
     found = shutil.which("memcost-probe")
     if found:
         return Path(found)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,6 +54,7 @@ def make_document(experiment: str, context: dict, params: dict, samples: list,
 
 def write_atomically(path: Path, text: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+    import tempfile  # here: with the shutil, random and compression modules it loads, 4 ms of every command's start
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
