@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from contextlib import contextmanager
@@ -73,7 +74,9 @@ def write_atomically(path: Path, text: str | bytes) -> None:
 class RunDirectory:
     """results/<UTC time>-<host>/, named after the host of the first document
     written and created only then, so that a run that stores nothing leaves
-    nothing behind."""
+    nothing behind. Claimed by creating it: a run that finds the name taken (another
+    started in the same second on the same host) takes <UTC time>-<host>-2 (-3, …)
+    instead of writing over the other's results."""
 
     def __init__(self, root: Path, now: Optional[datetime] = None):
         self.root = Path(root)
@@ -83,7 +86,15 @@ class RunDirectory:
     def directory_for(self, host: str) -> Path:
         if self.path is None:
             safe_host = "".join(c if c.isalnum() or c in "-_." else "_" for c in host) or "host"
-            self.path = self.root / f"{self.stamp}-{safe_host}"
+            self.root.mkdir(parents=True, exist_ok=True)
+            for number in itertools.count(1):
+                candidate = self.root / (f"{self.stamp}-{safe_host}" + (f"-{number}" if number > 1 else ""))
+                try:
+                    candidate.mkdir()
+                except FileExistsError:
+                    continue
+                self.path = candidate
+                break
         return self.path
 
     def write(self, document: dict) -> Path:

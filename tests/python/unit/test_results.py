@@ -40,6 +40,23 @@ def test_latest_moves_to_the_newest_run(tmp_path):
     assert (tmp_path / "latest").resolve() == second.path.resolve()
 
 
+def test_two_runs_started_in_the_same_second_keep_both_results(tmp_path):
+    second = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    first_run, second_run, third_run = (RunDirectory(tmp_path, now=second) for _ in range(3))
+    first = _document()
+    first["params"]["reps"] = 1
+    first_run.write(first)
+    second_run.write(_document())
+    third_run.write(_document())
+    assert [run.path.name for run in (first_run, second_run, third_run)] == \
+        ["20260102T030405Z-box", "20260102T030405Z-box-2", "20260102T030405Z-box-3"]
+    assert load_document(first_run.path / "info.json")["params"]["reps"] == 1  # not written over
+    assert (tmp_path / "latest").resolve() == third_run.path.resolve()
+    # A run's later documents go into its own folder.
+    first_run.write(_document("costs"))
+    assert sorted(p.name for p in first_run.path.iterdir()) == ["costs.json", "info.json"]
+
+
 def test_load_document_reports_what_is_wrong(tmp_path):
     with pytest.raises(ResultsError, match="no such results file"):
         load_document(tmp_path / "missing.json")
