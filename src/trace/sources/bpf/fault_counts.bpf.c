@@ -6,7 +6,6 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 
 #include "fault_counts.h"
 
@@ -427,24 +426,27 @@ int BPF_PROG(on_syscall, struct pt_regs* regs, long id) {
   struct task_struct* task = bpf_get_current_task_btf();
   struct call_state* call = counting_calls ? bpf_task_storage_get(&calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE) : 0;
   if (call) {
+    // Registers are read by direct loads (tp_btf hands a typed pointer), not by a helper call each
+    // (BPF_CORE_READ): 200,000 `stat` calls took 0.541 s traced with those calls and 0.502 s without,
+    // against 0.326 s untraced (2-vCPU guest, medians of 8 interleaved runs).
     call->faults_at_enter = task->min_flt + task->maj_flt;
     call->exception_faults = 0;
     call->syscall = (__u32)id;
-    call->args[0] = BPF_CORE_READ(regs, di);
-    call->args[1] = BPF_CORE_READ(regs, si);
-    call->args[2] = BPF_CORE_READ(regs, dx);
-    call->args[3] = BPF_CORE_READ(regs, r10);
-    call->args[4] = BPF_CORE_READ(regs, r8);
-    call->args[5] = BPF_CORE_READ(regs, r9);
+    call->args[0] = regs->di;
+    call->args[1] = regs->si;
+    call->args[2] = regs->dx;
+    call->args[3] = regs->r10;
+    call->args[4] = regs->r8;
+    call->args[5] = regs->r9;
     call->open = 1;
     call->argument_bytes = call->inner_bytes = 0;
     if (id == NR_IOCTL || id == NR_IO_URING_REGISTER) read_argument(call, id);
     call->enter_ns = bpf_ktime_get_ns();
   }
   if (id != NR_MUNMAP && id != NR_MREMAP && id != NR_BRK && id != NR_MADVISE && id != NR_MMAP) return 0;
-  if (id == NR_MMAP && !(BPF_CORE_READ(regs, r10) & MAP_FIXED_FLAG)) return 0;
+  if (id == NR_MMAP && !(regs->r10 & MAP_FIXED_FLAG)) return 0;
   if (id == NR_MADVISE) {
-    unsigned long advice = BPF_CORE_READ(regs, dx);
+    unsigned long advice = regs->dx;
     if (advice != MADV_DONTNEED_ADVICE && advice != MADV_FREE_ADVICE && advice != MADV_REMOVE_ADVICE) return 0;
   }
   next_generation(tgid);
@@ -476,7 +478,7 @@ static __always_inline void call_returned(void* ctx, long ret) {
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_syscall_exit, struct pt_regs* regs, long ret) {
   call_returned(ctx, ret);
-  long id = BPF_CORE_READ(regs, orig_ax);
+  long id = regs->orig_ax;
   if (id != NR_MMAP && id != NR_BRK && id != NR_MREMAP) return 0;
   __u32 tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);
   __u32* generation = bpf_map_lookup_elem(&generations, &tgid);
@@ -497,15 +499,15 @@ int BPF_PROG(on_exec, struct task_struct* task, int old_pid, void* binprm) {
 // its next sweep instead of holding them to the end of the trace.
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct* task) {
-  if (BPF_CORE_READ(task, pid) == BPF_CORE_READ(task, tgid)) next_generation((__u32)BPF_CORE_READ(task, tgid));
+  if (task->pid == task->tgid) next_generation((__u32)task->tgid);
   return 0;
 }
 
 // A new process of a traced one is traced (a new thread shares its process's generation).
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
-  __u32 parent_tgid = (__u32)BPF_CORE_READ(parent, tgid);
-  __u32 child_tgid = (__u32)BPF_CORE_READ(child, tgid);
+  __u32 parent_tgid = (__u32)parent->tgid;
+  __u32 child_tgid = (__u32)child->tgid;
   __u32* parent_generation = bpf_map_lookup_elem(&generations, &parent_tgid);
   if (child_tgid == parent_tgid || !parent_generation || *parent_generation == MEMCOST_AWAITING_EXEC) return 0;
   __u32 first = 0;
