@@ -106,6 +106,53 @@ TEST(PerfMap, OnlyARegularFileOfTheProcesssUserOrRootIsRead) {
   rmdir(folder);
 }
 
+// A map a runtime appends to while it runs (CPython 3.12: a line per function, before it runs it):
+// each load reads what was appended, a line still being written the next time; a map written anew
+// (another file, or shorter, or its earlier text changed) is read again whole.
+TEST(PerfMap, AppendedLinesAreReadAsTheyComeAndAMapWrittenAnewWhole) {
+  char folder[] = "/tmp/memcost-perf-map-XXXXXX";
+  ASSERT_NE(mkdtemp(folder), nullptr);
+  const std::string path = std::string(folder) + "/perf-1.map";
+  const unsigned me = geteuid();
+  auto append = [&](const std::string& text) {
+    std::ofstream file(path, std::ios::app);
+    file << text;
+  };
+  PerfMap map;
+  append("7f00 100 py::first:/a.py\n7e00 10 py::sec");  // the second line half written
+  ASSERT_TRUE(map.load(path, me));
+  EXPECT_EQ(map.size(), 1U);
+  EXPECT_EQ(map.find(0x7f10), "py::first:/a.py");
+  EXPECT_EQ(map.find(0x7e05), "");
+  append("ond:/a.py\n7f08 8 py::inner:/b.py\n");
+  ASSERT_TRUE(map.load(path, me));
+  EXPECT_EQ(map.size(), 3U);
+  EXPECT_EQ(map.find(0x7e05), "py::second:/a.py");
+  EXPECT_EQ(map.find(0x7f0a), "py::inner:/b.py");  // written later, inside the first
+  EXPECT_EQ(map.find(0x7f20), "py::first:/a.py");
+  ASSERT_TRUE(map.load(path, me));  // nothing new
+  EXPECT_EQ(map.size(), 3U);
+  {
+    std::ofstream anew(path, std::ios::trunc);  // the same file written again, longer, its start changed
+    anew << "6000 100 long Arrays.fill(int)\n6100 100 long Arrays.copy(int)\n6200 100 long Arrays.sum(int)\n"
+            "6300 100 long Arrays.max(int)\n";
+  }
+  ASSERT_TRUE(map.load(path, me));
+  EXPECT_EQ(map.size(), 4U);
+  EXPECT_EQ(map.find(0x7f10), "");
+  EXPECT_EQ(map.find(0x6110), "long Arrays.copy(int)");
+  unlink(path.c_str());
+  {
+    std::ofstream other(path);  // another file by the same name
+    other << "5000 10 JS:~g /c.js:1:1\n";
+  }
+  ASSERT_TRUE(map.load(path, me));
+  EXPECT_EQ(map.size(), 1U);
+  EXPECT_EQ(map.find(0x5004), "JS:~g /c.js:1:1");
+  unlink(path.c_str());
+  rmdir(folder);
+}
+
 // The map's text is the program's: random lines never crash the parser, and every entry found covers its address.
 TEST(PerfMap, RandomTextNeverCrashesTheParser) {
   std::mt19937_64 random(20261127);

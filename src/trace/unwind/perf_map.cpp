@@ -55,22 +55,40 @@ bool PerfMap::load(const std::string& path, unsigned owner) {
   const bool trusted = fstat(fd, &file) == 0 && S_ISREG(file.st_mode) && (file.st_uid == owner || file.st_uid == 0) &&
                        static_cast<std::uintmax_t>(file.st_size) <= kMostBytes;
   refused_ = !trusted;
-  if (!trusted || static_cast<std::uintmax_t>(file.st_size) == bytes_read_) {
+  const auto size = static_cast<std::uintmax_t>(trusted ? file.st_size : 0);
+  // Read again whole where it is another file, or this one shorter or its start changed (written
+  // anew); else only what was appended since (CPython 3.12 appends a line for each function it
+  // runs: an `import torch` writes 40,000).
+  char head[sizeof(head_)] = {};
+  const std::size_t head_bytes = trusted ? static_cast<std::size_t>(std::max<ssize_t>(0, pread(fd, head, sizeof(head), 0))) : 0;
+  char last = '\n';  // the end of what was read: a newline, unless the file was written anew
+  if (trusted && bytes_read_ > 0 && bytes_read_ <= size && pread(fd, &last, 1, static_cast<off_t>(bytes_read_ - 1)) != 1) last = 0;
+  if (trusted && (file.st_ino != inode_ || size < bytes_read_ || last != '\n' ||
+                  std::string_view(head, std::min(head_bytes, head_bytes_)) != std::string_view(head_, std::min(head_bytes, head_bytes_)))) {
+    entries_.clear();
+    bytes_read_ = 0;
+    inode_ = file.st_ino;
+  }
+  if (!trusted || size == bytes_read_) {
     close(fd);
     return trusted;
   }
-  std::string text(static_cast<std::size_t>(file.st_size), '\0');
+  std::copy(head, head + head_bytes, head_);
+  head_bytes_ = head_bytes;
+  std::string text(static_cast<std::size_t>(size - bytes_read_), '\0');
   std::size_t got = 0;
   while (got < text.size()) {
-    const ssize_t n = read(fd, text.data() + got, text.size() - got);
+    const ssize_t n = pread(fd, text.data() + got, text.size() - got, static_cast<off_t>(bytes_read_ + got));
     if (n <= 0) break;
     got += static_cast<std::size_t>(n);
   }
   close(fd);
-  text.resize(got);
-  entries_.clear();
+  // A line still being written is read whole next time.
+  const std::size_t whole = text.rfind('\n', got == 0 ? 0 : got - 1);
+  if (whole == std::string::npos) return true;
+  text.resize(whole + 1);
   parse(text);
-  bytes_read_ = static_cast<std::uintmax_t>(file.st_size);
+  bytes_read_ += whole + 1;
   return true;
 }
 
@@ -84,22 +102,20 @@ void PerfMap::parse(std::string_view text) {
     if (!hex_field(line, start) || !hex_field(line, size) || size == 0) continue;
     while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
     if (line.empty()) continue;
-    entries_.push_back({start, start + size, order++, std::string(line)});
+    entries_.emplace(start, Entry{start + size, order++, std::string(line)});
   }
-  std::stable_sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.start < b.start; });
 }
 
 std::string_view PerfMap::find(std::uint64_t address) const {
   // Entries starting at or below the address; the latest-written one that covers it. Compiled code
   // is small, so the scan back stops within a few entries once they end below the address.
-  auto after = std::upper_bound(entries_.begin(), entries_.end(), address,
-                                [](std::uint64_t value, const Entry& entry) { return value < entry.start; });
+  auto after = entries_.upper_bound(address);
   const Entry* best = nullptr;
   constexpr int kLookBack = 64;
   int looked = 0;
   for (auto it = after; it != entries_.begin() && looked < kLookBack; ++looked) {
     --it;
-    if (address < it->end && (best == nullptr || it->order > best->order)) best = &*it;
+    if (address < it->second.end && (best == nullptr || it->second.order > best->order)) best = &it->second;
   }
   return best ? std::string_view(best->name) : std::string_view();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,14 +15,15 @@ namespace memcost::trace {
 
 class PerfMap {
  public:
-  // Reads the map at `path` again if it grew since the last read; false when there is no map, or
-  // when the file is not one to trust (refused() says so). Any user can create /tmp/perf-PID.map
+  // Reads what was appended to the map at `path` since the last read (all of it again where the
+  // file was replaced or written anew); false when there is no map, or when the file is not one to
+  // trust (refused() says so). Any user can create /tmp/perf-PID.map
   // before the process does, so, as perf does, only a regular file (not a link) owned by `owner`
   // (the traced process's user) or root is read, and at most kMostBytes of it.
   bool load(const std::string& path, unsigned owner);
   [[nodiscard]] bool refused() const { return refused_; }
   static constexpr std::uintmax_t kMostBytes = 1ULL << 30;
-  // Parses map text (the same as load, from memory: what the tests use).
+  // Parses map text, added to what was read before (as load does, from memory: what the tests use).
   void parse(std::string_view text);
 
   // The name of the code at `address`; where entries overlap (code moved, or a function compiled
@@ -31,12 +33,17 @@ class PerfMap {
 
  private:
   struct Entry {
-    std::uint64_t start = 0, end = 0;
+    std::uint64_t end = 0;
     std::size_t order = 0;  // line number: later lines win
     std::string name;
   };
-  std::vector<Entry> entries_;  // sorted by start
-  std::uintmax_t bytes_read_ = 0;
+  // By start. A tree, not a sorted array: lines come a few at a time while a program runs, and
+  // merging each few into 40,000 sorted ones made the tracer's CPU grow with the square.
+  std::multimap<std::uint64_t, Entry> entries_;
+  std::uintmax_t bytes_read_ = 0;  // whole lines read, from the file's start
+  std::uintmax_t inode_ = 0;
+  char head_[64] = {};  // the file's first bytes as last read: a map written anew differs there
+  std::size_t head_bytes_ = 0;
   bool refused_ = false;
 };
 

@@ -352,6 +352,25 @@ std::size_t Unwinder::refused_perf_maps() const {
                                                 [](const auto& entry) { return entry.second.refused(); }));
 }
 
+namespace {
+
+// The frames in no module that `map` names, named; whether any is left unnamed.
+bool name_from_map(const PerfMap& map, const std::string& path, std::vector<Frame>& frames, bool& changed) {
+  bool left = false;
+  for (Frame& frame : frames) {
+    if (!frame.module.empty() || frame.kind != FrameKind::native) continue;
+    if (const std::string_view name = map.find(frame.address); !name.empty()) {
+      frame = jit_frame(frame.address, name, path);
+      changed = true;
+    } else {
+      left = true;
+    }
+  }
+  return left;
+}
+
+}  // namespace
+
 std::size_t Unwinder::name_jit_frames() {
   std::size_t named = 0;
   // Each process's map read once a pass, not once a stack (a PyTorch import left 2,588 stacks to
@@ -361,22 +380,10 @@ std::size_t Unwinder::name_jit_frames() {
     Unresolved& stack = it->second;
     PerfMap& map = perf_maps_[stack.pid];
     const std::string path = perf_map_path(stack.pid);
-    bool changed = false, left = false;
+    bool changed = false, left = true;
     auto [load, first] = loaded.try_emplace(stack.pid, false);
     if (first) load->second = map.load(path, stack.owner);
-    if (load->second) {
-      for (Frame& frame : stack.frames) {
-        if (!frame.module.empty() || frame.kind != FrameKind::native) continue;
-        if (const std::string_view name = map.find(frame.address); !name.empty()) {
-          frame = jit_frame(frame.address, name, path);
-          changed = true;
-        } else {
-          left = true;
-        }
-      }
-    } else {
-      left = true;
-    }
+    if (load->second) left = name_from_map(map, path, stack.frames, changed);
     if (changed) {
       sink_.stack(it->first, stack.frames);
       ++named;
@@ -592,11 +599,27 @@ std::uint32_t Unwinder::stack_id(Process& process, const std::vector<std::uint64
       pending_python_[{process.pid, release}].push_back({slot->second, pcs, frames, time_ns, measure::now_ns(), holds});
     }
     frames = merge_python(std::move(frames), python_frames(python));
-    // Code in no module is JIT-compiled (or a stack gone wrong): kept to be named by a perf map.
+    // Code in no module is JIT-compiled (or a stack gone wrong): named by the process's perf map
+    // where it already names it (CPython 3.12 writes a function's line before it runs it), else
+    // kept to be named by it later (the JVM writes its map at exit). Named now, the stack is sent
+    // once: sent unnamed and again named, a traced 3.12 `import torch` sent its 2,500 stacks twice,
+    // the second time all at its end.
     if (std::any_of(frames.begin(), frames.end(), [](const Frame& f) { return f.module.empty() && f.address != 0; })) {
       struct stat status {};
       const unsigned owner = stat(("/proc/" + std::to_string(process.pid)).c_str(), &status) == 0 ? status.st_uid : 0;
-      unresolved_[slot->second] = {process.pid, frames, owner};
+      PerfMap& map = perf_maps_[process.pid];
+      const std::string path = perf_map_path(process.pid);
+      bool changed = false;
+      // What was appended to the map is read at most once a millisecond (a runtime that moves its
+      // code writes the new place's line before it runs there), and again where it names too little.
+      std::uint64_t& read_ns = perf_map_read_ns_[process.pid];
+      const std::uint64_t now = measure::now_ns();
+      const bool fresh = now - read_ns < kPerfMapFreshNs;
+      if (!fresh) read_ns = now;
+      const bool readable = fresh || map.load(path, owner);
+      bool left = !readable || name_from_map(map, path, frames, changed);
+      if (left && fresh && map.load(path, owner)) left = name_from_map(map, path, frames, changed);
+      if (left) unresolved_[slot->second] = {process.pid, frames, owner};
     }
     sink_.stack(slot->second, frames);
   }

@@ -291,6 +291,8 @@ class Unwinder {
   std::deque<std::pair<int, std::uint64_t>> resolved_order_;
   static constexpr std::size_t kResolvedKept = 4096;
   std::unordered_map<int, PerfMap> perf_maps_;
+  std::unordered_map<int, std::uint64_t> perf_map_read_ns_;  // when each was last read, as stacks came
+  static constexpr std::uint64_t kPerfMapFreshNs = 1'000'000;
   std::uint32_t generations_ = 0;
   std::uint64_t unwind_failures_ = 0;
 };
