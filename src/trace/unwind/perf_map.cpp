@@ -84,7 +84,8 @@ bool PerfMap::load(const std::string& path, unsigned owner) {
   }
   close(fd);
   // A line still being written is read whole next time.
-  const std::size_t whole = text.rfind('\n', got == 0 ? 0 : got - 1);
+  text.resize(got);
+  const std::size_t whole = text.rfind('\n');
   if (whole == std::string::npos) return true;
   text.resize(whole + 1);
   parse(text);
