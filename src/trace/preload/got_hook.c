@@ -51,6 +51,7 @@ struct dynamic_tables {
   const char *soname;                      /* NULL: none */
   const ElfW(Rela) *jump, *data;           /* the PLT's relocations (when they are RELA), the others */
   size_t jump_bytes, data_bytes;
+  size_t relative_count;                   /* DT_RELACOUNT: the data table's leading R_*_RELATIVE entries */
 };
 
 /* 0 when the object has no dynamic section, or no symbols or names in it. */
@@ -74,6 +75,7 @@ static int read_dynamic(const struct dl_phdr_info *info, struct dynamic_tables *
       case DT_PLTREL: jump_rela = entry->d_un.d_val == DT_RELA; break;
       case DT_RELA: tables->data = (const ElfW(Rela) *)dynamic_pointer(entry->d_un.d_ptr, base); break;
       case DT_RELASZ: tables->data_bytes = entry->d_un.d_val; break;
+      case DT_RELACOUNT: tables->relative_count = entry->d_un.d_val; break;
       default: break;
     }
   }
@@ -83,26 +85,93 @@ static int read_dynamic(const struct dl_phdr_info *info, struct dynamic_tables *
   return 1;
 }
 
-static void rewrite_table(struct walk *walk, const ElfW(Rela) *table, size_t bytes, const ElfW(Sym) *symbols,
-                          const char *names, ElfW(Addr) base, uintptr_t code_start, uintptr_t code_end,
-                          uintptr_t relro_start, uintptr_t relro_end, unsigned allowed) {
-  for (size_t i = 0; i < bytes / sizeof(ElfW(Rela)); ++i) {
+/* The symbols of one object that name a hook's function, by index in its symbol table: a
+   relocation is matched by its index, not by comparing its symbol's name with each hook's (which
+   read a name for each of libtorch_cpu.so's 100,000 symbol relocations on every library loaded). */
+enum { MOST_WANTED = 64 };
+struct wanted {
+  uint32_t index[MOST_WANTED];
+  int hook[MOST_WANTED];
+  int count;
+  int by_name; /* the object's symbols could not be listed (no GNU hash table): names are compared */
+};
+
+static void rewrite_slot(struct walk *walk, struct memcost_got_hook *hook, uintptr_t *slot, uintptr_t code_start,
+                         uintptr_t code_end, uintptr_t relro_start, uintptr_t relro_end) {
+  if ((uintptr_t)slot >= relro_start && (uintptr_t)slot < relro_end) return; /* read-only once relocated */
+  const uintptr_t value = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
+  if (value == (uintptr_t)hook->replacement) return;
+  if (!memcost_got_slot_relocated(value, (uintptr_t)hook->real, code_start, code_end)) {
+    ++walk->unrelocated;
+    return;
+  }
+  __atomic_store_n(slot, (uintptr_t)hook->replacement, __ATOMIC_SEQ_CST);
+  ++walk->rewritten;
+}
+
+static void rewrite_table(struct walk *walk, const struct wanted *wanted, const ElfW(Rela) *table, size_t entries,
+                          const ElfW(Sym) *symbols, const char *names, ElfW(Addr) base, uintptr_t code_start,
+                          uintptr_t code_end, uintptr_t relro_start, uintptr_t relro_end, unsigned allowed) {
+  for (size_t i = 0; i < entries; ++i) {
     const unsigned type = (unsigned)ELF64_R_TYPE(table[i].r_info);
     if (type != SLOT_JUMP && type != SLOT_DATA) continue;
-    const char *name = names + symbols[ELF64_R_SYM(table[i].r_info)].st_name;
-    for (int h = 0; h < walk->count; ++h) {
-      struct memcost_got_hook *hook = &walk->hooks[h];
-      if (!(allowed & (1u << h)) || strcmp(name, hook->name) != 0) continue;  /* allowed: its real is known */
-      uintptr_t *slot = (uintptr_t *)(base + table[i].r_offset);
-      if ((uintptr_t)slot >= relro_start && (uintptr_t)slot < relro_end) continue; /* read-only once relocated */
-      const uintptr_t value = __atomic_load_n(slot, __ATOMIC_SEQ_CST);
-      if (value == (uintptr_t)hook->replacement) continue;
-      if (!memcost_got_slot_relocated(value, (uintptr_t)hook->real, code_start, code_end)) {
-        ++walk->unrelocated;
-        continue;
+    const uint32_t index = (uint32_t)ELF64_R_SYM(table[i].r_info);
+    uintptr_t *slot = (uintptr_t *)(base + table[i].r_offset);
+    if (!wanted->by_name) {
+      for (int w = 0; w < wanted->count; ++w) {
+        if (wanted->index[w] == index) {
+          rewrite_slot(walk, &walk->hooks[wanted->hook[w]], slot, code_start, code_end, relro_start, relro_end);
+        }
       }
-      __atomic_store_n(slot, (uintptr_t)hook->replacement, __ATOMIC_SEQ_CST);
-      ++walk->rewritten;
+      continue;
+    }
+    const char *name = names + symbols[index].st_name;
+    for (int h = 0; h < walk->count; ++h) {
+      if (!(allowed & (1u << h)) || strcmp(name, walk->hooks[h].name) != 0) continue; /* allowed: its real is known */
+      rewrite_slot(walk, &walk->hooks[h], slot, code_start, code_end, relro_start, relro_end);
+    }
+  }
+}
+
+static uint32_t gnu_hash(const char *name);
+
+/* The hooks' symbols in one object (struct wanted). With a GNU hash table, the symbols before its
+   first hashed one are those the object does not define (the linker sorts them first); the ones it
+   defines are found through the table. */
+static void find_wanted(const struct dynamic_tables *tables, const struct memcost_got_hook *hooks, int count,
+                        unsigned allowed, struct wanted *wanted) {
+  wanted->count = 0;
+  const uint32_t *table = tables->gnu_hash;
+  wanted->by_name = !table || table[0] == 0;
+  if (wanted->by_name) return;
+  const uint32_t buckets = table[0], first = table[1], bloom_words = table[2];
+  const uint32_t *bucket = (const uint32_t *)((const ElfW(Addr) *)(table + 4) + bloom_words);
+  const uint32_t *chain = bucket + buckets;
+  for (uint32_t index = 1; index < first; ++index) {
+    const char *name = tables->names + tables->symbols[index].st_name;
+    for (int h = 0; h < count; ++h) {
+      if (!(allowed & (1u << h)) || name[0] != hooks[h].name[0] || strcmp(name, hooks[h].name) != 0) continue;
+      if (wanted->count == MOST_WANTED) {
+        wanted->by_name = 1;
+        return;
+      }
+      wanted->index[wanted->count] = index, wanted->hook[wanted->count++] = h;
+    }
+  }
+  for (int h = 0; h < count; ++h) {
+    if (!(allowed & (1u << h))) continue;
+    const uint32_t hash = gnu_hash(hooks[h].name);
+    uint32_t index = bucket[hash % buckets];
+    for (; index >= first; ++index) {
+      const uint32_t entry = chain[index - first];
+      if ((entry | 1) == (hash | 1) && strcmp(tables->names + tables->symbols[index].st_name, hooks[h].name) == 0) {
+        if (wanted->count == MOST_WANTED) {
+          wanted->by_name = 1;
+          return;
+        }
+        wanted->index[wanted->count] = index, wanted->hook[wanted->count++] = h;
+      }
+      if (entry & 1) break;
     }
   }
 }
@@ -158,14 +227,18 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data) {
     }
     if (needs) allowed |= 1u << h;
   }
+  struct wanted wanted;
+  find_wanted(&tables, walk->hooks, walk->count, allowed, &wanted);
   const int unrelocated = walk->unrelocated;
-  if (tables.jump) {
-    rewrite_table(walk, tables.jump, tables.jump_bytes, tables.symbols, tables.names, base, code_start, code_end,
-                  relro_start, relro_end, allowed);
+  if (tables.jump && (wanted.by_name || wanted.count > 0)) {
+    rewrite_table(walk, &wanted, tables.jump, tables.jump_bytes / sizeof(ElfW(Rela)), tables.symbols, tables.names,
+                  base, code_start, code_end, relro_start, relro_end, allowed);
   }
-  if (tables.data) {
-    rewrite_table(walk, tables.data, tables.data_bytes, tables.symbols, tables.names, base, code_start, code_end,
-                  relro_start, relro_end, allowed);
+  /* The data table's relative relocations come first, and name no symbol. */
+  const size_t data_entries = tables.data_bytes / sizeof(ElfW(Rela));
+  if (tables.data && (wanted.by_name || wanted.count > 0) && tables.relative_count < data_entries) {
+    rewrite_table(walk, &wanted, tables.data + tables.relative_count, data_entries - tables.relative_count,
+                  tables.symbols, tables.names, base, code_start, code_end, relro_start, relro_end, allowed);
   }
   if (walk->unrelocated == unrelocated || ++*tries >= MOST_TRIES) *done = 1;
   return 0;
