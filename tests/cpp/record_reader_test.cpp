@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
+#include <sstream>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "collecting_sink.hpp"
+#include "trace/sources/tracefs.hpp"
 
 namespace memcost::trace {
 namespace {
@@ -150,6 +153,37 @@ TEST(RecordReader, OnlyTheCallsWhoseStacksAreKeptAreUnwound) {
   EXPECT_EQ(sink.calls[3].stack, 0U);  // madvise(MADV_NORMAL): the preload library's link, if any
   EXPECT_NE(sink.calls[4].stack, 0U);  // madvise(MADV_NOHUGEPAGE): the site that refused huge pages
   EXPECT_NE(sink.calls[5].stack, 0U);  // brk: the heap's growth, or the preload library's marker
+}
+
+// The entry's two events (tracefs.hpp, kernel_calls): together they take every mapping call once,
+// and a call whose stack anything reads (stack_names_call; madvise's link to a released Python
+// stack) is among those that copy it.
+std::set<long> calls_in(const std::string& filter) {
+  std::set<long> numbers;
+  std::istringstream words(filter);
+  for (std::string word; words >> word;) {
+    if (word != "id" && word != "==" && word != "||") numbers.insert(std::stol(word));
+  }
+  return numbers;
+}
+
+TEST(CallTracepoints, TheEntrysTwoEventsTakeEachCallOnceAndCopyEveryStackThatIsRead) {
+  const std::set<long> copying = calls_in(detail::mapping_calls_filter(true));
+  const std::set<long> not_copying = calls_in(detail::mapping_calls_filter(false));
+  const std::set<long> all = calls_in(detail::mapping_calls_filter());
+  EXPECT_EQ(all.size(), std::size(detail::kMappingCalls));
+  std::set<long> both = copying;
+  both.insert(not_copying.begin(), not_copying.end());
+  EXPECT_EQ(both, all);
+  EXPECT_EQ(both.size(), copying.size() + not_copying.size());  // none in both
+  EXPECT_EQ(not_copying, (std::set<long>{SYS_munmap, SYS_mremap}));
+  for (const auto& [number, kind] : detail::kMappingCalls) {
+    for (std::uint64_t advice : {MADV_NORMAL, MADV_NOHUGEPAGE, MADV_HUGEPAGE, MADV_DONTNEED}) {
+      const std::uint64_t args[6] = {0x7f0000000000, 1 << 20, advice, 0, 0, 0};
+      EXPECT_TRUE(!detail::stack_names_call(kind, args) || copying.count(number)) << number << " " << advice;
+    }
+  }
+  EXPECT_TRUE(copying.count(SYS_madvise));  // the preload library's madvise(NULL, 0, MADV_NORMAL) carries its link
 }
 
 TEST(RecordReader, TouchingSamplesCarryTheirPeriod) {

@@ -12,7 +12,7 @@ from .base import Comparison, Experiment, Option
 OPTIONS = [
     Option("sample_period", "record one fault in N (default 1: every fault, exact counts)", parse=arguments.positive_int,
            metavar="N"),
-    Option("stack_bytes", "user stack copied per fault sample for unwinding (default 4096; deeper stacks are cut; a mapping call copies 32 KiB at least)",
+    Option("stack_bytes", "user stack copied per fault sample for unwinding (default 4096; deeper stacks are cut; an mmap, brk or madvise copies 32 KiB at least)",
            parse=arguments.positive_int, metavar="BYTES"),
     Option("cpu_sample_us", "measure fault time by sampling each thread's CPU time in the kernel every US µs (default "
            "1000, with --pid 0; 0: not sampled). Needs root or kernel.perf_event_paranoid <= 1; otherwise estimated, and said so",

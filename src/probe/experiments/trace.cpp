@@ -243,7 +243,7 @@ trace::ThpMode thp_mode(const std::string& name) {
 void add_trace_options(CLI::App& command, Settings& settings) {
   command.add_option("--sample-period", settings.sample_period, "one fault sample per N faults (default 1: every fault)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
-  command.add_option("--stack-bytes", settings.stack_bytes, "user stack copied per fault sample for unwinding (default 4096; a mapping call's sample copies 32 KiB at least)")
+  command.add_option("--stack-bytes", settings.stack_bytes, "user stack copied per fault sample for unwinding (default 4096; an mmap, brk or madvise sample copies 32 KiB at least)")
       ->check(CLI::Range(std::uint32_t{512}, std::uint32_t{65528}));
   command.add_option("--buffer-pages", settings.buffer_pages, "ring buffer pages per CPU, a power of two (default: 128 MiB per CPU, 512 MiB in all at most; counting in the kernel 16 MiB per CPU)")
       ->check(CLI::IsMember({8U, 16U, 32U, 64U, 128U, 256U, 512U, 1024U, 2048U, 4096U, 8192U, 16384U, 32768U}));

@@ -15,8 +15,7 @@ Failure CallTracepoints::check() {
 }
 
 bool CallTracepoints::open(const RunSetting& run, pid_t target, int cpu, EventList& events, Failure& why) const {
-  const std::string filter = mapping_calls_filter();
-  for (const auto& [event, format] : tracepoints_) {
+  for (const auto& [event, format, filter] : tracepoints_) {
     perf_event_attr attr = base_attr(event.sample_type, std::max(run.stack_bytes, kCallStackBytes));
     attr.type = PERF_TYPE_TRACEPOINT;
     attr.config = format.id;

@@ -13,7 +13,8 @@
 
 namespace memcost::trace::detail {
 
-// The raw_syscalls tracepoints, filtered in the kernel to the mapping calls, entry and exit.
+// The raw_syscalls tracepoints, filtered in the kernel to the mapping calls, entry and exit (the
+// entry as two events: the calls that copy their stacks, and those that do not, calls_copy_stack).
 class CallTracepoints {
  public:
   // The check that they can be read here (tracefs::kernel_calls); why not, when they cannot.
@@ -27,14 +28,14 @@ class CallTracepoints {
   ~CallTracepoints() { close_check(); }
 
  private:
-  std::vector<std::pair<Event, TracepointFormat>> tracepoints_;
+  std::vector<CallTracepoint> tracepoints_;
   int check_fd_ = -1;
 };
 
-// The user stack a mapping call's sample copies: deeper than a fault's. A call is made once per
-// allocation, not once per page, and the code that allocates for a Python program (PyTorch's
-// dispatcher, 10-30 KiB of C++ frames between c10::alloc_cpu and the interpreter) hides the
-// Python functions that asked for the memory below 4 KiB.
+// The user stack an mmap's, a brk's or a madvise's sample copies: deeper than a fault's. A call is
+// made once per allocation, not once per page, and the code that allocates for a Python program
+// (PyTorch's dispatcher, 10-30 KiB of C++ frames between c10::alloc_cpu and the interpreter)
+// hides the Python functions that asked for the memory below 4 KiB.
 inline constexpr std::uint32_t kCallStackBytes = 32768;
 
 // Fault time, where the kernel allows kernel samples and shows its symbols: a cpu-clock event

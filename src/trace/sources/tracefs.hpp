@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -56,19 +57,32 @@ inline Failure read_tracepoint(const Tracefs& tracefs, const std::string& name, 
   return {};
 }
 
-// The kernel's filter on the raw_syscalls tracepoints: the mapping calls only.
-inline std::string mapping_calls_filter() {
+// The kernel's filter on the raw_syscalls tracepoints: the mapping calls only, or those of them
+// whose entries copy their stacks (`copying_stack` true) or do not (false).
+inline std::string mapping_calls_filter(std::optional<bool> copying_stack = std::nullopt) {
   std::string filter;
-  for (const auto& [number, kind] : kMappingCalls) filter += (filter.empty() ? "id == " : " || id == ") + std::to_string(number);
+  for (const auto& [number, kind] : kMappingCalls) {
+    if (copying_stack && calls_copy_stack(kind) != *copying_stack) continue;
+    filter += (filter.empty() ? "id == " : " || id == ") + std::to_string(number);
+  }
   return filter;
 }
 
+// One perf event on a raw_syscalls tracepoint: what it samples, the tracepoint, its filter.
+struct CallTracepoint {
+  Event event;
+  TracepointFormat format;
+  std::string filter;
+};
+
 // The raw_syscalls tracepoints, filtered to the mapping calls, or why they cannot be used here.
 // Two tracepoints rather than one per call and direction: closing a process's last event on a
-// tracepoint waits for an RCU grace period (36 ms here), and that was 0.36 s of every trace.
+// tracepoint waits for an RCU grace period (36 ms here), and that was 0.36 s of every trace. The
+// entry has two events, the calls that copy their stacks and those that do not (calls_copy_stack);
+// a second event on a tracepoint adds no wait at close.
 // `check_fd`: the event the check opened, for the caller to close once its own are open (then
 // closing it waits for nothing).
-inline Failure kernel_calls(Tracefs& tracefs, std::vector<std::pair<Event, TracepointFormat>>& tracepoints, int& check_fd) {
+inline Failure kernel_calls(Tracefs& tracefs, std::vector<CallTracepoint>& tracepoints, int& check_fd) {
   if (Failure why = find_tracefs(tracefs); !why.ok()) return why;
   for (bool enter : {true, false}) {
     TracepointFormat format;
@@ -80,12 +94,18 @@ inline Failure kernel_calls(Tracefs& tracefs, std::vector<std::pair<Event, Trace
     }
     Event event{enter ? EventKind::enter : EventKind::exit, enter ? kEnterSampleType : kExitSampleType, format.offsets["id"], {}};
     for (std::uint32_t i = 0; i < (enter ? 6U : 1U); ++i) event.offsets.push_back(format.offsets[values] + i * 8);
-    tracepoints.emplace_back(event, format);
+    if (!enter) {
+      tracepoints.push_back({event, format, mapping_calls_filter()});
+      continue;
+    }
+    tracepoints.push_back({event, format, mapping_calls_filter(true)});
+    event.sample_type = kEnterWithoutStackSampleType;
+    tracepoints.push_back({event, format, mapping_calls_filter(false)});
   }
   // Reading them needs privilege, and the filter must take: try on this process first.
   perf_event_attr attr = base_attr(kExitSampleType, 0);
   attr.type = PERF_TYPE_TRACEPOINT;
-  attr.config = tracepoints.front().second.id;
+  attr.config = tracepoints.front().format.id;
   attr.enable_on_exec = 0;
   attr.inherit = 0;
   int fd = open_event(attr, 0, -1);
