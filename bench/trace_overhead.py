@@ -14,12 +14,16 @@ memory (64 MiB chunks mapped MAP_FIXED into a reservation and faulted in by a sy
 pieces, 500 small ioctls beside each; `--pinning-chunks N`, 32 by default: 524,288 faults taken
 inside system calls, which no exception tracepoint and no perf page-fault event sees).
 
+`-- COMMAND...` measures a command of your own instead, as it is (no compiler run): `-- python3 -c
+"import torch"` is the `import torch` of docs/trace.md. Its faults are not known beforehand, so the
+per-fault column is left out.
+
 `--only TEXT` (repeatable) keeps the variants whose label contains TEXT, and untraced.
 `--other-probe PATH` runs every probe variant with another build of memcost-probe as well, so that
 two builds are compared in one sitting, interleaved.
 
     sudo python3 bench/trace_overhead.py [--rounds 3] [--storm-rounds 32] [--only TEXT] [--memcost .venv/bin/memcost]
-        [--other-probe PATH] [--program storm|pinning] [--pinning-chunks 32]
+        [--other-probe PATH] [--program storm|pinning] [--pinning-chunks 32] [-- COMMAND...]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -39,7 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_program(folder: Path, args) -> tuple[list[str], int, str]:
-    """The measured program's command line, the faults it takes, and what it is, in words."""
+    """The measured program's command line, the faults it takes (0: not known), and what it is, in words."""
+    if args.command:
+        return list(args.command), 0, f"The command `{shlex.join(args.command)}`"
     source = ROOT / "bench" / "data" / "pinning.c" if args.program == "pinning" else \
         ROOT / "tests" / "python" / "data" / "trace_tree.c"
     binary = folder / source.stem
@@ -161,7 +168,10 @@ def main() -> int:
                         help="measure only the variants whose label contains TEXT (repeatable; untraced always runs)")
     parser.add_argument("--other-probe", metavar="PATH",
                         help="also every probe variant with this memcost-probe build, interleaved")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                        help="measure this command instead of --program's")
     args = parser.parse_args()
+    args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if os.geteuid() != 0:
         print("trace_overhead: run as root (perf record, bpftrace and memcost trace need it)", file=sys.stderr)
         return 2
@@ -221,7 +231,8 @@ def measure(args) -> int:
         row = f"| {label} | {median:.2f} | {', '.join(f'{v:.2f}' for v in values)} | {median / base:.2f}× |"
         if base_system and len(systems[label]) == len(values):
             system = statistics.median(systems[label])
-            row += f" {system:.2f} | {system / base_system:.2f}× | {(system - base_system) / faults * 1e9:,.0f} ns |"
+            per_fault = f"{(system - base_system) / faults * 1e9:,.0f} ns" if faults else "—"
+            row += f" {system:.2f} | {system / base_system:.2f}× | {per_fault} |"
         else:
             row += " — | — | — |"
         print(row)
