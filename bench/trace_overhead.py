@@ -64,17 +64,16 @@ def variants(storm: list[str], bare_storm: list[str], memcost: str, probe: str, 
     """Each variant's command line; a tool that is not installed is left out. bpftrace's filter is
     its command's pid: it runs the storm bare (not under GNU time), and its system time is not taken."""
     found = {"untraced": storm}
-    # bpftrace's -c splits its command at spaces, without quoting, and runs only an ELF file: it runs
-    # /bin/sh on a script that execs the command (so that cpid is the command's pid).
-    script = folder / "command.sh"
-    script.write_text(f"#!/bin/sh\nexec {shlex.join(bare_storm)}\n")
-    script.chmod(0o755)
     if shutil.which("perf"):
         found["perf stat -e page-faults"] = ["perf", "stat", "-e", "page-faults", "-o", str(folder / "stat.txt"), "--", *storm]
         found["perf record -e page-faults -c 1 --call-graph dwarf,4096"] = [
             "perf", "record", "-q", "-e", "page-faults", "-c", "1", "--call-graph", "dwarf,4096",
             "-o", str(folder / "perf.data"), "--", *storm]
     if shutil.which("bpftrace"):
+        # bpftrace's -c splits its command at spaces, without quoting, and runs only an ELF file: it
+        # runs /bin/sh on a script that execs the command (so that cpid is the command's pid).
+        script = folder / "command.sh"
+        script.write_text(f"#!/bin/sh\nexec {shlex.join(bare_storm)}\n")
         found["bpftrace, faults per user stack"] = [
             "bpftrace", "-q", "-e", "tracepoint:exceptions:page_fault_user /pid == cpid/ { @[ustack] = count(); }",
             "-c", f"/bin/sh {script}"]
