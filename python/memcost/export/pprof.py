@@ -241,7 +241,9 @@ class Windows:
         labels = {"host": self.host, "traced": self.traced, "window_start": started.isoformat(timespec="seconds")}
         data = profile(window, self.cost, self.which, time_nanos=start_ns, duration_nanos=max(end_ns - start_ns, 0),
                        labels=labels)
-        path = self.folder / f"memcost-{self.host}-{self.traced}-{started:%Y%m%dT%H%M%SZ}.pb.gz"
+        # To the millisecond: a window that ended late (the probe busy past the grid's second) and
+        # the next, on time, can start within the same second, and one file overwrote the other.
+        path = self.folder / f"memcost-{self.host}-{self.traced}-{started:%Y%m%dT%H%M%S}.{started.microsecond // 1000:03d}Z.pb.gz"
         write_atomically(path, gzip.compress(data))
         self.written, self.last_written = self.written + 1, path
         self.last_end_ns = end_ns

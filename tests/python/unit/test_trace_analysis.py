@@ -679,3 +679,16 @@ def test_stacks_read_as_they_come_name_the_sites_as_the_whole_trace_read_at_the_
     sites = {row["site"] for row in as_they_came["rows"]}
     assert "c10::alloc_cpu(unsigned long) ← load_batch (train.py:12)" in sites
     assert {"helper (app.c:10) ← left", "helper (app.c:10) ← right"} <= sites
+
+
+def test_windows_that_start_within_one_second_are_two_files(tmp_path):
+    """A window that ended late (the probe busy past the grid's second) and the next, on time, can
+    start in the same second: each is still its own file, named to the millisecond."""
+    from memcost.export import pprof
+    windows = pprof.Windows(tmp_path, COST, trace_frames.DEFAULT_FRAMES, "host", "123")
+    second = 1_795_000_000 * 10**9
+    windows.close([], second + 100 * 10**6, second + 950 * 10**6)
+    windows.close([], second + 950 * 10**6, second + 10**9 + 950 * 10**6)
+    names = sorted(path.name for path in tmp_path.glob("*.pb.gz"))
+    assert len(names) == 2 and windows.written == 2, names
+    assert names[0].endswith("T110640.100Z.pb.gz") and names[1].endswith("T110640.950Z.pb.gz"), names
