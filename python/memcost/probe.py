@@ -83,26 +83,21 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
               pass_fds: tuple = (),
               forward_interrupts: bool = False,
               on_sample: Optional[Callable[[dict], bool]] = None,
-              reap_later: bool = False) -> ProbeRun:
+              reap_later: bool = False,
+              on_started: Optional[Callable[[], None]] = None) -> ProbeRun:
     """Run one experiment in a fresh probe process and collect what it reports.
     `global_arguments` go before the experiment's name (e.g. --legacy-layout); `pass_fds` are
     descriptors the probe inherits (trace gives the command the user's stdout this way).
     `forward_interrupts`: SIGINT and SIGTERM are passed to the probe, which decides what they mean
     and still reports what it has (trace: they end the traced command); the run says they came.
     `on_sample` sees each sample as it comes; one it returns True for is not kept (a long trace's
-    windows are written as they end, not held). `reap_later`: a probe still closing (reap())."""
-    command = [str(probe_path()), *(global_arguments or []), experiment, *(arguments or [])]
+    windows are written as they end, not held). `reap_later`: a probe still closing (reap()).
+    `on_started`: called once the probe runs, before its first line is read."""
     oom_kills_before = _oom_kills()
-    try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=env, pass_fds=pass_fds)
-    except OSError as error:
-        raise ProbeFailed(exit_codes.FAILURE, "probe_missing", f"cannot start {command[0]}: {error.strerror}") from error
-
-    # stderr is drained on a thread so a chatty probe can never block on a full pipe.
-    stderr_tail: deque[str] = deque(maxlen=20)
-    drain = threading.Thread(target=lambda: stderr_tail.extend(process.stderr), daemon=True)
-    drain.start()
+    process, drain, stderr_tail = _start([str(probe_path()), *(global_arguments or []), experiment, *(arguments or [])],
+                                         env, pass_fds)
+    if on_started:
+        on_started()
 
     run: Optional[ProbeRun] = None
     error: Optional[dict] = None
@@ -155,6 +150,20 @@ def run_probe(experiment: str, arguments: list[str] | None = None, *,
         raise ProbeFailed(exit_codes.FAILURE, "protocol", f"memcost-probe {experiment} printed no context line")
     run.interrupted = interrupted
     return run
+
+
+def _start(command: list[str], env: Optional[dict], pass_fds: tuple):
+    """The probe started, and its stderr drained on a thread so that a chatty probe can never block
+    on a full pipe: the process, the thread, and the last lines."""
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=env, pass_fds=pass_fds)
+    except OSError as error:
+        raise ProbeFailed(exit_codes.FAILURE, "probe_missing", f"cannot start {command[0]}: {error.strerror}") from error
+    stderr_tail: deque[str] = deque(maxlen=20)
+    drain = threading.Thread(target=lambda: stderr_tail.extend(process.stderr), daemon=True)
+    drain.start()
+    return process, drain, stderr_tail
 
 
 _unreaped: list = []  # run_probe's reap_later probes, not yet waited for

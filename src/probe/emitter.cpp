@@ -11,6 +11,11 @@ void Emitter::line(const json& object, bool may_wait) const {
   if (!(may_wait && holding_)) flush();
 }
 
+void Emitter::sample_text(std::string_view text) const {
+  std::cout << text << '\n';
+  if (!holding_) flush();
+}
+
 void Emitter::flush() { std::cout.flush(); }
 
 void Emitter::context(json machine) {

@@ -57,6 +57,16 @@ TEST(FaultCounter, ARegionReadAgainDeliversOnlyWhatIsNew) {
   EXPECT_EQ(news.fault_ns, 0U);
 }
 
+TEST(FaultCounter, TheRegionMapHoldsTwiceTheMachinesMemoryWithinItsBounds) {
+  constexpr long kGiBPages = 262144;  // 4 KiB pages
+  EXPECT_EQ(region_map_entries(kGiBPages * 47 / 2), 32768U);   // this 23.5 GiB guest: 12,032 regions
+  EXPECT_EQ(region_map_entries(kGiBPages * 125), 131072U);     // the 125 GiB GPU host
+  EXPECT_EQ(region_map_entries(kGiBPages), 16384U);            // the fewest
+  EXPECT_EQ(region_map_entries(kGiBPages * 4096), 262144U);    // the most: 512 GiB of regions
+  EXPECT_EQ(region_map_entries(0), 32768U);                    // unknown: as for 32 GiB
+  EXPECT_EQ(region_map_entries(-1), 32768U);
+}
+
 // One write per page, not instrumented: under AddressSanitizer an instrumented write would also
 // fault in the shadow memory that describes these pages, which is not what is counted here.
 __attribute__((no_sanitize("address"), noinline)) void touch_every_page(char* memory, std::size_t pages) {

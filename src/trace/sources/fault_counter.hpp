@@ -41,6 +41,11 @@ namespace memcost::trace {
 
 enum class Sweep { ended, window, last };
 
+// The in-kernel region map's entries for a machine of `physical_pages` 4 KiB pages (sysconf's
+// count; 0 or less: unknown): twice its memory in 2 MiB regions, a power of two from 16,384 to
+// 262,144 (32 to 512 GiB of regions). A sweep's read walks every bucket, however few are used.
+[[nodiscard]] std::uint32_t region_map_entries(long physical_pages);
+
 class FaultCounter {
  public:
   // nullptr with `why_not` set when the kernel side cannot run here.

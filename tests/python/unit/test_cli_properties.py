@@ -233,9 +233,12 @@ def test_a_trace_starts_its_command_before_it_loads_its_analysis_and_report():
     from memcost.cli import trace
     for name in tracing.END_MODULES + trace.REPORT_MODULES + tracing.CALIBRATION_MODULES + tracing.WINDOW_MODULES:
         assert importlib.util.find_spec(name) is not None, name
-    thread = tracing.import_meanwhile(["memcost.no_such_module", "memcost.units"])
-    thread.join(timeout=30)
-    assert not thread.is_alive()  # a module that fails to import does not stop the others, nor raise
+    importing = tracing.ImportsMeanwhile(["memcost.no_such_module", "memcost.units"])
+    assert importing.is_alive()  # not started: stacks wait for it
+    importing.join()  # and a join before the start (the probe never ran) returns at once
+    importing.start()
+    importing.thread.join(timeout=30)
+    assert not importing.is_alive()  # a module that fails to import does not stop the others, nor raise
 
 
 def test_the_journal_finds_the_restorer_of_every_kind_whichever_command_runs():

@@ -43,7 +43,7 @@ struct {
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, 262144);  // 512 GiB of touched regions between two sweeps
+  __uint(max_entries, 262144);  // at most: the reader sizes it to the machine (region_map_entries)
   __uint(map_flags, BPF_F_NO_PREALLOC);
   __type(key, struct memcost_region_key);
   __type(value, struct memcost_region_counts);
