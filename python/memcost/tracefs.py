@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -53,5 +54,20 @@ def available() -> Iterator[bool]:
         yield mounted()
     finally:
         if entry is not None:
+            _unmount_or_leave(entry)
+
+
+def _unmount_or_leave(entry: dict) -> None:
+    """Unmounted and forgotten; if it stays busy (a shell whose folder is in it), left in the
+    journal for the next memcost command to unmount, and said. The probe holds no file there while
+    it closes its events, after its last line: tried for a second in case something else did."""
+    for attempt in range(20):
+        try:
             _unmount({"path": TRACEFS})
-            journal.forget(entry)
+        except (OSError, subprocess.CalledProcessError):
+            time.sleep(0.05)
+            continue
+        journal.forget(entry)
+        return
+    journal.warn(f"tracefs at {TRACEFS} is busy and stays mounted; the next memcost command unmounts it "
+                 f"(or `umount {TRACEFS}`)")

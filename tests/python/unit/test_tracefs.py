@@ -49,3 +49,29 @@ def test_a_ctrl_c_while_mounting_unmounts_at_once_and_is_raised(machine, tmp_pat
     assert not machine["mounted"] and machine["calls"] == ["mount", "umount"]
     assert interrupts.interrupted
     assert json.loads((tmp_path / "journal.json").read_text()) == []
+
+
+def test_a_mount_that_stays_busy_is_left_to_the_journal_and_said(machine, tmp_path, monkeypatch, capsys):
+    """umount refused (a shell whose folder is in tracefs): tried for a while, then left journaled
+    for the next memcost command, with one sentence, not a traceback."""
+    busy = {"left": 3}
+    run = subprocess.run
+
+    def refusing(command, **kwargs):
+        if command[0] == "umount" and busy["left"]:
+            busy["left"] -= 1
+            raise subprocess.CalledProcessError(32, command, stderr=b"target is busy")
+        return run(command, **kwargs)
+    monkeypatch.setattr(subprocess, "run", refusing)
+    monkeypatch.setattr(tracefs.time, "sleep", lambda seconds: None)
+    with tracefs.available():
+        pass
+    assert not machine["mounted"] and machine["calls"] == ["mount", "umount"]  # the fourth try
+    assert json.loads((tmp_path / "journal.json").read_text()) == []
+    busy["left"] = 1000
+    with tracefs.available():
+        pass
+    assert machine["mounted"]
+    [left] = json.loads((tmp_path / "journal.json").read_text())
+    assert left["kind"] == "tracefs_mount"
+    assert "stays mounted" in capsys.readouterr().err
