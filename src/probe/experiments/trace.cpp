@@ -100,15 +100,15 @@ class JsonSink : public trace::Sink {
     new_frames_.clear();
     for (std::size_t i = 0; i < frames.size(); ++i) {
       const auto [found, added] = frame_ids_.try_emplace(frames[i], static_cast<std::uint32_t>(frame_ids_.size()));
-      if (added) new_frames_.push_back(i);
+      if (added) new_frames_.emplace_back(i, found->second);
       if (i > 0) text += ',';
       append_number(text, found->second);
     }
     text += R"(],"new_frames":[)";
     for (std::size_t n = 0; n < new_frames_.size(); ++n) {
-      const trace::Frame& frame = frames[new_frames_[n]];
+      const trace::Frame& frame = frames[new_frames_[n].first];
       text += n > 0 ? R"(,{"id":)" : R"({"id":)";
-      append_number(text, frame_ids_.find(frame)->second);
+      append_number(text, new_frames_[n].second);
       text += R"(,"kind":")";
       text += trace::frame_kind_name(frame.kind);
       text += R"(","address":)";
@@ -151,7 +151,7 @@ class JsonSink : public trace::Sink {
   std::uint64_t flushed_ns_ = 0;
   std::unordered_map<trace::Frame, std::uint32_t, FrameHash, FrameEqual> frame_ids_;
   std::string stack_text_;               // a stack line, reused
-  std::vector<std::size_t> new_frames_;  // which of its frames are sent for the first time
+  std::vector<std::pair<std::size_t, std::uint32_t>> new_frames_;  // its frames sent for the first time: index, id
 
   template <typename Number>
   static void append_number(std::string& text, Number value) {
