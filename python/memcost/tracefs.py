@@ -61,7 +61,7 @@ def _unmount_or_leave(entry: dict) -> None:
     """Unmounted and forgotten; if it stays busy (a shell whose folder is in it), left in the
     journal for the next memcost command to unmount, and said. The probe holds no file there while
     it closes its events, after its last line: tried for a second in case something else did."""
-    for attempt in range(20):
+    for _ in range(20):
         try:
             _unmount({"path": TRACEFS})
         except (OSError, subprocess.CalledProcessError):

@@ -243,7 +243,8 @@ class Windows:
                        labels=labels)
         # To the millisecond: a window that ended late (the probe busy past the grid's second) and
         # the next, on time, can start within the same second, and one file overwrote the other.
-        path = self.folder / f"memcost-{self.host}-{self.traced}-{started:%Y%m%dT%H%M%S}.{started.microsecond // 1000:03d}Z.pb.gz"
+        stamp = f"{started:%Y%m%dT%H%M%S}.{started.microsecond // 1000:03d}Z"
+        path = self.folder / f"memcost-{self.host}-{self.traced}-{stamp}.pb.gz"
         write_atomically(path, gzip.compress(data))
         self.written, self.last_written = self.written + 1, path
         self.last_end_ns = end_ns
