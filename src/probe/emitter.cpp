@@ -11,8 +11,8 @@ void Emitter::line(const json& object, bool may_wait) const {
   if (!(may_wait && holding_)) flush();
 }
 
-void Emitter::sample_text(std::string_view text) const {
-  std::cout << text << '\n';
+void Emitter::sample_text(std::string_view record, std::string_view metrics) const {
+  std::cout << R"({"type":"sample","case":{"record":")" << record << R"("},"metrics":)" << metrics << "}\n";
   if (!holding_) flush();
 }
 

@@ -43,9 +43,9 @@ class Emitter {
   // Call between timed regions only: writing a line costs a system call.
   void progress(std::size_t done, std::size_t total, const std::string& label);
   void sample(json case_parameters, json metrics);
-  // A sample line written by its caller, whole (one JSON object, no newline): for the records a
-  // trace sends by the thousand, built without a json tree each (JsonSink::stack).
-  void sample_text(std::string_view text) const;
+  // A sample whose metrics its caller wrote as JSON text (one object): for the records a trace
+  // sends by the thousand, built without a json tree each (JsonSink::stack).
+  void sample_text(std::string_view record, std::string_view metrics) const;
   void warning(const std::string& code, const std::string& message);
   void error(const std::string& code, const std::string& message);
 

@@ -94,7 +94,7 @@ class JsonSink : public trace::Sink {
   // `import torch`. Strings are escaped by the json library, as every other line's.
   void stack(std::uint32_t id, const std::vector<trace::Frame>& frames) override {
     std::string& text = stack_text_;
-    text.assign(R"({"type":"sample","case":{"record":"stack"},"metrics":{"stack":)");
+    text.assign(R"({"stack":)");
     append_number(text, id);
     text += R"(,"frame_ids":[)";
     new_frames_.clear();
@@ -125,8 +125,8 @@ class JsonSink : public trace::Sink {
       append_number(text, frame.module_offset);
       text += '}';
     }
-    text += "]}}";
-    emitter_.sample_text(text);
+    text += "]}";
+    emitter_.sample_text("stack", text);
   }
 
   void process(const trace::ProcessEvent& event) override {
