@@ -167,7 +167,8 @@ def process_started_monotonic() -> Optional[float]:
 def memcost_phases(run_record: dict, marks: dict) -> Optional[dict]:
     """What memcost itself added before and after the command, in ms, from the front end's marks
     (`marks`: when Python started, when it started the probe, when the probe's output ended, when
-    the summary was done, on time.monotonic()) and the probe's (run_record: when it began, when the
+    the summary was done, on time.monotonic(); the front end's CPU time, time.process_time(), when
+    it started the probe and when its output ended) and the probe's (run_record: when it began, when the
     command started and how long it ran, when its records were done). None where a mark is
     missing (a replay, a back end without them)."""
     started_ns, began_ns, done_ns = (run_record.get(k) for k in ("command_started_ns", "probe_began_ns", "records_done_ns"))
@@ -182,6 +183,10 @@ def memcost_phases(run_record: dict, marks: dict) -> Optional[dict]:
     phases = {name: round(seconds * 1e3, 1) for name, seconds in parts.items()}
     phases["probe_setup_ms"] = round((started - began) * 1e3, 1)     # of start_probe: after the probe's own start-up
     phases["probe_records_ms"] = round((done - ended) * 1e3, 1)      # of end_probe: the records finished and sent
+    # The front end's own CPU (all its threads) while the probe ran: reading its records, naming
+    # their stacks as they came (StacksMeanwhile), importing what the end needs (ImportsMeanwhile).
+    # Beside the command on its CPUs as the tracer's is, and not in the tracer's CPU, the probe's.
+    phases["front_end_cpu_ms"] = round((marks["cpu_at_output_end"] - marks["cpu_at_spawn"]) * 1e3, 1)
     phases["start_ms"] = round(phases["start_python_ms"] + phases["start_probe_ms"], 1)
     phases["end_ms"] = round(phases["end_probe_ms"] + phases["end_summary_ms"], 1)
     return phases
@@ -207,11 +212,11 @@ def record(values: dict, raw_path: Optional[Path] = None, on_sample=None, marks:
         with tracefs.available():
             target = ["--command-stdout-fd", str(stdout_copy), "--", *values["command"]] if values.get("command") else []
             if marks is not None:
-                marks["probe_spawned"] = time.monotonic()
+                marks["probe_spawned"], marks["cpu_at_spawn"] = time.monotonic(), time.process_time()
             run = run_probe("trace", [*probe_arguments, *target], pass_fds=(stdout_copy,), forward_interrupts=True,
                              on_sample=on_sample, reap_later=True, on_started=on_started)
             if marks is not None:
-                marks["output_ended"] = time.monotonic()
+                marks["output_ended"], marks["cpu_at_output_end"] = time.monotonic(), time.process_time()
             return run
     finally:
         os.close(stdout_copy)

@@ -26,7 +26,10 @@ def phase_lines(totals: dict) -> list[str]:
             f"{phases['start_python_ms']:,.0f} ms, the probe's start and its events {phases['start_probe_ms']:,.0f} ms), "
             f"{phases['end_ms']:,.0f} ms after it until the summary (the probe finishing its records "
             f"{phases['end_probe_ms']:,.0f} ms, the summary {phases['end_summary_ms']:,.0f} ms); storing and "
-            "printing the results follow."]
+            "printing the results follow."
+            + (f" memcost's Python front end used {phases['front_end_cpu_ms']:,.0f} ms of CPU while the probe ran (reading its "
+               "records and naming their stacks as they came), beside the tracer's."
+               if phases.get("front_end_cpu_ms") is not None else "")]
 
 
 def overhead_lines(totals: dict) -> list[str]:
@@ -192,7 +195,7 @@ def totals_lines(summary: dict) -> list[str]:
         f"(user {totals['user_ms']:,.0f} ms, system {totals['system_ms']:,.0f} ms"
         + (f", {totals['elsewhere_ms']:,.1f} ms charged elsewhere, memcost's own front end included"
            if totals.get("elsewhere_ms") is not None else "")
-        + f"); tracing cost {totals['tracer_cpu_ms']:,.0f} ms of CPU."]
+        + f"); the tracer (memcost-probe) used {totals['tracer_cpu_ms']:,.0f} ms of CPU."]
     lines += phase_lines(totals) + overhead_lines(totals)
     if totals.get("counted_in_kernel"):
         how = (f"How: faults from {totals['fault_source']}: every fault counted, charged in the probe to the mappings "

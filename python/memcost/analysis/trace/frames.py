@@ -166,9 +166,15 @@ def python_library(frame: dict, packages_only: bool = False) -> bool:
     `packages_only`, the interpreter's own (PYTHON_INTERPRETER_MODULES)."""
     if frame.get("kind") not in ("native", "inlined", None):
         return False
-    module = frame.get("module") or ""
-    return bool(re.search(PYTHON_PACKAGE_MODULES, module)) or \
-        (not packages_only and bool(re.search(PYTHON_INTERPRETER_MODULES, module)))
+    package, interpreter = _python_module(frame.get("module") or "")
+    return package or (not packages_only and interpreter)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _python_module(module: str) -> tuple[bool, bool]:
+    """Whether a module's path is an installed package's, and whether it is the interpreter's: once
+    per path (a trace's frames name a few hundred modules)."""
+    return bool(re.search(PYTHON_PACKAGE_MODULES, module)), bool(re.search(PYTHON_INTERPRETER_MODULES, module))
 
 
 def python_jit(frame: dict) -> bool:
