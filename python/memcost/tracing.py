@@ -87,13 +87,16 @@ class StacksMeanwhile:
         self.stacks = None  # records.Stacks, once the modules are there
         self.which = None
         self.parts: dict = {}
+        self.naming_cpu_s = 0.0  # this thread's CPU naming them as they came (memcost_phases)
 
     def take(self, sample: dict) -> bool:
         """run_probe's on_sample: never keeps a sample from the run."""
         if sample["case"].get("record") == "stack":
             self.waiting.append(sample["metrics"])
             if not self.importing.is_alive():
+                began = time.thread_time()
                 self.catch_up()
+                self.naming_cpu_s += time.thread_time() - began
         return False
 
     def catch_up(self) -> None:
@@ -187,6 +190,9 @@ def memcost_phases(run_record: dict, marks: dict) -> Optional[dict]:
     # their stacks as they came (StacksMeanwhile), importing what the end needs (ImportsMeanwhile).
     # Beside the command on its CPUs as the tracer's is, and not in the tracer's CPU, the probe's.
     phases["front_end_cpu_ms"] = round((marks["cpu_at_output_end"] - marks["cpu_at_spawn"]) * 1e3, 1)
+    # Of which naming stacks: the summary's own work, done early (after the command, it was most of
+    # the summary's time).
+    phases["front_end_naming_cpu_ms"] = round(marks.get("naming_cpu_s", 0.0) * 1e3, 1)
     phases["start_ms"] = round(phases["start_python_ms"] + phases["start_probe_ms"], 1)
     phases["end_ms"] = round(phases["end_probe_ms"] + phases["end_summary_ms"], 1)
     return phases
@@ -245,6 +251,7 @@ def measure(values: dict, directory, report_modules=()) -> dict:
     try:
         run = record(values, raw, lambda sample: stacks.take(sample) or bool(windows and windows.take(sample)), marks,
                      on_started=importing.start)
+        marks["naming_cpu_s"] = stacks.naming_cpu_s
     except BaseException:
         importing.join()
         if raw:

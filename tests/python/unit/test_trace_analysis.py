@@ -415,14 +415,14 @@ def test_memcost_phases_put_the_front_ends_cpu_while_the_probe_ran_beside_the_ti
     run = {"probe_began_ns": 10_000_000_000, "command_started_ns": 10_030_000_000, "wall_ns": 2_000_000_000,
            "records_done_ns": 12_050_000_000}
     marks = {"python_started": 9.9, "probe_spawned": 9.97, "cpu_at_spawn": 0.060, "output_ended": 12.07,
-             "cpu_at_output_end": 0.305, "summarized": 12.15}
+             "cpu_at_output_end": 0.305, "naming_cpu_s": 0.15, "summarized": 12.15}
     phases = tracing.memcost_phases(run, marks)
     assert phases["start_python_ms"] == pytest.approx(70.0) and phases["start_probe_ms"] == pytest.approx(60.0)
     assert phases["end_probe_ms"] == pytest.approx(40.0) and phases["end_summary_ms"] == pytest.approx(80.0)
     assert phases["front_end_cpu_ms"] == pytest.approx(245.0)
     [line] = trace_prose.phase_lines({"memcost_phases": phases})
     assert "130 ms before it" in line and "120 ms after it" in line
-    assert "front end used 245 ms of CPU while the probe ran" in line
+    assert "front end used 245 ms of CPU while the probe ran" in line and "150 ms naming stacks" in line
     # A mark missing (a replay): no phases, no line.
     assert tracing.memcost_phases(run, {**marks, "cpu_at_spawn": None}) is None
     # A document from before the front end's CPU was measured still reads.
