@@ -47,10 +47,11 @@ def _pins(function: str) -> bool:
 def pinning_frame(frames: list) -> Optional[dict]:
     """The outermost CUDA pinning call's frame in a stack (innermost frame first), or None. (A trace
     has tens of thousands of frames, few distinct names: each name is judged once.)"""
-    # Every pinning call's name has "Host" in it: most stacks are passed over by one search of
-    # their names joined.
+    # A frame that pins has a pinning call's name in its own: most stacks are passed over by a
+    # search of their names joined, at C speed.
     names = [frame.get("function") or "" for frame in frames]
-    if "Host" not in "\n".join(names):
+    joined = "\n".join(names)
+    if not any(call in joined for call in PINNING_CALLS):
         return None
     found = None
     for frame, name in zip(frames, names):
