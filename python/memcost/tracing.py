@@ -171,9 +171,9 @@ def memcost_phases(run_record: dict, marks: dict) -> Optional[dict]:
     """What memcost itself added before and after the command, in ms, from the front end's marks
     (`marks`: when Python started, when it started the probe, when the probe's output ended, when
     the summary was done, on time.monotonic(); the front end's CPU time, time.process_time(), when
-    it started the probe and when its output ended) and the probe's (run_record: when it began, when the
-    command started and how long it ran, when its records were done). None where a mark is
-    missing (a replay, a back end without them)."""
+    it started the probe and when its output ended, and its thread's CPU naming stacks meanwhile)
+    and the probe's (run_record: when it began, when the command started and how long it ran, when
+    its records were done). None where a mark is missing (a replay, a back end without them)."""
     started_ns, began_ns, done_ns = (run_record.get(k) for k in ("command_started_ns", "probe_began_ns", "records_done_ns"))
     if not (started_ns and began_ns and done_ns) or None in marks.values():
         return None
@@ -188,11 +188,11 @@ def memcost_phases(run_record: dict, marks: dict) -> Optional[dict]:
     phases["probe_records_ms"] = round((done - ended) * 1e3, 1)      # of end_probe: the records finished and sent
     # The front end's own CPU (all its threads) while the probe ran: reading its records, naming
     # their stacks as they came (StacksMeanwhile), importing what the end needs (ImportsMeanwhile).
-    # Beside the command on its CPUs as the tracer's is, and not in the tracer's CPU, the probe's.
+    # It runs on the command's CPUs as the tracer does, and is not in the tracer's CPU (the probe's).
     phases["front_end_cpu_ms"] = round((marks["cpu_at_output_end"] - marks["cpu_at_spawn"]) * 1e3, 1)
     # Of which naming stacks: the summary's own work, done early (after the command, it was most of
     # the summary's time).
-    phases["front_end_naming_cpu_ms"] = round(marks.get("naming_cpu_s", 0.0) * 1e3, 1)
+    phases["front_end_naming_cpu_ms"] = round(marks["naming_cpu_s"] * 1e3, 1)
     phases["start_ms"] = round(phases["start_python_ms"] + phases["start_probe_ms"], 1)
     phases["end_ms"] = round(phases["end_probe_ms"] + phases["end_summary_ms"], 1)
     return phases

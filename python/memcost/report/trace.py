@@ -28,7 +28,7 @@ def phase_lines(totals: dict) -> list[str]:
             f"{phases['end_probe_ms']:,.0f} ms, the summary {phases['end_summary_ms']:,.0f} ms); storing and "
             "printing the results follow."
             + (f" memcost's Python front end used {phases['front_end_cpu_ms']:,.0f} ms of CPU while the probe ran, beside "
-               f"the tracer's: {phases.get('front_end_naming_cpu_ms', 0):,.0f} ms naming stacks as they came (the "
+               f"the tracer's: {phases['front_end_naming_cpu_ms']:,.0f} ms naming stacks as they came (the "
                "summary's work, done early), the rest reading the probe's records and importing what the summary needs."
                if phases.get("front_end_cpu_ms") is not None else "")]
 
