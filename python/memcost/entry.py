@@ -56,6 +56,9 @@ def main() -> int:
     probe = sys.modules.get("memcost.probe")  # loaded only by the commands that run one
     if probe is not None:
         probe.wait_unreaped()
+    tracefs = sys.modules.get("memcost.tracefs")  # likewise: a mount made for the run is undone before memcost leaves
+    if tracefs is not None:
+        tracefs.wait_unmounted()
     if interrupts.interrupted:
         # Python ends a process by the signal itself when a KeyboardInterrupt passed through C code
         # unhandled (a library's start-up): everything is cleaned up by now, so leave with 130.

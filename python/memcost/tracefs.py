@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -31,9 +32,17 @@ def _unmount(undo: dict) -> str:
 journal.register("tracefs_mount", _unmount)
 
 
+# Unmounts started by available(unmount_later=True), joined by wait_unmounted().
+_unmounting: list = []
+
+
 @contextmanager
-def available() -> Iterator[bool]:
-    """tracefs mounted for the duration, where this process may mount it; yields whether it is there."""
+def available(unmount_later: bool = False) -> Iterator[bool]:
+    """tracefs mounted for the duration, where this process may mount it; yields whether it is there.
+    `unmount_later`: the unmount (a `umount` process, 4-20 ms after a traced `import torch` on the
+    2-vCPU guest, where the front end is large to fork) runs on a thread of its own, beside what
+    the caller does next; wait_unmounted() waits for it, and memcost.entry does before it leaves."""
+    wait_unmounted()  # an unmount still under way would take the mount from under this one
     entry = None
     interrupted_before = interrupts.interrupted
     try:
@@ -53,8 +62,19 @@ def available() -> Iterator[bool]:
                 raise KeyboardInterrupt
         yield mounted()
     finally:
-        if entry is not None:
+        if entry is not None and unmount_later:
+            thread = threading.Thread(target=_unmount_or_leave, args=(entry,), name="memcost-umount", daemon=True)
+            thread.start()
+            _unmounting.append(thread)
+        elif entry is not None:
             _unmount_or_leave(entry)
+
+
+def wait_unmounted() -> None:
+    """Returns once the unmounts that available(unmount_later=True) started are done (or left in
+    the journal for the next command, and said)."""
+    while _unmounting:
+        _unmounting.pop().join()
 
 
 def _unmount_or_leave(entry: dict) -> None:

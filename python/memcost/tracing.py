@@ -10,7 +10,6 @@ import importlib
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import threading
@@ -215,7 +214,7 @@ def record(values: dict, raw_path: Optional[Path] = None, on_sample=None, marks:
     stdout_copy = os.dup(sys.stdout.fileno())  # the command's output goes to the user, not into the protocol
     sys.stdout.flush()
     try:
-        with tracefs.available():
+        with tracefs.available(unmount_later=True):
             target = ["--command-stdout-fd", str(stdout_copy), "--", *values["command"]] if values.get("command") else []
             if marks is not None:
                 marks["probe_spawned"], marks["cpu_at_spawn"] = time.monotonic(), time.process_time()
@@ -241,6 +240,7 @@ def measure(values: dict, directory, report_modules=()) -> dict:
     # priced as they are written, and a Ctrl-C during calibration then ends before anything ran.
     cost = this_machines_cost(directory, values.get("calibrate"), notes)
     if values.get("windows_folder"):
+        import socket  # only here: 3 ms of every trace's start
         from .analysis.trace.frames import frames_of
         from .export.pprof import Windows
         windows = Windows(values["windows_folder"], cost, frames_of(values), socket.gethostname(),

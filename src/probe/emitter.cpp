@@ -6,7 +6,7 @@
 namespace memcost::probe {
 
 void Emitter::line(const json& object, bool may_wait) const {
-  std::cout << object.dump() << '\n';
+  std::cout << json_text(object) << '\n';
   // Flushed per line, unless held, so that the reader sees progress as it happens.
   if (!(may_wait && holding_)) flush();
 }
@@ -17,6 +17,10 @@ void Emitter::sample_text(std::string_view record, std::string_view metrics) con
 }
 
 void Emitter::flush() { std::cout.flush(); }
+
+// A traced program's bytes need not be UTF-8 (a library at a path with a Latin-1 name): the json
+// library's default threw on them, and the probe ended the trace with an error.
+std::string json_text(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 void Emitter::context(json machine) {
   json object = {{"type", "context"}};

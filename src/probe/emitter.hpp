@@ -24,6 +24,10 @@ enum ExitCode : int {
 // A fault count as the protocol writes it: null where the OS counts no faults (Wine), never a 0 it did not measure.
 [[nodiscard]] inline json fault_count(bool counted, std::uint64_t count) { return counted ? json(count) : json(nullptr); }
 
+// A value as one line of the protocol's JSON. Bytes that are not UTF-8 (a traced program's: a
+// library's path, a symbol) become U+FFFD, where the json library's default would throw.
+[[nodiscard]] std::string json_text(const json& value);
+
 // Thrown by an experiment to end the probe with an `error` line and an exit code.
 class ProbeError : public std::runtime_error {
  public:

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "collecting_sink.hpp"
+#include "python_block.hpp"
 
 namespace memcost::trace {
 namespace {
@@ -215,8 +216,39 @@ TEST(PythonFrames, RandomAndCorruptedBlocksNeverDecodeOutsideTheirBytes) {
     }
     for (const Frame& frame : detail::python_frames(block)) {
       ASSERT_LE(frame.file.size() + frame.function.size(), block.size());
+      ASSERT_TRUE(detail::valid_utf8(frame.file) && detail::valid_utf8(frame.function));
     }
   }
+}
+
+// A block's names are CPython's UTF-8 of them: one that is not UTF-8 is a block the program wrote
+// over while the kernel copied it (a traced `import torch` ended with the json library's "invalid
+// UTF-8 byte" in 3 of 10 runs), and none of its frames is taken.
+TEST(PythonFrames, ABlockWithANameThatIsNotUtf8DecodesToNoFrames) {
+  const std::string good = python_block({{3, "caf\xc3\xa9.py", "r\xc3\xa9sum\xc3\xa9"}, {9, "main.py", "<module>"}});
+  const std::vector<Frame> frames = detail::python_frames(good);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[0].file, "caf\xc3\xa9.py");
+  EXPECT_EQ(frames[0].function, "r\xc3\xa9sum\xc3\xa9");
+  for (const std::string bad : {"\x99" "f", "f\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80"}) {
+    EXPECT_TRUE(detail::python_frames(python_block({{3, "a.py", bad}, {9, "main.py", "<module>"}})).empty()) << bad;
+    EXPECT_TRUE(detail::python_frames(python_block({{3, "a.py", "f"}, {9, bad + ".py", "<module>"}})).empty()) << bad;
+  }
+}
+
+TEST(PythonFrames, Utf8IsCheckedByRfc3629) {
+  EXPECT_TRUE(detail::valid_utf8(""));
+  EXPECT_TRUE(detail::valid_utf8("plain ascii"));
+  EXPECT_TRUE(detail::valid_utf8("\xc2\x80 \xdf\xbf \xe0\xa0\x80 \xef\xbf\xbd \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf"));
+  EXPECT_FALSE(detail::valid_utf8("\x80"));              // a continuation byte first
+  EXPECT_FALSE(detail::valid_utf8("\xc1\xbf"));          // overlong
+  EXPECT_FALSE(detail::valid_utf8("\xe0\x9f\xbf"));      // overlong
+  EXPECT_FALSE(detail::valid_utf8("\xed\xa0\x80"));      // a surrogate
+  EXPECT_FALSE(detail::valid_utf8("\xe2\x82"));          // cut short
+  EXPECT_FALSE(detail::valid_utf8("\xe2\x28\xa1"));      // a second byte that continues nothing
+  EXPECT_FALSE(detail::valid_utf8("\xf0\x8f\xbf\xbf"));  // overlong
+  EXPECT_FALSE(detail::valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(detail::valid_utf8("\xff"));
 }
 
 }  // namespace

@@ -166,10 +166,12 @@ __attribute__((constructor)) static void start(void) {
   (void)pthread_atfork(NULL, NULL, forked_child);
 }
 
-/* A long name keeps its end, where a path has the file's name. */
+/* A long name keeps its end, where a path has the file's name, from a character's first byte on:
+   cut inside one, a name was not UTF-8, and the tracer drops a block with such a name. */
 static const char *tail(const char *name, ssize_t length, size_t most, uint16_t *bytes) {
   size_t kept = length < 0 ? 0 : (size_t)length;
   if (kept > most) name += kept - most, kept = most;
+  while (kept > 0 && ((unsigned char)*name & 0xC0) == 0x80) ++name, --kept; /* a continuation byte */
   *bytes = (uint16_t)kept;
   return name;
 }

@@ -46,7 +46,44 @@ inline std::string_view python_block_at(const std::uint8_t* at, std::size_t avai
   return {reinterpret_cast<const char*>(at), kPythonHeaderBytes + bytes};
 }
 
-// The frames of a block, innermost first; none when it does not decode exactly.
+// Whether `text` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past
+// U+10FFFF). The preload library writes CPython's own UTF-8 of each name, cut at a character's
+// start; bytes that are not UTF-8 are a block the program overwrote while the kernel copied it.
+inline bool valid_utf8(std::string_view text) {
+  const auto* at = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* const end = at + text.size();
+  while (at < end) {
+    const unsigned char lead = *at;
+    if (lead < 0x80) {
+      ++at;
+      continue;
+    }
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;   // overlong
+      if (lead == 0xED) high = 0x9F;  // surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;   // overlong
+      if (lead == 0xF4) high = 0x8F;  // past U+10FFFF
+    } else {
+      return false;  // a continuation byte, 0xC0, 0xC1 or 0xF5 and above
+    }
+    if (static_cast<std::size_t>(end - at) < length || at[1] < low || at[1] > high) return false;
+    for (std::size_t i = 2; i < length; ++i) {
+      if ((at[i] & 0xC0) != 0x80) return false;
+    }
+    at += length;
+  }
+  return true;
+}
+
+// The frames of a block, innermost first; none when it does not decode exactly, or a name in it
+// is not UTF-8 (the probe sends names as JSON text).
 inline std::vector<Frame> python_frames(std::string_view block) {
   std::vector<Frame> frames;
   if (block.size() < kPythonHeaderBytes) return frames;
@@ -65,6 +102,7 @@ inline std::vector<Frame> python_frames(std::string_view block) {
     const bool same = file_bytes == kPythonSameFile;
     if (same) file_bytes = 0;
     if (at + file_bytes + function_bytes > block.size() || (same && frames.empty())) return {};
+    if (!valid_utf8(block.substr(at, file_bytes + function_bytes))) return {};
     Frame frame;
     frame.kind = FrameKind::python;
     frame.file = same ? frames.back().file : std::string(block.substr(at, file_bytes));
