@@ -10,6 +10,7 @@ import importlib
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import threading
@@ -240,7 +241,6 @@ def measure(values: dict, directory, report_modules=()) -> dict:
     # priced as they are written, and a Ctrl-C during calibration then ends before anything ran.
     cost = this_machines_cost(directory, values.get("calibrate"), notes)
     if values.get("windows_folder"):
-        import socket  # only here: 3 ms of every trace's start
         from .analysis.trace.frames import frames_of
         from .export.pprof import Windows
         windows = Windows(values["windows_folder"], cost, frames_of(values), socket.gethostname(),

@@ -383,7 +383,7 @@ def _probe_arguments_of(monkeypatch, values):
     from memcost import tracefs, tracing
     asked = []
     monkeypatch.setattr(tracing, "run_probe", lambda name, arguments, **_: asked.append(arguments))
-    monkeypatch.setattr(tracefs, "available", contextlib.nullcontext)
+    monkeypatch.setattr(tracefs, "available", lambda **_: contextlib.nullcontext())
     tracing.record(values)
     return asked[0]
 

@@ -75,3 +75,34 @@ def test_a_mount_that_stays_busy_is_left_to_the_journal_and_said(machine, tmp_pa
     [left] = json.loads((tmp_path / "journal.json").read_text())
     assert left["kind"] == "tracefs_mount"
     assert "stays mounted" in capsys.readouterr().err
+
+
+def test_an_unmount_left_for_later_runs_beside_the_caller_and_is_waited_for(machine, tmp_path, monkeypatch):
+    """`memcost trace` unmounts on a thread of its own while it summarizes (unmount_later): the
+    mount is still undone and forgotten once wait_unmounted() returns, and the next mount waits for
+    an unmount still under way rather than have it taken from under itself."""
+    import threading
+    release = threading.Event()
+    run = subprocess.run
+
+    def slow_umount(command, **kwargs):
+        if command[0] == "umount":
+            assert release.wait(5)
+        return run(command, **kwargs)
+    monkeypatch.setattr(subprocess, "run", slow_umount)
+    with tracefs.available(unmount_later=True) as there:
+        assert there
+    assert machine["mounted"]  # the caller goes on while `umount` runs
+    release.set()
+    tracefs.wait_unmounted()
+    assert not machine["mounted"] and machine["calls"] == ["mount", "umount"]
+    assert json.loads((tmp_path / "journal.json").read_text()) == []
+
+    release.clear()
+    with tracefs.available(unmount_later=True):
+        pass
+    threading.Timer(0.05, release.set).start()
+    with tracefs.available():  # waits for the unmount above, then mounts afresh
+        assert machine["mounted"] and machine["calls"] == ["mount", "umount", "mount", "umount", "mount"]
+    assert not machine["mounted"]
+    assert json.loads((tmp_path / "journal.json").read_text()) == []
