@@ -221,9 +221,9 @@ TEST(PythonFrames, RandomAndCorruptedBlocksNeverDecodeOutsideTheirBytes) {
   }
 }
 
-// A block's names are CPython's UTF-8 of them: one that is not UTF-8 is a block the program wrote
-// over while the kernel copied it (a traced `import torch` ended with the json library's "invalid
-// UTF-8 byte" in 3 of 10 runs), and none of its frames is taken.
+// A block's names are CPython's UTF-8 of them: a block with a name that is not UTF-8 is not as the
+// preload library wrote it (a traced `import torch` ended with the json library's "invalid UTF-8
+// byte" in 3 of 10 runs), and none of its frames is taken.
 TEST(PythonFrames, ABlockWithANameThatIsNotUtf8DecodesToNoFrames) {
   const std::string good = python_block({{3, "caf\xc3\xa9.py", "r\xc3\xa9sum\xc3\xa9"}, {9, "main.py", "<module>"}});
   const std::vector<Frame> frames = detail::python_frames(good);
@@ -234,6 +234,8 @@ TEST(PythonFrames, ABlockWithANameThatIsNotUtf8DecodesToNoFrames) {
     EXPECT_TRUE(detail::python_frames(python_block({{3, "a.py", bad}, {9, "main.py", "<module>"}})).empty()) << bad;
     EXPECT_TRUE(detail::python_frames(python_block({{3, "a.py", "f"}, {9, bad + ".py", "<module>"}})).empty()) << bad;
   }
+  // A character cut between a frame's file and its function is two names that are not UTF-8.
+  EXPECT_TRUE(detail::python_frames(python_block({{3, "caf\xc3", "\xa9"}})).empty());
 }
 
 TEST(PythonFrames, Utf8IsCheckedByRfc3629) {

@@ -48,7 +48,7 @@ inline std::string_view python_block_at(const std::uint8_t* at, std::size_t avai
 
 // Whether `text` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past
 // U+10FFFF). The preload library writes CPython's own UTF-8 of each name, cut at a character's
-// start; bytes that are not UTF-8 are a block the program overwrote while the kernel copied it.
+// start: a block with bytes that are not UTF-8 in a name is not as it wrote it.
 inline bool valid_utf8(std::string_view text) {
   const auto* at = reinterpret_cast<const unsigned char*>(text.data());
   const auto* const end = at + text.size();
@@ -102,7 +102,7 @@ inline std::vector<Frame> python_frames(std::string_view block) {
     const bool same = file_bytes == kPythonSameFile;
     if (same) file_bytes = 0;
     if (at + file_bytes + function_bytes > block.size() || (same && frames.empty())) return {};
-    if (!valid_utf8(block.substr(at, file_bytes + function_bytes))) return {};
+    if (!valid_utf8(block.substr(at, file_bytes)) || !valid_utf8(block.substr(at + file_bytes, function_bytes))) return {};
     Frame frame;
     frame.kind = FrameKind::python;
     frame.file = same ? frames.back().file : std::string(block.substr(at, file_bytes));
