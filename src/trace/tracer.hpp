@@ -320,6 +320,7 @@ struct Result {
   std::uint64_t stacks_unwound = 0;           // copied stacks unwound, by rules or by libdwfl (not found in its memo)
   std::uint64_t stacks_unwound_by_rules = 0;  // of those, unwound by their frames' cached rules, without libdwfl
   std::uint64_t unnamed_code_stacks = 0;  // stacks with code in no module and no perf map entry (JIT code unnamed)
+  std::uint64_t python_blocks_refused = 0;  // Python blocks on copied stacks that did not decode (Unwinder)
   std::uint64_t refused_perf_maps = 0;    // processes whose /tmp/perf-PID.map was not theirs or root's: not read
   bool interrupted = false;     // SIGINT or SIGTERM reached this process while tracing
   std::string call_source;      // how mapping calls were seen

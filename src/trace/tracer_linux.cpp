@@ -199,6 +199,7 @@ class Tracing {
     if (options_.window_closed) options_.window_closed();
     loop.finish();
     result_.unnamed_code_stacks = reader_.unwinder().unnamed_jit_stacks();
+    result_.python_blocks_refused = reader_.unwinder().python_blocks_refused();
     result_.refused_perf_maps = reader_.unwinder().refused_perf_maps();
     remove_perf_maps_asked_for();
     return true;

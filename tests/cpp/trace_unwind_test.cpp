@@ -317,6 +317,24 @@ TEST(Unwind, AStackWithPythonFramesEndsAtTheEvalLoop) {
 }
 #endif
 
+// A magic word on a copied stack that begins no block that decodes (a name that is not UTF-8, a
+// length past the copy) is passed over and counted, and the block further out is the stack's.
+TEST(Unwind, APythonBlockThatDoesNotDecodeIsPassedOverForOneFurtherOut) {
+  OwnUnwinder own;
+  const std::string good = python_block({{12, "/app/train.py", "fill"}, {30, "/app/train.py", "<module>"}});
+  std::string torn = python_block({{7, "/app/train.py", "f\x99"}});
+  std::vector<std::uint8_t> stack(4096, 0);
+  std::memcpy(stack.data() + 64, torn.data(), torn.size());
+  std::memcpy(stack.data() + 1024, good.data(), good.size());
+  const std::string_view found = own.unwinder.read_links(getpid(), stack.data(), stack.size());
+  EXPECT_EQ(found, good);
+  EXPECT_EQ(own.unwinder.python_blocks_refused(), 1u);
+  // The block that does not decode alone, no block further out: none.
+  std::vector<std::uint8_t> short_copy(stack.begin(), stack.begin() + 80);
+  EXPECT_TRUE(own.unwinder.read_links(getpid(), short_copy.data(), short_copy.size()).empty());
+  EXPECT_EQ(own.unwinder.python_blocks_refused(), 2u);
+}
+
 // A touching sample of a thread that had released the GIL (the BPF counter read the release's
 // number) gets the Python frames the thread sends when it takes the GIL back; it holds nothing
 // back meanwhile, and a sample read after the frames came gets them at once.

@@ -426,6 +426,7 @@ void emit_run(Emitter& emitter, const Settings& settings, const trace::Result& r
        {"malformed_bytes", result.malformed_bytes}, {"unwind_failures", result.unwind_failures},
        {"stacks_unwound", result.stacks_unwound}, {"stacks_unwound_by_rules", result.stacks_unwound_by_rules},
        {"unnamed_code_stacks", result.unnamed_code_stacks}, {"refused_perf_maps", result.refused_perf_maps},
+       {"python_blocks_refused", result.python_blocks_refused},
        {"pauses", result.pauses}, {"paused_ns", result.paused_ns}, {"kernel_stops", result.kernel_stops}, {"buffer_bytes", result.buffer_bytes},
        {"stack_bytes", result.stack_bytes},
        {"tracer_user_ns", interval.process_user_ns}, {"tracer_system_ns", interval.process_system_ns},

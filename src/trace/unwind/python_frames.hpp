@@ -82,37 +82,53 @@ inline bool valid_utf8(std::string_view text) {
   return true;
 }
 
-// The frames of a block, innermost first; none when it does not decode exactly, or a name in it
-// is not UTF-8 (the probe sends names as JSON text).
-inline std::vector<Frame> python_frames(std::string_view block) {
-  std::vector<Frame> frames;
-  if (block.size() < kPythonHeaderBytes) return frames;
+// Walks a block's frames, innermost first, calling `each(line, same, file, function)` (`same`: the
+// frame's file is the frame before's, and `file` is empty); false, having called it for some frames or none, when the block does
+// not decode exactly or a name in it is not UTF-8 (the probe sends names as JSON text).
+template <typename Each>
+bool walk_python_block(std::string_view block, Each&& each) {
+  if (block.size() < kPythonHeaderBytes) return false;
   memcost_python_header header{};
   std::memcpy(&header, block.data(), sizeof(header));
-  if (header.magic != kPythonMagic) return frames;  // a pending block: no frames yet
+  if (header.magic != kPythonMagic) return false;  // a pending block: no frames yet
   std::size_t at = kPythonHeaderBytes;
   for (std::uint32_t i = 0; i < header.frames; ++i) {
     memcost_python_entry entry{};
-    if (at + sizeof(entry) > block.size()) return {};
+    if (at + sizeof(entry) > block.size()) return false;
     std::memcpy(&entry, block.data() + at, sizeof(entry));
     at += sizeof(entry);
     std::uint16_t file_bytes = entry.file_bytes;
     const std::uint16_t function_bytes = entry.function_bytes;
-    const std::uint32_t line = entry.line;
     const bool same = file_bytes == kPythonSameFile;
     if (same) file_bytes = 0;
-    if (at + file_bytes + function_bytes > block.size() || (same && frames.empty())) return {};
-    if (!valid_utf8(block.substr(at, file_bytes)) || !valid_utf8(block.substr(at + file_bytes, function_bytes))) return {};
-    Frame frame;
-    frame.kind = FrameKind::python;
-    frame.file = same ? frames.back().file : std::string(block.substr(at, file_bytes));
-    frame.function = std::string(block.substr(at + file_bytes, function_bytes));
-    frame.line = static_cast<int>(line);
-    frame.module = frame.file;  // a Python frame's "module" is its source file
-    frames.push_back(std::move(frame));
+    if (at + file_bytes + function_bytes > block.size() || (same && i == 0)) return false;
+    const std::string_view file = block.substr(at, file_bytes), function = block.substr(at + file_bytes, function_bytes);
+    if (!valid_utf8(file) || !valid_utf8(function)) return false;
+    each(static_cast<int>(entry.line), same, file, function);
     at += file_bytes + function_bytes;
   }
-  return at == block.size() ? frames : std::vector<Frame>{};
+  return at == block.size();
+}
+
+// Whether a block with frames decodes (walk_python_block), without making them.
+inline bool python_block_decodes(std::string_view block) {
+  return walk_python_block(block, [](int, bool, std::string_view, std::string_view) {});
+}
+
+// The frames of a block, innermost first; none when it does not decode (walk_python_block).
+inline std::vector<Frame> python_frames(std::string_view block) {
+  std::vector<Frame> frames;
+  const bool whole = walk_python_block(block, [&frames](int line, bool same, std::string_view file,
+                                                            std::string_view function) {
+    Frame frame;
+    frame.kind = FrameKind::python;
+    frame.file = same ? frames.back().file : std::string(file);
+    frame.function = std::string(function);
+    frame.line = line;
+    frame.module = frame.file;  // a Python frame's "module" is its source file
+    frames.push_back(std::move(frame));
+  });
+  return whole ? frames : std::vector<Frame>{};
 }
 
 // CPython's eval loop: the native function that runs Python frames (3.11+: _PyEval_EvalFrameDefault;

@@ -149,7 +149,7 @@ class Unwinder {
   // madvise calls): not unwound, only read for the links to Python stacks it carries, as stack()
   // reads them (the preload library's madvise(NULL, 0, MADV_NORMAL) that resolves a release of
   // the GIL). A traced `import torch` made 820 munmaps of its 3,700 calls. Returns the first
-  // Python block on the copy (empty: none), which stack() unwinds with.
+  // Python block on the copy that is pending or decodes (empty: none), which stack() unwinds with.
   std::string_view read_links(int pid, const std::uint8_t* stack, std::uint64_t stack_bytes);
 
   // The pcs of one copied stack, unwound by its frames' rules where it can be (`by_rules`) or by
@@ -161,6 +161,9 @@ class Unwinder {
   bool in_interpreter_loop(Process& process, std::uint64_t pc);
 
   [[nodiscard]] std::uint64_t unwind_failures() const { return unwind_failures_; }
+  // Python blocks passed over on copied stacks: a magic word that begins no block that decodes
+  // (python_block_decodes), the frames of a block further out taken instead where there is one.
+  [[nodiscard]] std::uint64_t python_blocks_refused() const { return python_blocks_refused_; }
   // Stacks unwound (by rules, or by libdwfl where the memo did not have them), and of them those
   // unwound by their frames' rules, without libdwfl (unwind).
   [[nodiscard]] std::uint64_t unwound() const { return unwound_; }
@@ -295,6 +298,7 @@ class Unwinder {
   static constexpr std::uint64_t kPerfMapFreshNs = 1'000'000;
   std::uint32_t generations_ = 0;
   std::uint64_t unwind_failures_ = 0;
+  std::uint64_t python_blocks_refused_ = 0;
 };
 
 }  // namespace memcost::trace::detail
