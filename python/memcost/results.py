@@ -39,6 +39,24 @@ def machine_label(context: dict) -> str:
     return f"{host} ({wine})" if wine else host
 
 
+def as_text(value):
+    """`value` as a results document holds it: a string with bytes that were not UTF-8 (Python reads
+    them from argv and paths as lone surrogates, which JSON writes as escapes no reader can print)
+    with U+FFFD in their place, as the probe writes a traced program's bytes; in lists and dicts too."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:  # a surrogate no decoding of bytes made
+            return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, (list, tuple)):
+        return [as_text(item) for item in value]
+    if isinstance(value, dict):
+        return {key: as_text(item) for key, item in value.items()}
+    return value
+
+
 def make_document(experiment: str, context: dict, params: dict, samples: list,
                   summary: dict, warnings: list) -> dict:
     return {
@@ -46,7 +64,7 @@ def make_document(experiment: str, context: dict, params: dict, samples: list,
         "tool_version": __version__,
         "experiment": experiment,
         "context": context,
-        "params": params,
+        "params": as_text(params),
         "samples": samples,
         "summary": summary,
         "warnings": warnings,

@@ -24,7 +24,7 @@ from .errors import MemcostError
 from .experiments.trace import EXPERIMENT, RAW_NAME
 from . import probe
 from .probe import run_probe
-from .results import document_text, documents_of_host, load_document, make_document, write_atomically
+from .results import as_text, document_text, documents_of_host, load_document, make_document, write_atomically
 
 if TYPE_CHECKING:
     from .analysis.trace.records import Trace
@@ -333,7 +333,7 @@ def _store(values: dict, directory, run, trace: Trace, cost, raw, windows, notes
     if windows:
         windows.finish(run.samples)
     summary, warnings = trace_summary.analyze_trace(trace, cost=cost, params=values)
-    summary["totals"]["command"] = values.get("command") or [f"pid {values['pid']}"]
+    summary["totals"]["command"] = as_text(values.get("command")) or [f"pid {values['pid']}"]
     # Memory pinned by a CUDA call, with what the fast way measured on this host (`memcost pinned`).
     pinned = next((document["summary"] for _, document in documents_of_host(directory.root, "pinned",
                                                                                  run.context.get("host", ""))), None)

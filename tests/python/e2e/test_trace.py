@@ -287,20 +287,28 @@ def test_a_command_that_does_not_exist_is_one_clear_line(results_root):
 
 
 @needs_tracing
-def test_a_library_at_a_path_that_is_not_utf8_is_traced_and_its_site_named(c_program, results_root, tmp_path):
+def test_a_library_at_a_path_that_is_not_utf8_is_traced_and_its_site_named(c_program, golden_results, tmp_path):
     """A traced program's bytes are its own: a library at a Latin-1 path (b"libcaf\\xe9.so") ended
     the trace with the json library's "invalid UTF-8 byte"; its frames' module now says U+FFFD
-    there, and its faults are charged to its function as any other's."""
+    there, and its faults are charged to its function as any other's. The command line that names
+    it is stored the same way, and the report reads it (a lone surrogate in the document stopped
+    `memcost report`)."""
+    results = tmp_path / "results"
+    shutil.copytree(golden_results, results)
     library = os.fsdecode(os.fsencode(tmp_path) + b"/libcaf\xe9.so")  # surrogate-escaped: the bytes reach cc as they are
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-g", "-o", library, str(DATA / "big_mapping_library.c")], check=True)
-    result = run_memcost("--results-dir", str(results_root), "trace", "--", str(c_program("library_loader")), library)
+    result = run_memcost("--results-dir", str(results), "trace", "--", str(c_program("library_loader")), library)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "UTF-8" not in result.stderr
-    document = load_document(results_root / "latest" / "trace.json")
+    document = load_document(results / "latest" / "trace.json")
     row = _row(document, "make_big")
     assert row["faults_base"] + row["faults_thp"] * 512 >= 64 * MIB // 4096
     modules = {frame.get("module", "") for frames in stacks_of(document["samples"]).values() for frame in frames}
     assert any(module.endswith("/libcaf\ufffd.so") for module in modules), sorted(modules)
+    assert document["summary"]["totals"]["command"][-1].endswith("/libcaf\ufffd.so")
+    assert document["params"]["command"][-1].endswith("/libcaf\ufffd.so")
+    report = run_memcost("report", str(results / "latest"))
+    assert report.returncode == 0, report.stderr
 
 
 @needs_tracing

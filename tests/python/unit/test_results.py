@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memcost.results import SCHEMA_VERSION, ResultsError, RunDirectory, load_document, make_document
+from memcost.results import SCHEMA_VERSION, ResultsError, RunDirectory, as_text, document_text, load_document, make_document
 
 
 def _document(experiment="info"):
@@ -106,3 +106,19 @@ def test_samples_read_from_the_probe_keep_its_text_and_read_back_the_same():
     text = document_text(document)
     assert json.loads(text) == json.loads(json.dumps(document))
     assert '\n  {"case":{"record":"stack"},"metrics":{"frames":[{"function":"f","line":3}]}},\n' in text
+
+
+def test_a_parameter_with_bytes_that_are_not_utf8_is_stored_with_u_fffd_and_reads_back(tmp_path):
+    """A command line or path with a Latin-1 byte reaches Python as a lone surrogate; written as it
+    is, the document held an escape that `memcost report` could not print. Stored, it says U+FFFD
+    where the byte was, as the probe writes a traced program's bytes."""
+    argument = "/data/caf" + b"\xe9".decode("utf-8", "surrogateescape") + ".csv"
+    params = {"command": ["sort", argument], "nested": {"path": argument, "n": 3}, "plain": "café"}
+    document = make_document("trace", {"host": "h"}, params, [], {}, [])
+    assert document["params"] == {"command": ["sort", "/data/caf\ufffd.csv"], "nested": {"path": "/data/caf\ufffd.csv", "n": 3},
+                                  "plain": "café"}
+    path = tmp_path / "trace.json"
+    path.write_text(document_text(document), encoding="utf-8")
+    assert json.loads(path.read_text(encoding="utf-8"))["params"]["command"][1] == "/data/caf\ufffd.csv"
+    assert as_text("lone \ud800 surrogate") == "lone ? surrogate"  # none that decoding bytes made
+    assert params["command"][1] == argument  # what runs the command is left as it was
