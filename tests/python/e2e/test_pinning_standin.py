@@ -93,6 +93,11 @@ def test_verify_measures_the_pinning_advice_through_the_stand_in(program, golden
         assert variant["measured_faults_saved"] >= 0.9 * PAGES, variant
         # The time it saves is measured and said with its interval; its size is the machine's, not
         # the test's (on the 2-vCPU guest a median of -11 ms once, in 3 rounds of a 40 ms program).
-        low, high = variant["measured_saving_interval_ms"]
-        assert low <= variant["measured_saving_ms"] <= high, variant
+        # Where the program's own runs varied past the limit (its 40 ms beside CI's other work:
+        # once in a rehearsal), no time is compared, and the verdict says so; the faults still are.
+        if summary["verification"]["refused"]:
+            assert variant["measured_saving_interval_ms"] is None and variant["verdict"].startswith("not compared"), variant
+        else:
+            low, high = variant["measured_saving_interval_ms"]
+            assert low <= variant["measured_saving_ms"] <= high, variant
     assert "pinned_memory" in result.stdout and "stand-in" in result.stdout
