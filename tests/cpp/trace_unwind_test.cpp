@@ -589,13 +589,14 @@ TEST(SymbolTable, ReadDirectlyHoldsWhatLibdwflsReadingGives) {
     EXPECT_TRUE(ours.read_directly()) << mapping.path;
     direct += ours.read_directly();
     ASSERT_EQ(ours.size(), theirs.size()) << mapping.path;
+    const auto our_symbols = ours.symbols(), their_symbols = theirs.symbols();
     // In order: by start, then rank, then place in the file's table.
-    EXPECT_TRUE(std::is_sorted(ours.symbols().begin(), ours.symbols().end(), [](const auto& a, const auto& b) {
+    EXPECT_TRUE(std::is_sorted(our_symbols.begin(), our_symbols.end(), [](const auto& a, const auto& b) {
       return a.start != b.start ? a.start < b.start : a.rank != b.rank ? a.rank < b.rank : a.index < b.index;
     })) << mapping.path;
     for (std::size_t i = 0; i < ours.size(); ++i) {
-      const auto& a = ours.symbols()[i];
-      const auto& b = theirs.symbols()[i];
+      const auto& a = our_symbols[i];
+      const auto& b = their_symbols[i];
       ASSERT_TRUE(a.start == b.start && a.size == b.size && std::string_view(a.name) == b.name && a.rank == b.rank &&
                   a.index == b.index && a.section_end == b.section_end)
           << mapping.path << " symbol " << i << ": " << a.name << " against " << b.name;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <elfutils/libdwfl.h>
+#include <gelf.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +29,7 @@ class SymbolTable {
   // local one at the same address. nullptr where none does. The name lives as long as the module.
   // Not const: the symbols near `address` are sorted the first time one is asked for there.
   [[nodiscard]] const char* name_at(std::uint64_t address);
-  [[nodiscard]] std::size_t size() const { return symbols_.size(); }
+  [[nodiscard]] std::size_t size() const { return order_.size(); }
 
   struct Symbol {
     std::uint64_t start = 0, size = 0;
@@ -42,30 +43,49 @@ class SymbolTable {
   // For tests: the table read through libdwfl alone, to hold the direct reading to; which way
   // this one was read; its symbols, sorted.
   static SymbolTable through_libdwfl(Dwfl_Module* module);
-  [[nodiscard]] bool read_directly() const { return read_directly_; }
-  [[nodiscard]] const std::vector<Symbol>& symbols();
+  [[nodiscard]] bool read_directly() const { return file_.symbols != nullptr; }
+  [[nodiscard]] std::vector<Symbol> symbols();
 
  private:
+  // A section's flags and end, read once rather than once a symbol (libdwfl's cost).
+  struct Section {
+    bool allocated = true;
+    std::uint64_t end = UINT64_MAX;
+  };
+  // The file's symbol section, read in place, where it was read directly: a symbol is made from
+  // its entry only where a lookup needs it. A table of its own (40 bytes a symbol, 25 MB for
+  // libtorch_cpu.so's 622,000) was a seventh of the tracer's CPU on a traced `import torch`, in
+  // faulting its pages in and moving its entries into buckets.
+  struct FileSymbols {
+    const GElf_Sym* symbols = nullptr;
+    const char* strings = nullptr;
+    std::uint64_t bias = 0;
+    std::vector<Section> sections;
+  };
   // Straight from the symbol section libdwfl chose, each section's header read once: false where
   // the file is not one this reads (a relocatable object, a merged second table, an extended
-  // section index), and libdwfl is asked symbol by symbol instead.
-  bool read_section(Dwfl_Module* module, int count);
+  // section index), and libdwfl is asked symbol by symbol instead. `kept`: the code symbols' places.
+  bool read_section(Dwfl_Module* module, int count, std::vector<std::uint32_t>& kept);
   void read_through_libdwfl(Dwfl_Module* module, int count);
-  // Into buckets of about kBucketSymbols by start, in one pass: each bucket is sorted when a
-  // lookup first needs it (sort_bucket). Sorting the whole table was half the cost of naming a
-  // traced `import torch`'s frames, whose libtorch_cpu.so has 622,000 symbols and whose samples
-  // touch a few hundred places in it.
-  void into_buckets();
+  // Symbol `id`: its place in the file's table where read directly, else in listed_.
+  [[nodiscard]] Symbol symbol(std::uint32_t id) const;
+  [[nodiscard]] std::uint64_t start_of(std::uint32_t id) const;
+  // The symbols' ids into buckets of about kBucketSymbols by start, by counting: each bucket is
+  // sorted when a lookup first needs it (sort_bucket). Sorting the whole table was half the cost of
+  // naming a traced `import torch`'s frames, whose libtorch_cpu.so has 622,000 symbols and whose
+  // samples touch a few hundred places in it.
+  void into_buckets(const std::vector<std::uint32_t>& ids);
   [[nodiscard]] std::size_t bucket_of(std::uint64_t address) const;
   void sort_bucket(std::size_t bucket);
   static constexpr std::size_t kBucketSymbols = 16;
   static constexpr std::size_t kLookBack = 64, kLookBackAtMost = 4096;
-  std::vector<Symbol> symbols_;  // by bucket; within a sorted bucket by start, then rank, then index
-  std::vector<std::size_t> bucket_starts_;  // bucket b is symbols_[bucket_starts_[b], bucket_starts_[b + 1])
+  FileSymbols file_;
+  std::vector<Symbol> listed_;  // where not read directly
+  std::vector<std::uint32_t> order_;  // ids by bucket; within a sorted bucket by start, then rank, then index
+  std::vector<std::size_t> bucket_starts_;  // bucket b is order_[bucket_starts_[b], bucket_starts_[b + 1])
   std::vector<bool> bucket_sorted_;
   std::uint64_t lowest_start_ = 0;
   unsigned bucket_shift_ = 0;  // an address's bucket: (address - lowest_start_) >> bucket_shift_
-  bool read_directly_ = false;
 };
 
 }  // namespace memcost::trace::detail
