@@ -4,10 +4,11 @@ side by side in one sitting: a benchmark, not a test (docs/trace.md, "What traci
 
 The storm is tests/python/data/trace_tree.c `repeat 256 N`: 256 MiB mapped, written on base pages
 and unmapped N times (N = 32: 2.1 M faults). Each round runs every variant once, in an order
-shuffled from a recorded seed; the table gives each variant's median wall time over the rounds and
-its ratio to the untraced median, and the storm process's own system time (GNU time): what the
-tool adds inside the fault handler, the tracer's presence in the faults it measures. Variants
-whose tool is not installed are left out and said so.
+shuffled from a recorded seed; the table gives each variant's median wall time over the rounds,
+its ratio to the untraced median, the paired ratio (each round's ÷ that round's untraced: its
+median, with a 95 % bootstrap interval), memcost's tracer CPU ÷ the command's, and the storm
+process's own system time (GNU time): what the tool adds inside the fault handler, the tracer's
+presence in the faults it measures. Variants whose tool is not installed are left out and said so.
 
 `--program pinning` measures bench/data/pinning.c instead: a model of a CUDA program pinning host
 memory (64 MiB chunks mapped MAP_FIXED into a reservation and faulted in by a system call in 8 MiB
@@ -29,6 +30,7 @@ two builds are compared in one sitting, interleaved.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shlex
@@ -138,6 +140,27 @@ def timed(command: list[str], output: Path, storm_time: Path | None) -> tuple[fl
     return wall, system
 
 
+def paired_ratio(values: list[float], base: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """The median over rounds of each round's time ÷ that round's untraced time, with its 95 %
+    percentile-bootstrap interval: a round's two runs are minutes apart at most, so the host's
+    drift between rounds (this 2-vCPU guest's speed moves by a third within an hour) moves it less
+    than the ratio of the two medians."""
+    ratios = [value / untraced for value, untraced in zip(values, base)]
+    generator = random.Random(seed)
+    medians = sorted(statistics.median(generator.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return statistics.median(ratios), medians[int(resamples * 0.025)], medians[int(resamples * 0.975) - 1]
+
+
+def tracer_share(results: Path) -> float | None:
+    """The tracer's CPU ÷ the traced command's, from the run record of the trace just stored."""
+    try:
+        document = json.loads((results / "latest" / "trace.json").read_text())
+        run = next(s["metrics"] for s in document["samples"] if s["case"].get("record") == "run")
+        return (run["tracer_user_ns"] + run["tracer_system_ns"]) / (run["user_ns"] + run["system_ns"])
+    except (OSError, ValueError, KeyError, StopIteration, ZeroDivisionError):
+        return None
+
+
 def gnu_time() -> str:
     """GNU time (Debian's `time` package), which can write a child's system time to a file, or ""."""
     found = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else "")
@@ -214,6 +237,7 @@ def measure(args) -> int:
         order = random.Random(args.seed)
         times: dict[str, list[float]] = {label: [] for label in commands}
         systems: dict[str, list[float]] = {label: [] for label in commands}
+        shares: dict[str, list[float]] = {label: [] for label in commands}
         for round_number in range(args.rounds):
             labels = list(commands)
             order.shuffle(labels)
@@ -222,23 +246,31 @@ def measure(args) -> int:
                 times[label].append(wall)
                 if system is not None and not label.startswith("bpftrace"):
                     systems[label].append(system)
+                if label.startswith("memcost trace") and (share := tracer_share(folder / "results")) is not None:
+                    shares[label].append(share)
             print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     base = statistics.median(times["untraced"])
     base_system = statistics.median(systems["untraced"]) if systems["untraced"] else None
     print(f"{described}; {args.rounds} rounds, "
-          f"order shuffled from seed {args.seed}; medians. The program's system time (GNU time, 10 ms steps) is "
-          f"its process's own: what a tool adds inside its fault handler, per fault beside it.")
-    print("| variant | wall s (median) | each round | ÷ untraced | program's system s (median) | ÷ untraced | added a fault |")
-    print("|---|---|---|---|---|---|---|")
+          f"order shuffled from seed {args.seed}; medians. Paired: each round's time ÷ that round's untraced "
+          f"time, its median over the rounds and that median's 95 % bootstrap interval. The program's system time "
+          f"(GNU time, 10 ms steps) is its process's own: what a tool adds inside its fault handler, per fault "
+          f"beside it. The tracer's CPU is memcost-probe's own, ÷ the traced command's (its run record).")
+    print("| variant | wall s (median) | each round | ÷ untraced | paired ÷ untraced (95 % interval) "
+          "| program's system s (median) | ÷ untraced | added a fault | the tracer's CPU ÷ the command's |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, values in times.items():
         median = statistics.median(values)
-        row = f"| {label} | {median:.2f} | {', '.join(f'{v:.2f}' for v in values)} | {median / base:.2f}× |"
+        paired, low, high = paired_ratio(values, times["untraced"])
+        row = (f"| {label} | {median:.2f} | {', '.join(f'{v:.2f}' for v in values)} | {median / base:.2f}× "
+               f"| {paired:.2f}× ({low:.2f}–{high:.2f}) |")
         if base_system and len(systems[label]) == len(values):
             system = statistics.median(systems[label])
             per_fault = f"{(system - base_system) / faults * 1e9:,.0f} ns" if faults else "—"
             row += f" {system:.2f} | {system / base_system:.2f}× | {per_fault} |"
         else:
             row += " — | — | — |"
+        row += f" {statistics.median(shares[label]) * 100:.1f} % |" if shares[label] else " — |"
         print(row)
     return 0
 
