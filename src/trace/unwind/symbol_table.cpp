@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 
@@ -32,7 +33,7 @@ SymbolTable::SymbolTable(Dwfl_Module* module) {
     file_ = {};
     kept.clear();
     read_through_libdwfl(module, count);
-    for (std::uint32_t id = 0; id < listed_.size(); ++id) kept.push_back(id);
+    kept = listed_ids();
   }
   into_buckets(kept);
 }
@@ -42,9 +43,7 @@ SymbolTable SymbolTable::through_libdwfl(Dwfl_Module* module) {
   const int count = module ? dwfl_module_getsymtab(module) : -1;
   if (count <= 0) return table;
   table.read_through_libdwfl(module, count);
-  std::vector<std::uint32_t> ids(table.listed_.size());
-  for (std::uint32_t id = 0; id < ids.size(); ++id) ids[id] = id;
-  table.into_buckets(ids);
+  table.into_buckets(table.listed_ids());
   return table;
 }
 
@@ -154,10 +153,12 @@ void SymbolTable::read_through_libdwfl(Dwfl_Module* module, int count) {
   }
 }
 
-SymbolTable::SymbolTable(std::vector<Symbol> symbols) : listed_(std::move(symbols)) {
+SymbolTable::SymbolTable(std::vector<Symbol> symbols) : listed_(std::move(symbols)) { into_buckets(listed_ids()); }
+
+std::vector<std::uint32_t> SymbolTable::listed_ids() const {
   std::vector<std::uint32_t> ids(listed_.size());
-  for (std::uint32_t id = 0; id < ids.size(); ++id) ids[id] = id;
-  into_buckets(ids);
+  std::iota(ids.begin(), ids.end(), std::uint32_t{0});
+  return ids;
 }
 
 std::size_t SymbolTable::bucket_of(std::uint64_t address) const {

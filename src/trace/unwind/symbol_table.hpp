@@ -67,6 +67,8 @@ class SymbolTable {
   // section index), and libdwfl is asked symbol by symbol instead. `kept`: the code symbols' places.
   bool read_section(Dwfl_Module* module, int count, std::vector<std::uint32_t>& kept);
   void read_through_libdwfl(Dwfl_Module* module, int count);
+  // Every symbol of listed_, by its place there: the ids of a table not read directly.
+  [[nodiscard]] std::vector<std::uint32_t> listed_ids() const;
   // Symbol `id`: its place in the file's table where read directly, else in listed_.
   [[nodiscard]] Symbol symbol(std::uint32_t id) const;
   [[nodiscard]] std::uint64_t start_of(std::uint32_t id) const;
