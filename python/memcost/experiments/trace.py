@@ -15,7 +15,7 @@ OPTIONS = [
     Option("stack_bytes", "user stack copied per fault sample for unwinding (default 4096; deeper stacks are cut; an mmap, brk or madvise copies 32 KiB at least)",
            parse=arguments.positive_int, metavar="BYTES"),
     Option("cpu_sample_us", "measure fault time by sampling each thread's CPU time in the kernel every US µs (default "
-           "1000, with --pid 0; 0: not sampled). Needs root or kernel.perf_event_paranoid <= 1; otherwise estimated, and said so",
+           "4000, with --pid 0; 0: not sampled). Needs root or kernel.perf_event_paranoid <= 1; otherwise estimated, and said so",
            parse=arguments.non_negative_int, metavar="US"),
     Option("fault_counting", "kernel: count every fault in the kernel (a BPF program, as root); perf: a perf record "
            "of every fault's address. Either way the touching stacks are sampled (default kernel; perf where BPF cannot "

@@ -52,8 +52,8 @@ struct Settings {
   std::string thp_mode;     // with --replay: the traced machine's THP mode (default: this one's)
   bool no_python_frames = false;
   bool no_runtime_flags = false;
-  std::uint32_t cpu_sample_us = 1000;
-  std::uint32_t time_faults_one_in = 16;  // docs/trace.md, Counting in the kernel: why 16  // 0: no fault time sampling (docs/trace.md, Time: why 1 ms)
+  std::uint32_t cpu_sample_us = 4000;  // 0: no fault time sampling (docs/trace.md, Time: why 4 ms)
+  std::uint32_t time_faults_one_in = 16;  // docs/trace.md, Counting in the kernel: why 16
   std::string fault_counting = "kernel";  // kernel (BPF, where it loads) or perf (a record per fault)
   std::uint32_t touch_samples_per_second = 1000;
   double window_seconds = 0;          // 0: one aggregate at the end only
@@ -299,7 +299,7 @@ void add_trace_options(CLI::App& command, Settings& settings) {
       ->check(CLI::IsMember({"always", "madvise", "never", "absent"}));
   command.add_option("--cpu-sample-us", settings.cpu_sample_us,
                      "sample CPU time in the kernel every this many µs of a thread's CPU time, to measure "
-                     "fault time (default 1000; 0: off; needs root or perf_event_paranoid <= 1)")
+                     "fault time (default 4000; 0: off; needs root or perf_event_paranoid <= 1)")
       ->check(CLI::Range(0U, 1000000U));
   command.add_option("--fault-counting", settings.fault_counting,
                      "kernel: count every fault in the kernel (BPF, as root) and sample the touching stacks; perf: "
