@@ -31,7 +31,6 @@ SymbolTable::SymbolTable(Dwfl_Module* module) {
   std::vector<std::uint32_t> kept;
   if (!read_section(module, count, kept)) {
     file_ = {};
-    kept.clear();
     read_through_libdwfl(module, count);
     kept = listed_ids();
   }
